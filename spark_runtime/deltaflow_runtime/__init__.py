@@ -1,0 +1,1 @@
+"""Deltaflow data plane: the Spark Structured Streaming writer and the maintenance jobs."""

@@ -1,0 +1,111 @@
+"""A single-node Kafka broker in KRaft mode (broker + controller in one JVM) on loopback."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from devstack.install import installed_path
+from devstack.process import Service, ServiceError, free_port, tcp_open
+
+_LOG4J2 = """\
+status = warn
+appender.out.type = Console
+appender.out.name = out
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.out.ref = out
+logger.kafka.name = org.apache.kafka
+logger.kafka.level = WARN
+logger.state.name = state.change.logger
+logger.state.level = WARN
+"""
+
+
+@dataclass
+class KafkaBroker:
+    """A running broker: its bootstrap address and the supervised process."""
+
+    bootstrap_servers: str
+    service: Service
+
+    def stop(self) -> None:
+        """Stop the broker (its data directory goes with the run's temp dir)."""
+        self.service.stop()
+
+
+def _server_properties(data_dir: Path, port: int, controller_port: int) -> str:
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "log.dirs": str(data_dir / "log"),
+        "num.partitions": "1",
+        # One node: every internal topic must fit on it.
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "4",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+        # Tests that exercise retention delete segments quickly.
+        "log.retention.check.interval.ms": "1000",
+        "log.segment.delete.delay.ms": "0",
+    }
+    return "".join(f"{k}={v}\n" for k, v in props.items())
+
+
+def start_kafka(work_dir: Path, timeout: float = 90.0) -> KafkaBroker:
+    """Format storage and start a KRaft broker; return once it answers metadata requests."""
+    libs = installed_path("kafka")
+    work_dir.mkdir(parents=True, exist_ok=True)
+    port, controller_port = free_port(), free_port()
+    config = work_dir / "server.properties"
+    config.write_text(_server_properties(work_dir, port, controller_port))
+    (work_dir / "log4j2.properties").write_text(_LOG4J2)
+    java = [
+        "java",
+        "-Xms256m",
+        "-Xmx768m",
+        f"-Dlog4j2.configurationFile={work_dir / 'log4j2.properties'}",
+        "-cp",
+        f"{libs}/*",
+    ]
+    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    fmt = subprocess.run(
+        [*java, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if fmt.returncode != 0:
+        raise ServiceError(f"kafka storage format failed:\n{fmt.stdout}\n{fmt.stderr}")
+    service = Service("kafka", [*java, "kafka.Kafka", str(config)], work_dir / "kafka.log")
+    service.start()
+    bootstrap = f"127.0.0.1:{port}"
+
+    def answers_metadata() -> bool:
+        from confluent_kafka.admin import AdminClient
+
+        if not tcp_open("127.0.0.1", port):
+            return False
+        # log_level 0: a probe client must not fill the console with retries once we stop.
+        admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+        return len(admin.list_topics(timeout=2).brokers) == 1
+
+    try:
+        service.wait_ready(answers_metadata, timeout, "answering metadata requests")
+    except ServiceError:
+        service.stop()
+        raise
+    return KafkaBroker(bootstrap, service)

@@ -1,0 +1,230 @@
+"""A Kubernetes control plane without containers: etcd, kube-apiserver, kube-controller-manager.
+
+This is the envtest approach: no scheduler and no kubelet, so pods are stored but never run; tests
+assert on what the API server holds. RBAC and the PodSecurity admission plugin stay on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import ssl
+import subprocess
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from devstack.install import installed_path
+from devstack.process import Service, ServiceError, free_port
+
+ADMIN_TOKEN_FILE = "admin.token"
+SERVICE_CIDR = "10.0.0.0/24"
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    proc = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise ServiceError(f"openssl {' '.join(args)} failed:\n{proc.stderr}")
+
+
+def make_certs(pki: Path) -> None:
+    """A throwaway CA, a serving certificate for 127.0.0.1 and a service-account signing key."""
+    pki.mkdir(parents=True, exist_ok=True)
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3", "-subj",
+             "/CN=deltaflow-test-ca", "-keyout", "ca.key", "-out", "ca.crt", cwd=pki)  # fmt: skip
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=kube-apiserver",
+             "-keyout", "apiserver.key", "-out", "apiserver.csr", cwd=pki)  # fmt: skip
+    (pki / "san.ext").write_text(
+        "subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes.default.svc\n"
+    )
+    _openssl("x509", "-req", "-in", "apiserver.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+             "-CAcreateserial", "-days", "3", "-extfile", "san.ext", "-out", "apiserver.crt",
+             cwd=pki)  # fmt: skip
+    _openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
+    _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
+
+
+def write_kubeconfig(path: Path, server: str, ca: Path, token: str, user: str = "admin") -> None:
+    """A kubeconfig with one cluster, one token user and a current context."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": "local", "cluster": {"server": server, "certificate-authority": str(ca)}}
+        ],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": "local", "context": {"cluster": "local", "user": user}}],
+        "current-context": "local",
+    }
+    path.write_text(json.dumps(config, indent=2))
+    path.chmod(0o600)
+
+
+@dataclass
+class KubeControlPlane:
+    """A running control plane and what a client needs to talk to it."""
+
+    server: str
+    ca_file: Path
+    admin_token: str
+    kubeconfig: Path
+    bin_dir: Path
+    helm_bin: Path
+    work_dir: Path
+    services: list[Service] = field(default_factory=list)
+
+    @property
+    def kubectl_bin(self) -> Path:
+        """The kubectl built at the same version as the API server."""
+        return self.bin_dir / "kubectl"
+
+    def env(self) -> dict[str, str]:
+        """Environment for kubectl/helm subprocesses: KUBECONFIG and a private helm home."""
+        helm_home = self.work_dir / "helm"
+        return {
+            **os.environ,
+            "KUBECONFIG": str(self.kubeconfig),
+            "HELM_CACHE_HOME": str(helm_home / "cache"),
+            "HELM_CONFIG_HOME": str(helm_home / "config"),
+            "HELM_DATA_HOME": str(helm_home / "data"),
+        }
+
+    def kubectl(
+        self,
+        *args: str,
+        stdin: str | None = None,
+        check: bool = True,
+        kubeconfig: Path | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run kubectl against this control plane (as admin unless another kubeconfig is given)."""
+        env = self.env()
+        if kubeconfig is not None:
+            env["KUBECONFIG"] = str(kubeconfig)
+        proc = subprocess.run(
+            [str(self.kubectl_bin), *args], input=stdin, capture_output=True, text=True,
+            env=env, check=False, timeout=120,
+        )  # fmt: skip
+        if check and proc.returncode != 0:
+            raise subprocess.CalledProcessError(
+                proc.returncode, proc.args, proc.stdout, proc.stderr
+            )
+        return proc
+
+    def kubectl_json(self, *args: str) -> Any:
+        """Run ``kubectl ... -o json`` and parse the answer."""
+        return json.loads(self.kubectl(*args, "-o", "json").stdout)
+
+    def helm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run helm against this control plane."""
+        proc = subprocess.run(
+            [str(self.helm_bin), *args], capture_output=True, text=True, env=self.env(),
+            check=False, timeout=300,
+        )  # fmt: skip
+        if check and proc.returncode != 0:
+            raise subprocess.CalledProcessError(
+                proc.returncode, proc.args, proc.stdout, proc.stderr
+            )
+        return proc
+
+    def stop(self) -> None:
+        """Stop the controller manager, the API server and etcd, in that order."""
+        for service in reversed(self.services):
+            service.stop()
+
+
+def _https_ok(url: str, ca: Path | None, token: str | None) -> bool:
+    ctx = ssl.create_default_context(cafile=str(ca)) if ca else ssl._create_unverified_context()
+    request = urllib.request.Request(url)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    with urllib.request.urlopen(request, context=ctx, timeout=2) as resp:
+        return bool(resp.status == 200)
+
+
+def start_control_plane(work_dir: Path, timeout: float = 120.0) -> KubeControlPlane:
+    """Start etcd, kube-apiserver and kube-controller-manager on free loopback ports."""
+    bin_dir = installed_path("kube")
+    etcd_bin = installed_path("etcd") / "etcd"
+    helm_bin = installed_path("helm") / "helm"
+    work_dir.mkdir(parents=True, exist_ok=True)
+    pki = work_dir / "pki"
+    make_certs(pki)
+    token = os.urandom(16).hex()
+    (pki / "tokens.csv").write_text(f'{token},deltaflow-admin,deltaflow-admin,"system:masters"\n')
+    (work_dir / ADMIN_TOKEN_FILE).write_text(token)
+    plane = KubeControlPlane(
+        server="", ca_file=pki / "ca.crt", admin_token=token, kubeconfig=work_dir / "kubeconfig",
+        bin_dir=bin_dir, helm_bin=helm_bin, work_dir=work_dir,
+    )  # fmt: skip
+    try:
+        _start_etcd_and_apiserver(plane, etcd_bin, timeout)
+        _start_controller_manager(plane, timeout)
+    except BaseException:
+        plane.stop()
+        raise
+    return plane
+
+
+def _start_etcd_and_apiserver(plane: KubeControlPlane, etcd_bin: Path, timeout: float) -> None:
+    work, pki = plane.work_dir, plane.work_dir / "pki"
+    client_port, peer_port = free_port(), free_port()
+    etcd_url = f"http://127.0.0.1:{client_port}"
+    etcd = Service("etcd", [
+        str(etcd_bin), "--name=test", f"--data-dir={work / 'etcd'}",
+        f"--listen-client-urls={etcd_url}", f"--advertise-client-urls={etcd_url}",
+        f"--listen-peer-urls=http://127.0.0.1:{peer_port}",
+        f"--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}",
+        f"--initial-cluster=test=http://127.0.0.1:{peer_port}",
+        "--unsafe-no-fsync", "--log-level=warn",
+    ], work / "etcd.log")  # fmt: skip
+    plane.services.append(etcd)
+    etcd.start()
+    etcd.wait_ready(lambda: _https_ok(f"{etcd_url}/health", None, None), timeout, "healthy")
+
+    port = free_port()
+    plane.server = f"https://127.0.0.1:{port}"
+    apiserver = Service("kube-apiserver", [
+        str(plane.bin_dir / "kube-apiserver"),
+        f"--etcd-servers={etcd_url}",
+        "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={port}",
+        f"--tls-cert-file={pki / 'apiserver.crt'}",
+        f"--tls-private-key-file={pki / 'apiserver.key'}",
+        f"--client-ca-file={pki / 'ca.crt'}",
+        f"--token-auth-file={pki / 'tokens.csv'}",
+        "--authorization-mode=RBAC",  # kept on: the RBAC tests depend on it
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        f"--service-account-key-file={pki / 'sa.pub'}",
+        f"--service-account-signing-key-file={pki / 'sa.key'}",
+        "--endpoint-reconciler-type=none",  # no routable address to publish for `kubernetes`
+        "--allow-privileged=false",
+        f"--cert-dir={work / 'apiserver-certs'}",
+    ], work / "kube-apiserver.log")  # fmt: skip
+    plane.services.append(apiserver)
+    apiserver.start()
+    apiserver.wait_ready(
+        lambda: _https_ok(f"{plane.server}/readyz", plane.ca_file, plane.admin_token),
+        timeout, "ready (/readyz)",
+    )  # fmt: skip
+    write_kubeconfig(plane.kubeconfig, plane.server, plane.ca_file, plane.admin_token)
+
+
+def _start_controller_manager(plane: KubeControlPlane, timeout: float) -> None:
+    work, pki = plane.work_dir, plane.work_dir / "pki"
+    port = free_port()
+    kcm = Service("kube-controller-manager", [
+        str(plane.bin_dir / "kube-controller-manager"),
+        f"--kubeconfig={plane.kubeconfig}",
+        f"--authentication-kubeconfig={plane.kubeconfig}",
+        f"--authorization-kubeconfig={plane.kubeconfig}",
+        "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={port}",
+        f"--service-account-private-key-file={pki / 'sa.key'}",
+        f"--root-ca-file={pki / 'ca.crt'}",
+        f"--cert-dir={work / 'kcm-certs'}",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
+    ], work / "kube-controller-manager.log")  # fmt: skip
+    plane.services.append(kcm)
+    kcm.start()
+    kcm.wait_ready(lambda: _https_ok(f"https://127.0.0.1:{port}/healthz", None, None), timeout,
+                   "healthy (/healthz)")  # fmt: skip

@@ -1,0 +1,138 @@
+"""Supervised service processes: start on loopback, wait until ready, tail logs, stop by pid."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+# Every pid the harness starts is appended here (when set), so the test command can prove after
+# the run that none is left, by pid rather than by process name.
+PIDFILE_ENV = "DELTAFLOW_PIDFILE"
+
+
+class ServiceError(RuntimeError):
+    """A service did not start or stopped unexpectedly; the message carries its log tail."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now (the OS picks it, so busy ports are avoided)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def record_pid(pid: int) -> None:
+    """Append a pid to the run's pid file, if the test command asked for one."""
+    pidfile = os.environ.get(PIDFILE_ENV)
+    if pidfile:
+        with open(pidfile, "a", encoding="utf-8") as f:
+            f.write(f"{pid}\n")
+
+
+def tail(path: Path, lines: int = 60) -> str:
+    """The last ``lines`` lines of a log file (empty if it does not exist yet)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            text = f.read().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+class Service:
+    """One long-running process of the stack, in its own process group, logging to a file."""
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        log_path: Path,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.log_path = log_path
+        self.env = dict(env) if env is not None else None
+        self.cwd = cwd
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        """The pid of the running process."""
+        if self.proc is None:
+            raise ServiceError(f"{self.name} was never started")
+        return self.proc.pid
+
+    def start(self) -> None:
+        """Start the process (stdout and stderr go to the log file)."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+                cwd=self.cwd,
+                start_new_session=True,  # its own group: stop() reaches any children too
+            )
+        record_pid(self.proc.pid)
+
+    def failure(self, what: str) -> ServiceError:
+        """An error naming this service, with its log tail attached."""
+        return ServiceError(
+            f"{self.name} {what}\n--- last lines of {self.log_path} ---\n{tail(self.log_path)}"
+        )
+
+    def wait_ready(self, probe: Callable[[], bool], timeout: float, what: str = "ready") -> None:
+        """Poll ``probe`` until it returns True; fail with the log tail on exit or timeout."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise self.failure(f"exited with code {self.proc.returncode} before it was {what}")
+            try:
+                if probe():
+                    return
+            except Exception:
+                pass
+            time.sleep(0.2)
+        raise self.failure(f"was not {what} within {timeout:.0f}s")
+
+    def alive(self) -> bool:
+        """Whether the process is still running."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM the process group, then SIGKILL it after ``grace`` seconds."""
+        if self.proc is None:
+            return
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.proc.wait(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        # Reap anything left in the group (e.g. a JVM child) so no pid outlives the run.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+def tcp_open(host: str, port: int) -> bool:
+    """True when something accepts TCP connections on host:port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0

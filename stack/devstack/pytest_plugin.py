@@ -1,0 +1,84 @@
+"""pytest fixtures that start the real stack once per session and stop it at the end.
+
+A part that cannot start raises with its log tail, so every test that needs it errors: nothing
+skips itself because a service is missing. When a test fails, the log tails of every running
+part are attached to its report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from devstack.kafka import KafkaBroker, start_kafka
+from devstack.kube import KubeControlPlane, start_control_plane
+from devstack.process import Service, record_pid, tail
+from devstack.spark import local_spark_conf
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+_running: list[Service] = []
+
+
+@pytest.fixture(scope="session")
+def stack_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A per-session directory for the stack's data and logs."""
+    return tmp_path_factory.mktemp("stack")
+
+
+@pytest.fixture(scope="session")
+def kafka(stack_dir: Path) -> Iterator[KafkaBroker]:
+    """A real single-node KRaft broker on loopback."""
+    broker = start_kafka(stack_dir / "kafka")
+    _running.append(broker.service)
+    yield broker
+    broker.stop()
+    _running.remove(broker.service)
+
+
+@pytest.fixture(scope="session")
+def kube(stack_dir: Path) -> Iterator[KubeControlPlane]:
+    """A real etcd + kube-apiserver + kube-controller-manager on loopback (no kubelet)."""
+    plane = start_control_plane(stack_dir / "kube")
+    _running.extend(plane.services)
+    yield plane
+    plane.stop()
+    for service in plane.services:
+        _running.remove(service)
+
+
+@pytest.fixture(scope="session")
+def spark_conf(stack_dir: Path) -> dict[str, str]:
+    """Spark conf with the cached Delta and Kafka jars, for a local session."""
+    return local_spark_conf(stack_dir / "spark")
+
+
+@pytest.fixture(scope="session")
+def spark(spark_conf: dict[str, str]) -> Iterator[SparkSession]:
+    """A real local SparkSession with Delta and the Kafka source."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName("deltaflow-tests")
+    for key, value in spark_conf.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    jvm: Any = session.sparkContext._jvm
+    record_pid(int(jvm.java.lang.ProcessHandle.current().pid()))
+    yield session
+    session.stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, Any, None]:
+    """Attach the log tail of every running part to a failing test's report."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        for service in _running:
+            report.sections.append((f"log tail: {service.name}", tail(service.log_path)))

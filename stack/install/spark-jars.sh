@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Resolves the Delta and Kafka-connector jars for Spark from Maven Central into the cache.
+# Jars that the pyspark install already ships (Spark itself, Scala, Jackson, ...) are left out, so
+# the classpath holds one copy of each library.
+STEP_NAME=spark-jars
+RERUN="stack/install/spark-jars.sh"
+source "$(dirname "$0")/lib.sh"
+
+POM="$INSTALL_DIR/maven/spark-jars.pom.xml"
+SPARK_MINOR=$(cut -d. -f1,2 <<<"$SPARK_VERSION")
+DEST="$(cache_entry spark-jars "spark$SPARK_VERSION-delta$DELTA_VERSION-$(recipe_hash "$0" "$POM")")"
+PYSPARK_JARS="${PYSPARK_JARS:-$REPO_ROOT/.venv/lib/python3.11/site-packages/pyspark/jars}"
+
+build() {
+  local out=$1
+  [ -d "$PYSPARK_JARS" ] || { log "pyspark is not installed at $PYSPARK_JARS: run stack/install/python.sh first"; return 1; }
+  log "resolving delta-spark_${SPARK_MINOR}_$SCALA_BINARY:$DELTA_VERSION and spark-sql-kafka-0-10_$SCALA_BINARY:$SPARK_VERSION"
+  maven_copy "$POM" "$out/all" -Dspark.version="$SPARK_VERSION" -Dspark.minor="$SPARK_MINOR" \
+    -Dscala.binary="$SCALA_BINARY" -Ddelta.version="$DELTA_VERSION" || return 1
+  mkdir -p "$out/jars"
+  local jar base kept=0 skipped=0
+  for jar in "$out"/all/*.jar; do
+    base=$(basename "$jar" | sed -E 's/-[0-9][^-]*(-[A-Za-z0-9.]+)?\.jar$//')
+    if compgen -G "$PYSPARK_JARS/$base-[0-9]*.jar" >/dev/null; then
+      skipped=$((skipped + 1))
+    else
+      mv "$jar" "$out/jars/"
+      kept=$((kept + 1))
+    fi
+  done
+  rm -rf "$out/all"
+  log "kept $kept jars, left out $skipped that pyspark already ships"
+  ls "$out/jars" | grep -q "^delta-spark_" || { log "delta-spark jar missing"; return 1; }
+  ls "$out/jars" | grep -q "^spark-sql-kafka" || { log "spark-sql-kafka jar missing"; return 1; }
+}
+
+if is_complete "$DEST"; then
+  log "Spark jars already resolved ($DEST)"
+else
+  log "resolving Spark jars into $DEST"
+  build_entry "$DEST" build
+fi
+echo "$DEST/jars"

@@ -1,0 +1,1 @@
+"""Shared test configuration: the real stack's fixtures come from devstack.pytest_plugin."""
