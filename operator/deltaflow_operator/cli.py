@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from deltaflow_operator import __version__
 
@@ -14,7 +15,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="deltaflow", description="Kafka -> Delta Lake, on Kubernetes."
     )
     parser.add_argument("--version", action="version", version=f"deltaflow {__version__}")
-    parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    crd = commands.add_parser(
+        "crd", help="regenerate crds/ and the chart's CRD from the API models"
+    )
+    crd.add_argument("--repo", type=Path, default=Path.cwd(), help="repository root to write into")
+    crd.add_argument("--stdout", action="store_true", help="print the CRD instead of writing files")
     return parser
 
 
@@ -25,6 +31,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    if args.command == "crd":
+        from deltaflow_operator.api import crd
+
+        if args.stdout:
+            sys.stdout.write(crd.render())
+        else:
+            for path in crd.write(args.repo):
+                print(f"wrote {path}")
     return 0
 
 

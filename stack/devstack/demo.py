@@ -49,8 +49,12 @@ def main(argv: list[str] | None = None) -> int:
         producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
         rng = random.Random(7)
         for i in range(args.records):
-            order = {"id": i, "amount": round(rng.uniform(1, 500), 2),
-                     "ts": "2026-11-22T12:00:00Z", "country": rng.choice(COUNTRIES)}  # fmt: skip
+            order = {
+                "id": i,
+                "amount": round(rng.uniform(1, 500), 2),
+                "ts": "2026-11-22T12:00:00Z",
+                "country": rng.choice(COUNTRIES),
+            }
             producer.produce("orders", key=str(i).encode(), value=json.dumps(order).encode())
             if i % 5000 == 0:
                 producer.poll(0)

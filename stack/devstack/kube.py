@@ -31,16 +31,56 @@ def _openssl(*args: str, cwd: Path) -> None:
 def make_certs(pki: Path) -> None:
     """A throwaway CA, a serving certificate for 127.0.0.1 and a service-account signing key."""
     pki.mkdir(parents=True, exist_ok=True)
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3", "-subj",
-             "/CN=deltaflow-test-ca", "-keyout", "ca.key", "-out", "ca.crt", cwd=pki)  # fmt: skip
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=kube-apiserver",
-             "-keyout", "apiserver.key", "-out", "apiserver.csr", cwd=pki)  # fmt: skip
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "3",
+        "-subj",
+        "/CN=deltaflow-test-ca",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        cwd=pki,
+    )
+    _openssl(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=kube-apiserver",
+        "-keyout",
+        "apiserver.key",
+        "-out",
+        "apiserver.csr",
+        cwd=pki,
+    )
     (pki / "san.ext").write_text(
         "subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes.default.svc\n"
     )
-    _openssl("x509", "-req", "-in", "apiserver.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-             "-CAcreateserial", "-days", "3", "-extfile", "san.ext", "-out", "apiserver.crt",
-             cwd=pki)  # fmt: skip
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        "apiserver.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "3",
+        "-extfile",
+        "san.ext",
+        "-out",
+        "apiserver.crt",
+        cwd=pki,
+    )
     _openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
     _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
 
@@ -102,9 +142,14 @@ class KubeControlPlane:
         if kubeconfig is not None:
             env["KUBECONFIG"] = str(kubeconfig)
         proc = subprocess.run(
-            [str(self.kubectl_bin), *args], input=stdin, capture_output=True, text=True,
-            env=env, check=False, timeout=120,
-        )  # fmt: skip
+            [str(self.kubectl_bin), *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+            timeout=120,
+        )
         if check and proc.returncode != 0:
             raise subprocess.CalledProcessError(
                 proc.returncode, proc.args, proc.stdout, proc.stderr
@@ -118,9 +163,13 @@ class KubeControlPlane:
     def helm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run helm against this control plane."""
         proc = subprocess.run(
-            [str(self.helm_bin), *args], capture_output=True, text=True, env=self.env(),
-            check=False, timeout=300,
-        )  # fmt: skip
+            [str(self.helm_bin), *args],
+            capture_output=True,
+            text=True,
+            env=self.env(),
+            check=False,
+            timeout=300,
+        )
         if check and proc.returncode != 0:
             raise subprocess.CalledProcessError(
                 proc.returncode, proc.args, proc.stdout, proc.stderr
@@ -154,9 +203,14 @@ def start_control_plane(work_dir: Path, timeout: float = 120.0) -> KubeControlPl
     (pki / "tokens.csv").write_text(f'{token},deltaflow-admin,deltaflow-admin,"system:masters"\n')
     (work_dir / ADMIN_TOKEN_FILE).write_text(token)
     plane = KubeControlPlane(
-        server="", ca_file=pki / "ca.crt", admin_token=token, kubeconfig=work_dir / "kubeconfig",
-        bin_dir=bin_dir, helm_bin=helm_bin, work_dir=work_dir,
-    )  # fmt: skip
+        server="",
+        ca_file=pki / "ca.crt",
+        admin_token=token,
+        kubeconfig=work_dir / "kubeconfig",
+        bin_dir=bin_dir,
+        helm_bin=helm_bin,
+        work_dir=work_dir,
+    )
     try:
         _start_etcd_and_apiserver(plane, etcd_bin, timeout)
         _start_controller_manager(plane, timeout)
@@ -170,61 +224,85 @@ def _start_etcd_and_apiserver(plane: KubeControlPlane, etcd_bin: Path, timeout: 
     work, pki = plane.work_dir, plane.work_dir / "pki"
     client_port, peer_port = free_port(), free_port()
     etcd_url = f"http://127.0.0.1:{client_port}"
-    etcd = Service("etcd", [
-        str(etcd_bin), "--name=test", f"--data-dir={work / 'etcd'}",
-        f"--listen-client-urls={etcd_url}", f"--advertise-client-urls={etcd_url}",
-        f"--listen-peer-urls=http://127.0.0.1:{peer_port}",
-        f"--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}",
-        f"--initial-cluster=test=http://127.0.0.1:{peer_port}",
-        "--unsafe-no-fsync", "--log-level=warn",
-    ], work / "etcd.log")  # fmt: skip
+    etcd = Service(
+        "etcd",
+        [
+            str(etcd_bin),
+            "--name=test",
+            f"--data-dir={work / 'etcd'}",
+            f"--listen-client-urls={etcd_url}",
+            f"--advertise-client-urls={etcd_url}",
+            f"--listen-peer-urls=http://127.0.0.1:{peer_port}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}",
+            f"--initial-cluster=test=http://127.0.0.1:{peer_port}",
+            "--unsafe-no-fsync",
+            "--log-level=warn",
+        ],
+        work / "etcd.log",
+    )
     plane.services.append(etcd)
     etcd.start()
     etcd.wait_ready(lambda: _https_ok(f"{etcd_url}/health", None, None), timeout, "healthy")
 
     port = free_port()
     plane.server = f"https://127.0.0.1:{port}"
-    apiserver = Service("kube-apiserver", [
-        str(plane.bin_dir / "kube-apiserver"),
-        f"--etcd-servers={etcd_url}",
-        "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={port}",
-        f"--tls-cert-file={pki / 'apiserver.crt'}",
-        f"--tls-private-key-file={pki / 'apiserver.key'}",
-        f"--client-ca-file={pki / 'ca.crt'}",
-        f"--token-auth-file={pki / 'tokens.csv'}",
-        "--authorization-mode=RBAC",  # kept on: the RBAC tests depend on it
-        f"--service-cluster-ip-range={SERVICE_CIDR}",
-        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-        f"--service-account-key-file={pki / 'sa.pub'}",
-        f"--service-account-signing-key-file={pki / 'sa.key'}",
-        "--endpoint-reconciler-type=none",  # no routable address to publish for `kubernetes`
-        "--allow-privileged=false",
-        f"--cert-dir={work / 'apiserver-certs'}",
-    ], work / "kube-apiserver.log")  # fmt: skip
+    apiserver = Service(
+        "kube-apiserver",
+        [
+            str(plane.bin_dir / "kube-apiserver"),
+            f"--etcd-servers={etcd_url}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={port}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            f"--token-auth-file={pki / 'tokens.csv'}",
+            "--authorization-mode=RBAC",  # kept on: the RBAC tests depend on it
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            "--endpoint-reconciler-type=none",  # no routable address to publish for `kubernetes`
+            "--allow-privileged=false",
+            f"--cert-dir={work / 'apiserver-certs'}",
+        ],
+        work / "kube-apiserver.log",
+    )
     plane.services.append(apiserver)
     apiserver.start()
     apiserver.wait_ready(
         lambda: _https_ok(f"{plane.server}/readyz", plane.ca_file, plane.admin_token),
-        timeout, "ready (/readyz)",
-    )  # fmt: skip
+        timeout,
+        "ready (/readyz)",
+    )
     write_kubeconfig(plane.kubeconfig, plane.server, plane.ca_file, plane.admin_token)
 
 
 def _start_controller_manager(plane: KubeControlPlane, timeout: float) -> None:
     work, pki = plane.work_dir, plane.work_dir / "pki"
     port = free_port()
-    kcm = Service("kube-controller-manager", [
-        str(plane.bin_dir / "kube-controller-manager"),
-        f"--kubeconfig={plane.kubeconfig}",
-        f"--authentication-kubeconfig={plane.kubeconfig}",
-        f"--authorization-kubeconfig={plane.kubeconfig}",
-        "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={port}",
-        f"--service-account-private-key-file={pki / 'sa.key'}",
-        f"--root-ca-file={pki / 'ca.crt'}",
-        f"--cert-dir={work / 'kcm-certs'}",
-        f"--service-cluster-ip-range={SERVICE_CIDR}",
-    ], work / "kube-controller-manager.log")  # fmt: skip
+    kcm = Service(
+        "kube-controller-manager",
+        [
+            str(plane.bin_dir / "kube-controller-manager"),
+            f"--kubeconfig={plane.kubeconfig}",
+            f"--authentication-kubeconfig={plane.kubeconfig}",
+            f"--authorization-kubeconfig={plane.kubeconfig}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+            f"--service-account-private-key-file={pki / 'sa.key'}",
+            f"--root-ca-file={pki / 'ca.crt'}",
+            f"--cert-dir={work / 'kcm-certs'}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+        ],
+        work / "kube-controller-manager.log",
+    )
     plane.services.append(kcm)
     kcm.start()
-    kcm.wait_ready(lambda: _https_ok(f"https://127.0.0.1:{port}/healthz", None, None), timeout,
-                   "healthy (/healthz)")  # fmt: skip
+    kcm.wait_ready(
+        lambda: _https_ok(f"https://127.0.0.1:{port}/healthz", None, None),
+        timeout,
+        "healthy (/healthz)",
+    )

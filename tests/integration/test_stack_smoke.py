@@ -39,10 +39,14 @@ def test_kafka_round_trip(kafka: KafkaBroker) -> None:
     sent = [f"record-{i}".encode() for i in range(500)]
     _produce(kafka.bootstrap_servers, topic, sent)
 
-    consumer = Consumer({
-        "bootstrap.servers": kafka.bootstrap_servers, "group.id": f"smoke-{topic}",
-        "auto.offset.reset": "earliest", "enable.auto.commit": False,
-    })  # fmt: skip
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka.bootstrap_servers,
+            "group.id": f"smoke-{topic}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
     consumer.subscribe([topic])
     received: list[bytes] = []
     deadline = time.monotonic() + 60
@@ -83,8 +87,15 @@ def test_rbac_denies_a_service_account_without_bindings(
     kube.kubectl(
         "-n", "rbac-smoke", "create", "role", "pod-reader", "--verb=list", "--resource=pods"
     )
-    kube.kubectl("-n", "rbac-smoke", "create", "rolebinding", "nobody-reads",
-                 "--role=pod-reader", "--serviceaccount=rbac-smoke:nobody")  # fmt: skip
+    kube.kubectl(
+        "-n",
+        "rbac-smoke",
+        "create",
+        "rolebinding",
+        "nobody-reads",
+        "--role=pod-reader",
+        "--serviceaccount=rbac-smoke:nobody",
+    )
     deadline = time.monotonic() + 10
     while True:
         allowed = kube.kubectl(
@@ -100,15 +111,22 @@ def _pod(name: str, *, restricted: bool) -> str:
     container: dict[str, object] = {"name": "main", "image": "busybox:1.36"}
     if restricted:
         container["securityContext"] = {
-            "runAsNonRoot": True, "runAsUser": 1000, "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
-        }  # fmt: skip
+            "runAsNonRoot": True,
+            "runAsUser": 1000,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
     else:
         container["securityContext"] = {"runAsUser": 0}
-    return json.dumps({
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-        "spec": {"containers": [container]},
-    })  # fmt: skip
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name},
+            "spec": {"containers": [container]},
+        }
+    )
 
 
 def test_pod_security_restricted_is_enforced(kube: KubeControlPlane) -> None:
@@ -116,8 +134,9 @@ def test_pod_security_restricted_is_enforced(kube: KubeControlPlane) -> None:
     kube.kubectl("label", "namespace", "psa-smoke", "pod-security.kubernetes.io/enforce=restricted")
     kube.kubectl("-n", "psa-smoke", "create", "serviceaccount", "default", check=False)
 
-    rejected = kube.kubectl("-n", "psa-smoke", "apply", "-f", "-",
-                            stdin=_pod("as-root", restricted=False), check=False)  # fmt: skip
+    rejected = kube.kubectl(
+        "-n", "psa-smoke", "apply", "-f", "-", stdin=_pod("as-root", restricted=False), check=False
+    )
     assert rejected.returncode != 0
     assert 'violates PodSecurity "restricted' in rejected.stderr, rejected.stderr
 
@@ -131,11 +150,15 @@ def test_garbage_collector_removes_dependents(kube: KubeControlPlane) -> None:
     kube.kubectl("-n", "gc-smoke", "create", "configmap", "owner")
     owner_uid = kube.kubectl_json("-n", "gc-smoke", "get", "configmap", "owner")["metadata"]["uid"]
     dependent = {
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "dependent", "ownerReferences": [
-            {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner_uid},
-        ]},
-    }  # fmt: skip
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "dependent",
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner_uid},
+            ],
+        },
+    }
     kube.kubectl("-n", "gc-smoke", "apply", "-f", "-", stdin=json.dumps(dependent))
     kube.kubectl("-n", "gc-smoke", "delete", "configmap", "owner")
 

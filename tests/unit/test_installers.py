@@ -12,9 +12,13 @@ from devstack.install import INSTALL_DIR, REPO_ROOT
 
 def _bash(script: str, cache: Path, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["bash", "-c", script], capture_output=True, text=True, check=False, cwd=REPO_ROOT,
+        ["bash", "-c", script],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO_ROOT,
         env={**os.environ, "DELTAFLOW_CACHE": str(cache), **env},
-    )  # fmt: skip
+    )
 
 
 _BUILDER = f"""
@@ -58,9 +62,11 @@ def test_a_failed_download_names_the_step_to_rerun(tmp_path: Path) -> None:
     bad.write_text(versions.replace("KAFKA_VERSION=", "KAFKA_VERSION=0.0.404-missing #"))
     maven_repo = Path(os.environ.get("HOME", "/root")) / ".cache/deltaflow/maven/repository"
     proc = _bash(
-        f"bash {INSTALL_DIR}/kafka.sh", tmp_path / "cache",
-        DELTAFLOW_VERSIONS_FILE=str(bad), DELTAFLOW_MAVEN_REPO=str(maven_repo),
-    )  # fmt: skip
+        f"bash {INSTALL_DIR}/kafka.sh",
+        tmp_path / "cache",
+        DELTAFLOW_VERSIONS_FILE=str(bad),
+        DELTAFLOW_MAVEN_REPO=str(maven_repo),
+    )
     assert proc.returncode != 0
     assert "FAILED" in proc.stderr
     assert "kafka_2.13:0.0.404-missing" in proc.stderr

@@ -1,0 +1,448 @@
+"""The DeltaIngestion API, v1alpha1: the only shape users write, and the one source of truth.
+
+The CRD in ``crds/`` is generated from these models (``deltaflow crd``). Field names are camelCase
+on the wire, as Kubernetes users expect, and snake_case in Python. Every cross-field rule is a
+:class:`~deltaflow_operator.api.rules.Rule`, so the API server (CEL) and pydantic judge alike.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+from deltaflow_operator.api.rules import MEMORY_MIB_CEL, Rule, check_rules, immutable, memory_mib
+
+GROUP = "deltaflow.io"
+VERSION = "v1alpha1"
+KIND = "DeltaIngestion"
+PLURAL = "deltaingestions"
+SINGULAR = "deltaingestion"
+SHORT_NAMES = ["di", "dingest"]
+
+# Names are RE2- and Rust-regex compatible: the API server and pydantic run the same pattern.
+DURATION_PATTERN = r"^[1-9][0-9]{0,5}(ms|s|m|h)$"
+MEMORY_PATTERN = r"^[1-9][0-9]{0,6}[mgMG]$"
+KAFKA_TOPIC_PATTERN = r"^[a-zA-Z0-9._-]{1,249}$"
+BOOTSTRAP_PATTERN = r"^[A-Za-z0-9.-]+:[0-9]{1,5}(,[A-Za-z0-9.-]+:[0-9]{1,5})*$"
+TABLE_PATH_PATTERN = r"^(s3a://|s3://|gs://|abfss://|file:///|/)[^\s]+$"
+COLUMN_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
+K8S_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]{1,253}$"
+IMAGE_PATTERN = r"^[^\s]{1,512}$"
+
+
+def _cron_pattern() -> str:
+    """Five-field cron (minute hour day-of-month month day-of-week) with ranges, steps and lists,
+    each field bounded to its legal values, or one of the @-macros CronJob accepts."""
+
+    def field(value: str) -> str:
+        item = f"(\\*|{value}(-{value})?)(/[1-9][0-9]?)?"
+        return f"{item}(,{item})*"
+
+    minute, hour = "[0-5]?[0-9]", "(1[0-9]|2[0-3]|0?[0-9])"
+    dom, month, dow = "(3[01]|[12][0-9]|0?[1-9])", "(1[0-2]|0?[1-9])", "[0-7]"
+    fields = " ".join(field(f) for f in (minute, hour, dom, month, dow))
+    return f"^(@(yearly|annually|monthly|weekly|daily|hourly)|{fields})$"
+
+
+CRON_PATTERN = _cron_pattern()
+
+
+class ApiModel(BaseModel):
+    """Base for every API object: camelCase on the wire, unknown fields rejected."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+    rules: ClassVar[tuple[Rule, ...]] = ()
+
+    @model_validator(mode="after")
+    def _check_rules(self) -> ApiModel:
+        # On the validated, defaulted values in their wire form: what CEL sees after the API
+        # server applied defaults (an unset optional is absent, as for CEL's has()).
+        if self.rules:
+            check_rules(self.rules, self.model_dump(by_alias=True, exclude_none=True))
+        return self
+
+
+class SecretKeyRef(ApiModel):
+    """A key in a Secret in the resource's namespace; the operator never reads its value."""
+
+    name: Annotated[str, Field(pattern=K8S_NAME_PATTERN, max_length=253)]
+    key: Annotated[str, Field(pattern=SECRET_KEY_PATTERN)]
+
+
+class KafkaAuth(ApiModel):
+    """How the stream authenticates to Kafka; credentials only by reference."""
+
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "SASL_SSL"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    username: SecretKeyRef | None = None
+    password: SecretKeyRef | None = None
+    ca_certificate: SecretKeyRef | None = Field(
+        default=None, description="PEM CA bundle that signs the brokers' certificates."
+    )
+    rules = (
+        Rule(
+            cel="!self.securityProtocol.startsWith('SASL') || "
+            "(has(self.saslMechanism) && has(self.username) && has(self.password))",
+            message="SASL needs saslMechanism, username and password (secretKeyRefs)",
+            check=lambda v: (
+                not str(v.get("securityProtocol", "SASL_SSL")).startswith("SASL")
+                or all(v.get(k) is not None for k in ("saslMechanism", "username", "password"))
+            ),
+            field_path=".securityProtocol",
+        ),
+    )
+
+
+class KafkaSource(ApiModel):
+    """The Kafka topic(s) the stream reads."""
+
+    bootstrap_servers: Annotated[
+        str, Field(pattern=BOOTSTRAP_PATTERN, max_length=2048, description="host:port[,host:port]")
+    ]
+    topic: Annotated[str | None, Field(pattern=KAFKA_TOPIC_PATTERN)] = None
+    topic_pattern: Annotated[str | None, Field(min_length=1, max_length=512)] = None
+    starting_offsets: Literal["earliest", "latest"] = Field(
+        default="earliest",
+        description="Where a new stream starts; ignored once it has a checkpoint.",
+    )
+    max_offsets_per_trigger: Annotated[int | None, Field(ge=1, le=100_000_000)] = None
+    fail_on_data_loss: bool = Field(
+        default=True,
+        description="Fail loudly when retention deleted offsets the stream had not read yet.",
+    )
+    auth: KafkaAuth | None = None
+    rules = (
+        Rule(
+            cel="has(self.topic) != has(self.topicPattern)",
+            message="set exactly one of topic or topicPattern",
+            check=lambda v: (v.get("topic") is None) != (v.get("topicPattern") is None),
+            field_path=".topic",
+        ),
+        immutable(
+            "topic",
+            "topic is immutable: the checkpoint is bound to it; create a new "
+            "DeltaIngestion (new name, new checkpointPath) to read another topic",
+        ),
+        immutable(
+            "topicPattern",
+            "topicPattern is immutable: the checkpoint is bound to it; "
+            "create a new DeltaIngestion to read other topics",
+        ),
+    )
+
+
+class Format(ApiModel):
+    """How record values are parsed; anything that does not parse goes to the dead-letter table."""
+
+    type: Literal["json", "avro", "raw"]
+    schema_: Annotated[str | None, Field(alias="schema", min_length=1, max_length=65536)] = None
+    key_required: bool = Field(default=False, description="Dead-letter records with a null key.")
+    max_record_bytes: Annotated[int, Field(ge=1, le=104_857_600)] = 1_048_576
+    rules = (
+        Rule(
+            cel="self.type == 'raw' || has(self.schema)",
+            message="json and avro need a schema (a Spark DDL string for json, an Avro schema "
+            "for avro)",
+            check=lambda v: v.get("type") == "raw" or v.get("schema") is not None,
+            field_path=".schema",
+        ),
+        immutable(
+            "type",
+            "format.type is immutable: the checkpoint and table are bound to it; "
+            "create a new DeltaIngestion for another format",
+        ),
+    )
+
+
+class Storage(ApiModel):
+    """Object-store access for s3a:// tables; keys by reference."""
+
+    endpoint: Annotated[str | None, Field(pattern=r"^https?://[^\s]+$")] = None
+    region: Annotated[str | None, Field(pattern=r"^[a-z0-9-]{1,64}$")] = None
+    path_style_access: bool = False
+    access_key_id: SecretKeyRef | None = None
+    secret_access_key: SecretKeyRef | None = None
+    rules = (
+        Rule(
+            cel="has(self.accessKeyId) == has(self.secretAccessKey)",
+            message="set both accessKeyId and secretAccessKey, or neither (workload identity)",
+            check=lambda v: (v.get("accessKeyId") is None) == (v.get("secretAccessKey") is None),
+            field_path=".accessKeyId",
+        ),
+    )
+
+
+class DeltaSink(ApiModel):
+    """The Delta table the stream appends to."""
+
+    table_path: Annotated[str, Field(pattern=TABLE_PATH_PATTERN, max_length=2048)]
+    partition_by: Annotated[
+        list[Annotated[str, Field(pattern=COLUMN_PATTERN)]], Field(max_length=8)
+    ] = []
+    checkpoint_path: Annotated[
+        str | None,
+        Field(
+            pattern=TABLE_PATH_PATTERN,
+            max_length=2048,
+            description="Default: <table parent>/_checkpoints/<ns>/<name>, never in the table.",
+        ),
+    ] = None
+    kafka_metadata_columns: bool = Field(
+        default=True,
+        description="Add _kafka_topic, _kafka_partition, _kafka_offset, _kafka_timestamp.",
+    )
+    storage: Storage | None = None
+    rules = (
+        Rule(
+            cel="!has(self.checkpointPath) || !(self.checkpointPath == self.tablePath || "
+            "self.checkpointPath.startsWith(self.tablePath + '/'))",
+            message="checkpointPath must not be the table or inside it",
+            check=lambda v: (
+                v.get("checkpointPath") is None
+                or not (
+                    v["checkpointPath"] == v.get("tablePath")
+                    or str(v["checkpointPath"]).startswith(f"{v.get('tablePath')}/")
+                )
+            ),
+            field_path=".checkpointPath",
+        ),
+        Rule(
+            cel="self.tablePath == oldSelf.tablePath",
+            message="tablePath is immutable: create a new DeltaIngestion to write another table",
+            check=lambda _: True,
+            field_path=".tablePath",
+            transition=True,
+        ),
+        Rule(
+            cel="!has(oldSelf.checkpointPath) || "
+            "(has(self.checkpointPath) && self.checkpointPath == oldSelf.checkpointPath)",
+            message="checkpointPath is immutable once set: a new checkpoint restarts the stream; "
+            "create a new DeltaIngestion instead",
+            check=lambda _: True,
+            field_path=".checkpointPath",
+            transition=True,
+        ),
+    )
+
+
+class DeadLetter(ApiModel):
+    """Where refused records go, with the reason; defaults to ``<tablePath>_dead_letter``."""
+
+    table_path: Annotated[str | None, Field(pattern=TABLE_PATH_PATTERN, max_length=2048)] = None
+
+
+class Trigger(ApiModel):
+    """How often a micro-batch starts."""
+
+    interval: Annotated[str, Field(pattern=DURATION_PATTERN)] = "10s"
+
+
+class Scaling(ApiModel):
+    """Executor autoscaling on Kafka lag, within bounds."""
+
+    min_executors: Annotated[int, Field(ge=1, le=1000)] = 1
+    max_executors: Annotated[int, Field(ge=1, le=1000)] = 4
+    target_lag_seconds: Annotated[int, Field(ge=1, le=86_400)] = 60
+    scale_up_stabilization_seconds: Annotated[int, Field(ge=0, le=3600)] = 30
+    scale_down_stabilization_seconds: Annotated[int, Field(ge=0, le=86_400)] = 300
+    rules = (
+        Rule(
+            cel="self.maxExecutors >= self.minExecutors",
+            message="maxExecutors must be >= minExecutors",
+            check=lambda v: v.get("maxExecutors", 4) >= v.get("minExecutors", 1),
+            field_path=".maxExecutors",
+        ),
+    )
+
+
+class Resources(ApiModel):
+    """CPU and memory of one Spark JVM (driver or executor)."""
+
+    cores: Annotated[int, Field(ge=1, le=64)] = 1
+    memory: Annotated[
+        str, Field(pattern=MEMORY_PATTERN, max_length=8, description="Spark form: 512m, 2g.")
+    ] = "1g"
+    rules = (
+        Rule(
+            cel=f"{MEMORY_MIB_CEL} >= 512 && {MEMORY_MIB_CEL} <= 262144",
+            message="memory must be between 512m and 256g",
+            check=lambda v: 512 <= memory_mib(str(v.get("memory", "1g"))) <= 262144,
+            field_path=".memory",
+        ),
+    )
+
+
+class OptimizeSchedule(ApiModel):
+    """Periodic OPTIMIZE (bin-packing, optional Z-ORDER) of the table."""
+
+    enabled: bool = True
+    schedule: Annotated[str, Field(pattern=CRON_PATTERN, max_length=128)] = "0 * * * *"
+    z_order_by: Annotated[
+        list[Annotated[str, Field(pattern=COLUMN_PATTERN)]], Field(max_length=4)
+    ] = []
+    recent_partitions_only: bool = Field(
+        default=False, description="Only compact partitions written since the last OPTIMIZE."
+    )
+
+
+class VacuumSchedule(ApiModel):
+    """Periodic VACUUM; the retention keeps what readers and restarts need."""
+
+    enabled: bool = True
+    schedule: Annotated[str, Field(pattern=CRON_PATTERN, max_length=128)] = "30 3 * * *"
+    retention_hours: Annotated[int, Field(ge=1, le=87_600)] = 168
+    allow_unsafe_retention: bool = Field(
+        default=False,
+        description="Allow retentionHours under 168: readers and restarts may lose files.",
+    )
+    rules = (
+        Rule(
+            cel="self.retentionHours >= 168 || self.allowUnsafeRetention",
+            message="retentionHours under 168 can delete files that readers and stream restarts "
+            "still need; raise it or set allowUnsafeRetention: true",
+            check=lambda v: (
+                v.get("retentionHours", 168) >= 168 or bool(v.get("allowUnsafeRetention", False))
+            ),
+            field_path=".retentionHours",
+        ),
+    )
+
+
+class Maintenance(ApiModel):
+    """Table maintenance CronJobs."""
+
+    optimize: OptimizeSchedule = OptimizeSchedule()
+    vacuum: VacuumSchedule = VacuumSchedule()
+
+
+class DeltaIngestionSpec(ApiModel):
+    """What a data engineer writes: one Kafka source into one Delta table."""
+
+    suspend: bool = Field(default=False, description="Stop the driver; resume from the checkpoint.")
+    image: Annotated[str | None, Field(pattern=IMAGE_PATTERN)] = None
+    source: KafkaSource
+    format: Format
+    sink: DeltaSink
+    dead_letter: DeadLetter = DeadLetter()
+    trigger: Trigger = Trigger()
+    scaling: Scaling = Scaling()
+    driver: Resources = Resources()
+    executor: Resources = Resources(memory="2g")
+    spark_conf: Annotated[dict[str, str], Field(max_length=64)] = {}
+    maintenance: Maintenance = Maintenance()
+    rules = (
+        Rule(
+            cel="!has(self.sparkConf) || self.sparkConf.all(k, k.startsWith('spark.') && "
+            "!k.startsWith('spark.kubernetes.') && !k.startsWith('spark.dynamicAllocation.') && "
+            "k != 'spark.master')",
+            message="sparkConf keys must start with spark. and must not set spark.master, "
+            "spark.kubernetes.* or spark.dynamicAllocation.* (the operator owns those)",
+            check=lambda v: all(
+                k.startswith("spark.")
+                and not k.startswith(("spark.kubernetes.", "spark.dynamicAllocation."))
+                and k != "spark.master"
+                for k in (v.get("sparkConf") or {})
+            ),
+            field_path=".sparkConf",
+        ),
+    )
+
+
+class Condition(ApiModel):
+    """A status condition in the metav1.Condition shape."""
+
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str
+    message: str = ""
+    last_transition_time: datetime
+    observed_generation: int | None = None
+
+
+class DriverStatus(ApiModel):
+    """What the operator last saw of the driver pod."""
+
+    pod_name: str | None = None
+    phase: str | None = None
+    restarts: int = 0
+    consecutive_failures: int = 0
+    last_failure_reason: str | None = None
+    next_start_after: datetime | None = None
+
+
+class ExecutorStatus(ApiModel):
+    """Executors the operator wants and the driver reports."""
+
+    desired: int = 0
+    current: int = 0
+
+
+class LagStatus(ApiModel):
+    """How far the stream is behind the topic."""
+
+    records: int = 0
+    seconds: int | None = None
+
+
+class DeltaIngestionStatus(ApiModel):
+    """What the operator reports: is my data flowing?"""
+
+    observed_generation: int | None = None
+    conditions: list[Condition] = []
+    driver: DriverStatus = DriverStatus()
+    executors: ExecutorStatus = ExecutorStatus()
+    lag: LagStatus = LagStatus()
+    checkpoint_path: str | None = None
+    dead_letter_table_path: str | None = None
+
+
+NAME_RULES = (
+    Rule(
+        cel="size(self.metadata.name) <= 47",
+        message="metadata.name must be at most 47 characters (child names add suffixes such as "
+        "-optimize and must stay within 63)",
+        check=lambda v: len(str((v.get("metadata") or {}).get("name", ""))) <= 47,
+        field_path=".metadata.name",
+    ),
+    Rule(
+        cel="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+        message="metadata.name must be a DNS label (lowercase letters, digits, '-'; start with "
+        "a letter): it names the driver pod, its Service and the CronJobs",
+        check=lambda v: _is_dns_label(str((v.get("metadata") or {}).get("name", ""))),
+        field_path=".metadata.name",
+    ),
+)
+
+
+def _is_dns_label(name: str) -> bool:
+    import re
+
+    return re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name) is not None
+
+
+class DeltaIngestion(ApiModel):
+    """The whole resource, as read from a manifest file or from the API server."""
+
+    model_config = ConfigDict(extra="ignore")  # apiVersion/kind/metadata carry more than we read
+    api_version: Literal["deltaflow.io/v1alpha1"] = "deltaflow.io/v1alpha1"
+    kind: Literal["DeltaIngestion"] = "DeltaIngestion"
+    metadata: dict[str, Any]
+    spec: DeltaIngestionSpec
+    status: DeltaIngestionStatus | None = None
+    rules = NAME_RULES
+
+    @property
+    def name(self) -> str:
+        """metadata.name."""
+        return str(self.metadata["name"])
+
+    @property
+    def namespace(self) -> str:
+        """metadata.namespace (``default`` when the manifest leaves it out)."""
+        return str(self.metadata.get("namespace") or "default")
