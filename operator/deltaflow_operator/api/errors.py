@@ -22,7 +22,8 @@ def describe(error: ValidationError) -> list[str]:
         cause = (item.get("ctx") or {}).get("error")
         if isinstance(cause, RuleViolationError):
             for rule in cause.broken:
-                lines.append(f"{base}{rule.field_path or ''}: {rule.message}")
+                field = f"{base}{rule.field_path or ''}".lstrip(".")
+                lines.append(f"{field}: {rule.message}")
             continue
         message = item["msg"]
         if item["type"] == "extra_forbidden":

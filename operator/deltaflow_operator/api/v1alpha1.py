@@ -52,10 +52,13 @@ CRON_PATTERN = _cron_pattern()
 
 
 class ApiModel(BaseModel):
-    """Base for every API object: camelCase on the wire, unknown fields rejected."""
+    """Base for every API object: camelCase on the wire, unknown fields rejected.
+
+    Strict like the API server: "yes" is not a boolean and "5" is not an integer.
+    """
 
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, strict=True
     )
     rules: ClassVar[tuple[Rule, ...]] = ()
 
@@ -354,7 +357,13 @@ class DeltaIngestionSpec(ApiModel):
     )
 
 
-class Condition(ApiModel):
+class StatusModel(ApiModel):
+    """Base for status objects: written by the operator, read back as JSON (timestamps as text)."""
+
+    model_config = ConfigDict(strict=False, extra="ignore")
+
+
+class Condition(StatusModel):
     """A status condition in the metav1.Condition shape."""
 
     type: str
@@ -365,7 +374,7 @@ class Condition(ApiModel):
     observed_generation: int | None = None
 
 
-class DriverStatus(ApiModel):
+class DriverStatus(StatusModel):
     """What the operator last saw of the driver pod."""
 
     pod_name: str | None = None
@@ -376,21 +385,21 @@ class DriverStatus(ApiModel):
     next_start_after: datetime | None = None
 
 
-class ExecutorStatus(ApiModel):
+class ExecutorStatus(StatusModel):
     """Executors the operator wants and the driver reports."""
 
     desired: int = 0
     current: int = 0
 
 
-class LagStatus(ApiModel):
+class LagStatus(StatusModel):
     """How far the stream is behind the topic."""
 
     records: int = 0
     seconds: int | None = None
 
 
-class DeltaIngestionStatus(ApiModel):
+class DeltaIngestionStatus(StatusModel):
     """What the operator reports: is my data flowing?"""
 
     observed_generation: int | None = None

@@ -1,0 +1,222 @@
+"""Manifests for tests: a valid base and a corpus of invalid ones, each a different mistake.
+
+The same corpus is judged by pydantic (unit tests) and by the real API server (integration tests):
+each case names the field path the error message must point at.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+Manifest = dict[str, Any]
+
+
+def valid_manifest(name: str = "orders", namespace: str = "data") -> Manifest:
+    """A complete, valid DeltaIngestion (every section present)."""
+    return {
+        "apiVersion": "deltaflow.io/v1alpha1",
+        "kind": "DeltaIngestion",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "source": {
+                "bootstrapServers": "kafka.data.svc:9092",
+                "topic": "orders",
+                "startingOffsets": "earliest",
+                "maxOffsetsPerTrigger": 500000,
+            },
+            "format": {"type": "json", "schema": "id BIGINT, amount DOUBLE, country STRING"},
+            "sink": {"tablePath": "s3a://lake/orders", "partitionBy": ["country"]},
+            "deadLetter": {"tablePath": "s3a://lake/orders_dead_letter"},
+            "trigger": {"interval": "10s"},
+            "scaling": {"minExecutors": 1, "maxExecutors": 8, "targetLagSeconds": 60},
+            "driver": {"cores": 1, "memory": "1g"},
+            "executor": {"cores": 1, "memory": "2g"},
+            "maintenance": {
+                "optimize": {"schedule": "0 * * * *"},
+                "vacuum": {"schedule": "30 3 * * *", "retentionHours": 168},
+            },
+        },
+    }
+
+
+def _set(path: str, value: Any) -> Callable[[Manifest], None]:
+    def apply(m: Manifest) -> None:
+        *parents, leaf = path.split(".")
+        node = m
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+
+    return apply
+
+
+def _delete(path: str) -> Callable[[Manifest], None]:
+    def apply(m: Manifest) -> None:
+        *parents, leaf = path.split(".")
+        node = m
+        for p in parents:
+            node = node[p]
+        del node[leaf]
+
+    return apply
+
+
+@dataclass(frozen=True)
+class InvalidCase:
+    """One mistake: how to make it, and the field path the error must name."""
+
+    id: str
+    edits: tuple[Callable[[Manifest], None], ...]
+    field: str
+
+    def manifest(self, name: str = "orders", namespace: str = "data") -> Manifest:
+        """The valid base with this case's mistake applied."""
+        m = copy.deepcopy(valid_manifest(name, namespace))
+        for edit in self.edits:
+            edit(m)
+        return m
+
+
+def _case(case_id: str, field: str, *edits: Callable[[Manifest], None]) -> InvalidCase:
+    return InvalidCase(case_id, edits, field)
+
+
+INVALID_CASES: list[InvalidCase] = [
+    _case("missing-topic", "spec.source.topic", _delete("spec.source.topic")),
+    _case("topic-and-pattern", "spec.source.topic", _set("spec.source.topicPattern", "orders-.*")),
+    _case("bad-topic-name", "spec.source.topic", _set("spec.source.topic", "orders topic")),
+    _case(
+        "missing-bootstrap", "spec.source.bootstrapServers", _delete("spec.source.bootstrapServers")
+    ),
+    _case(
+        "bootstrap-no-port",
+        "spec.source.bootstrapServers",
+        _set("spec.source.bootstrapServers", "kafka"),
+    ),
+    _case(
+        "bad-starting-offsets",
+        "spec.source.startingOffsets",
+        _set("spec.source.startingOffsets", "beginning"),
+    ),
+    _case(
+        "zero-max-offsets",
+        "spec.source.maxOffsetsPerTrigger",
+        _set("spec.source.maxOffsetsPerTrigger", 0),
+    ),
+    _case(
+        "sasl-without-credentials",
+        "spec.source.auth.securityProtocol",
+        _set("spec.source.auth", {"securityProtocol": "SASL_SSL"}),
+    ),
+    _case(
+        "secret-name-invalid",
+        "spec.source.auth.username.name",
+        _set(
+            "spec.source.auth",
+            {
+                "securityProtocol": "SASL_SSL",
+                "saslMechanism": "PLAIN",
+                "username": {"name": "Kafka_Creds", "key": "user"},
+                "password": {"name": "kafka-creds", "key": "password"},
+            },
+        ),
+    ),
+    _case("unknown-format", "spec.format.type", _set("spec.format.type", "protobuf")),
+    _case("json-without-schema", "spec.format.schema", _delete("spec.format.schema")),
+    _case(
+        "negative-max-record-bytes",
+        "spec.format.maxRecordBytes",
+        _set("spec.format.maxRecordBytes", -1),
+    ),
+    _case("missing-sink", "spec.sink", _delete("spec.sink")),
+    _case("relative-table-path", "spec.sink.tablePath", _set("spec.sink.tablePath", "lake/orders")),
+    _case(
+        "checkpoint-inside-table",
+        "spec.sink.checkpointPath",
+        _set("spec.sink.checkpointPath", "s3a://lake/orders/_checkpoint"),
+    ),
+    _case(
+        "bad-partition-column",
+        "spec.sink.partitionBy[0]",
+        _set("spec.sink.partitionBy", ["country-code"]),
+    ),
+    _case("misspelled-field", "spec.sink.tabelPath", _set("spec.sink.tabelPath", "s3a://lake/x")),
+    _case(
+        "half-storage-credentials",
+        "spec.sink.storage.accessKeyId",
+        _set("spec.sink.storage", {"accessKeyId": {"name": "lake", "key": "id"}}),
+    ),
+    _case(
+        "min-over-max-executors", "spec.scaling.maxExecutors", _set("spec.scaling.minExecutors", 9)
+    ),
+    _case(
+        "absurd-max-executors", "spec.scaling.maxExecutors", _set("spec.scaling.maxExecutors", 5000)
+    ),
+    _case(
+        "zero-target-lag", "spec.scaling.targetLagSeconds", _set("spec.scaling.targetLagSeconds", 0)
+    ),
+    _case("negative-driver-cores", "spec.driver.cores", _set("spec.driver.cores", -1)),
+    _case("absurd-executor-cores", "spec.executor.cores", _set("spec.executor.cores", 1000)),
+    _case("memory-unit-typo", "spec.executor.memory", _set("spec.executor.memory", "2gb")),
+    _case("absurd-executor-memory", "spec.executor.memory", _set("spec.executor.memory", "9000g")),
+    _case("tiny-driver-memory", "spec.driver.memory", _set("spec.driver.memory", "100m")),
+    _case(
+        "bad-trigger-duration", "spec.trigger.interval", _set("spec.trigger.interval", "10 seconds")
+    ),
+    _case("zero-trigger-duration", "spec.trigger.interval", _set("spec.trigger.interval", "0s")),
+    _case(
+        "cron-words",
+        "spec.maintenance.optimize.schedule",
+        _set("spec.maintenance.optimize.schedule", "every hour"),
+    ),
+    _case(
+        "cron-minute-out-of-range",
+        "spec.maintenance.optimize.schedule",
+        _set("spec.maintenance.optimize.schedule", "61 * * * *"),
+    ),
+    _case(
+        "cron-four-fields",
+        "spec.maintenance.vacuum.schedule",
+        _set("spec.maintenance.vacuum.schedule", "30 3 * *"),
+    ),
+    _case(
+        "vacuum-retention-unsafe",
+        "spec.maintenance.vacuum.retentionHours",
+        _set("spec.maintenance.vacuum.retentionHours", 24),
+    ),
+    _case(
+        "too-many-zorder-columns",
+        "spec.maintenance.optimize.zOrderBy",
+        _set("spec.maintenance.optimize.zOrderBy", ["a", "b", "c", "d", "e"]),
+    ),
+    _case(
+        "spark-conf-sets-master",
+        "spec.sparkConf",
+        _set("spec.sparkConf", {"spark.master": "local"}),
+    ),
+    _case(
+        "spark-conf-not-spark", "spec.sparkConf", _set("spec.sparkConf", {"fs.s3a.endpoint": "x"})
+    ),
+    _case("image-with-space", "spec.image", _set("spec.image", "deltaflow: latest")),
+    _case("suspend-not-bool", "spec.suspend", _set("spec.suspend", "yes")),
+    _case("name-too-long", "metadata.name", _set("metadata.name", "a" * 48)),
+    _case("name-starts-with-digit", "metadata.name", _set("metadata.name", "1orders")),
+]
+
+# Changes to a stored resource that would break its checkpoint: the API server refuses them.
+IMMUTABLE_UPDATES: list[InvalidCase] = [
+    _case("change-topic", "spec.source.topic", _set("spec.source.topic", "payments")),
+    _case(
+        "topic-to-pattern",
+        "spec.source.topic",
+        _delete("spec.source.topic"),
+        _set("spec.source.topicPattern", "orders.*"),
+    ),
+    _case(
+        "change-table-path", "spec.sink.tablePath", _set("spec.sink.tablePath", "s3a://lake/other")
+    ),
+    _case("change-format-type", "spec.format.type", _set("spec.format.type", "raw")),
+]
