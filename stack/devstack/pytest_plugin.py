@@ -72,6 +72,35 @@ def spark(spark_conf: dict[str, str]) -> Iterator[SparkSession]:
     session.stop()
 
 
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Stop the JVM behind pyspark's gateway, if any test started one.
+
+    That JVM otherwise exits only when it notices Python is gone, which can be after the test
+    command checks for leftover processes; stopping it here makes the end of the run deterministic.
+    """
+    import sys
+
+    if "pyspark" not in sys.modules:
+        return
+    from pyspark import SparkContext
+
+    gateway: Any = SparkContext._gateway
+    if gateway is None:
+        return
+    if SparkContext._active_spark_context is not None:
+        SparkContext._active_spark_context.stop()
+    proc = getattr(gateway, "proc", None)
+    gateway.shutdown()
+    if proc is not None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except Exception:
+            proc.kill()
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
