@@ -1,0 +1,42 @@
+"""metav1.Condition bookkeeping: a transition time changes only when the status does."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from deltaflow_operator.api.v1alpha1 import Condition
+
+CONDITION_TYPES = ("Ready", "Progressing", "Degraded", "Suspended")
+
+
+def set_condition(  # noqa: PLR0917 - mirrors the metav1.Condition fields
+    conditions: list[Condition],
+    type_: str,
+    status: bool,
+    reason: str,
+    message: str,
+    generation: int | None,
+    now: datetime,
+) -> list[Condition]:
+    """``conditions`` with ``type_`` set; lastTransitionTime moves only when the status changes."""
+    status_text = "True" if status else "False"
+    previous = next((c for c in conditions if c.type == type_), None)
+    since = (
+        previous.last_transition_time
+        if previous is not None and previous.status == status_text
+        else now
+    )
+    updated = Condition(
+        type=type_,
+        status=status_text,
+        reason=reason,
+        message=message,
+        last_transition_time=since,
+        observed_generation=generation,
+    )
+    return [c for c in conditions if c.type != type_] + [updated]
+
+
+def condition(conditions: list[Condition], type_: str) -> Condition | None:
+    """The condition of that type, if present."""
+    return next((c for c in conditions if c.type == type_), None)

@@ -1,0 +1,284 @@
+"""What to do with the driver pod, given what the operator observed.
+
+The driver pod has a fixed name, so the API server itself guarantees that two drivers never
+exist at once; a replacement deletes the old pod and creates the new one only once it is gone.
+A failed driver is replaced after an exponential backoff; repeated failures make the resource
+Degraded with the last reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from deltaflow_operator.api import DeltaIngestion
+from deltaflow_operator.api.v1alpha1 import Condition, DriverStatus
+from deltaflow_operator.builders.common import SPEC_HASH_ANNOTATION
+from deltaflow_operator.decisions.conditions import set_condition
+from deltaflow_operator.settings import Settings
+
+# A driver that has been running this long is healthy again: its failure streak is forgotten.
+STABLE_RUN = timedelta(minutes=2)
+
+DriverAction = Literal["none", "create", "delete", "wait"]
+
+
+@dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event to post on the DeltaIngestion."""
+
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the operator saw this round."""
+
+    ingestion: DeltaIngestion
+    driver_pod: dict[str, Any] | None
+    desired_hash: str
+    missing_secrets: list[str]
+    changed_fields: list[str]
+    now: datetime
+
+
+@dataclass(frozen=True)
+class DriverPlan:
+    """The decision: one action on the driver pod, the new status and what to tell the user."""
+
+    action: DriverAction
+    driver: DriverStatus
+    conditions: list[Condition]
+    events: list[Event] = field(default_factory=list)
+    requeue_after: float | None = None
+    delete_reason: str = ""
+
+
+def backoff_seconds(failures: int, settings: Settings) -> float:
+    """Exponential backoff before restart number ``failures`` (1 -> base, 2 -> 2*base, ...)."""
+    if failures <= 0:
+        return 0.0
+    return float(
+        min(settings.backoff_max_seconds, settings.backoff_base_seconds * 2 ** (failures - 1))
+    )
+
+
+def pod_failure_reason(pod: dict[str, Any]) -> str:
+    """The most specific reason a pod gives for failing (container exit, then pod status)."""
+    status = pod.get("status") or {}
+    for container in status.get("containerStatuses") or []:
+        terminated = (container.get("state") or {}).get("terminated") or {}
+        if terminated:
+            reason = terminated.get("reason") or "Error"
+            detail = terminated.get("message") or f"exit code {terminated.get('exitCode')}"
+            return f"{reason}: {detail}"
+    reason = status.get("reason") or "Failed"
+    message = status.get("message")
+    return f"{reason}: {message}" if message else reason
+
+
+def _running_since(pod: dict[str, Any]) -> datetime | None:
+    for container in (pod.get("status") or {}).get("containerStatuses") or []:
+        started = ((container.get("state") or {}).get("running") or {}).get("startedAt")
+        if started:
+            return (
+                started if isinstance(started, datetime) else datetime.fromisoformat(str(started))
+            )
+    return None
+
+
+class _Conditions:
+    """The conditions being decided this round, with the resource's generation and the time."""
+
+    def __init__(self, existing: list[Condition], generation: int | None, now: datetime) -> None:
+        self.items, self.generation, self.now = list(existing), generation, now
+
+    def set(self, type_: str, value: bool, reason: str, message: str = "") -> None:
+        self.items = set_condition(
+            self.items, type_, value, reason, message, self.generation, self.now
+        )
+
+    def degraded(self, reason_text: str) -> None:
+        crash = bool(reason_text)
+        self.set("Degraded", crash, "DriverCrashLooping" if crash else "Healthy", reason_text)
+
+
+def decide_driver(observed: Observed, settings: Settings) -> DriverPlan:
+    """Plan the driver's next step and the Ready/Progressing/Degraded/Suspended conditions."""
+    ingestion, pod = observed.ingestion, observed.driver_pod
+    status = ingestion.status
+    previous = status.driver if status is not None else DriverStatus()
+    conds = _Conditions(
+        status.conditions if status is not None else [],
+        ingestion.metadata.get("generation"),
+        observed.now,
+    )
+    phase = (pod.get("status") or {}).get("phase", "Pending") if pod else None
+    name = (pod.get("metadata") or {}).get("name") if pod else None
+    driver = previous.model_copy(update={"pod_name": name, "phase": phase})
+    deleting = bool(pod and (pod.get("metadata") or {}).get("deletionTimestamp"))
+
+    if ingestion.spec.suspend:
+        return _suspended(driver, conds, pod is not None, deleting)
+    conds.set("Suspended", False, "Running")
+    if observed.missing_secrets and pod is None:
+        return _secret_missing(driver, conds, observed.missing_secrets, settings)
+    if pod is None:
+        return _start(driver, conds, observed.now, settings)
+    if deleting:
+        conds.set("Ready", False, "DriverStopping", "waiting for the previous driver to terminate")
+        conds.set(
+            "Progressing", True, "DriverStopping", "waiting for the previous driver to terminate"
+        )
+        return DriverPlan("wait", driver, conds.items, requeue_after=1.0)
+    if phase in ("Failed", "Succeeded"):
+        return _failed(driver, conds, pod, observed.now, settings)
+    current_hash = ((pod.get("metadata") or {}).get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
+    if current_hash != observed.desired_hash:
+        return _replace(driver, conds, observed.changed_fields)
+    return _running_or_pending(
+        driver, conds, pod, phase=str(phase), now=observed.now, settings=settings
+    )
+
+
+def _crash_loop_message(driver: DriverStatus, settings: Settings) -> str:
+    if driver.consecutive_failures < settings.degraded_after_failures:
+        return ""
+    return (
+        f"the driver failed {driver.consecutive_failures} times in a row; "
+        f"last: {driver.last_failure_reason}"
+    )
+
+
+def _suspended(
+    driver: DriverStatus, conds: _Conditions, has_pod: bool, deleting: bool
+) -> DriverPlan:
+    conds.set(
+        "Suspended",
+        True,
+        "Suspended",
+        "spec.suspend is true: the driver is stopped; the "
+        "checkpoint keeps the stream's position for when it resumes",
+    )
+    conds.set("Ready", False, "Suspended", "the stream is suspended")
+    conds.set("Progressing", False, "Suspended", "nothing to do while suspended")
+    conds.set("Degraded", False, "Suspended")
+    driver = driver.model_copy(update={"consecutive_failures": 0, "next_start_after": None})
+    if has_pod and not deleting:
+        event = Event("Normal", "Suspended", "spec.suspend set: stopping the driver")
+        return DriverPlan("delete", driver, conds.items, [event], delete_reason="suspended")
+    return DriverPlan(
+        "wait" if deleting else "none", driver, conds.items, requeue_after=1.0 if deleting else None
+    )
+
+
+def _secret_missing(
+    driver: DriverStatus, conds: _Conditions, missing: list[str], settings: Settings
+) -> DriverPlan:
+    message = "; ".join(missing)
+    conds.set("Ready", False, "SecretMissing", message)
+    conds.set("Degraded", True, "SecretMissing", message)
+    conds.set(
+        "Progressing", False, "SecretMissing", "waiting for the Secret before starting the driver"
+    )
+    return DriverPlan(
+        "none", driver, conds.items, requeue_after=settings.reconcile_interval_seconds
+    )
+
+
+def _start(
+    driver: DriverStatus, conds: _Conditions, now: datetime, settings: Settings
+) -> DriverPlan:
+    conds.degraded(_crash_loop_message(driver, settings))
+    wait_until = driver.next_start_after
+    if wait_until is not None and now < wait_until:
+        seconds = (wait_until - now).total_seconds()
+        conds.set("Ready", False, "BackoffWaiting", f"restarting the driver in {seconds:.0f}s")
+        conds.set("Progressing", True, "BackoffWaiting", f"restarting the driver in {seconds:.0f}s")
+        return DriverPlan("wait", driver, conds.items, requeue_after=seconds)
+    driver = driver.model_copy(update={"next_start_after": None})
+    attempt = driver.consecutive_failures + 1
+    restart = driver.consecutive_failures > 0
+    what = f"starting the driver (attempt {attempt})" if restart else "starting the driver"
+    conds.set("Ready", False, "DriverStarting", what)
+    conds.set("Progressing", True, "DriverStarting", what)
+    event = Event("Normal", "DriverRestarted" if restart else "DriverCreated", what)
+    return DriverPlan("create", driver, conds.items, [event], requeue_after=1.0)
+
+
+def _failed(
+    driver: DriverStatus, conds: _Conditions, pod: dict[str, Any], now: datetime, settings: Settings
+) -> DriverPlan:
+    # A streaming driver never ends on its own: exiting at all, even with 0, is a failure.
+    failed = (pod.get("status") or {}).get("phase") == "Failed"
+    reason = pod_failure_reason(pod) if failed else "the driver exited, but a stream never ends"
+    failures = driver.consecutive_failures + 1
+    delay = backoff_seconds(failures, settings)
+    driver = driver.model_copy(
+        update={
+            "consecutive_failures": failures,
+            "restarts": driver.restarts + 1,
+            "last_failure_reason": reason,
+            "next_start_after": now + timedelta(seconds=delay),
+        }
+    )
+    events = [
+        Event(
+            "Warning",
+            "DriverFailed",
+            f"driver failed ({reason}); restart {failures} in {delay:.0f}s",
+        )
+    ]
+    crash_loop = _crash_loop_message(driver, settings)
+    if crash_loop:
+        events.append(Event("Warning", "DriverCrashLooping", crash_loop))
+    conds.set("Ready", False, "DriverFailed", reason)
+    conds.set("Progressing", True, "BackoffWaiting", f"restarting the driver in {delay:.0f}s")
+    conds.degraded(crash_loop)
+    return DriverPlan(
+        "delete", driver, conds.items, events, requeue_after=delay, delete_reason="failed"
+    )
+
+
+def _replace(driver: DriverStatus, conds: _Conditions, changed: list[str]) -> DriverPlan:
+    message = f"replacing the driver: {', '.join(changed) or 'its spec'} changed"
+    conds.set("Ready", False, "DriverReplacing", message)
+    conds.set("Progressing", True, "DriverReplacing", message)
+    event = Event("Normal", "DriverReplacing", message)
+    return DriverPlan(
+        "delete", driver, conds.items, [event], requeue_after=1.0, delete_reason="spec changed"
+    )
+
+
+def _running_or_pending(
+    driver: DriverStatus,
+    conds: _Conditions,
+    pod: dict[str, Any],
+    *,
+    phase: str,
+    now: datetime,
+    settings: Settings,
+) -> DriverPlan:
+    if phase != "Running":
+        conds.set(
+            "Ready", False, "DriverPending", f"the driver pod is {phase}: waiting for it to run"
+        )
+        conds.set("Progressing", True, "DriverPending", f"the driver pod is {phase}")
+        conds.degraded(_crash_loop_message(driver, settings))
+        return DriverPlan("none", driver, conds.items)
+    since = _running_since(pod)
+    if since is not None and now - since >= STABLE_RUN and driver.consecutive_failures:
+        driver = driver.model_copy(update={"consecutive_failures": 0, "last_failure_reason": None})
+    crash_loop = _crash_loop_message(driver, settings)
+    conds.set(
+        "Ready",
+        not crash_loop,
+        "DriverCrashLooping" if crash_loop else "Streaming",
+        crash_loop or "the driver is running",
+    )
+    conds.set("Progressing", False, "Streaming", "the driver is running")
+    conds.degraded(crash_loop)
+    return DriverPlan("none", driver, conds.items)

@@ -1,0 +1,47 @@
+"""Operator settings, read from the environment once at start (the Helm chart sets them)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the operator needs to know beyond each DeltaIngestion."""
+
+    image: str = "ghcr.io/deltaflow/deltaflow:0.1.0"
+    image_pull_policy: str = "IfNotPresent"
+    namespace: str = "deltaflow-system"  # where the operator's leader-election Lease lives
+    metrics_port: int = 8000
+    health_port: int = 8080
+    reconcile_interval_seconds: float = 10.0
+    backoff_base_seconds: float = 10.0
+    backoff_max_seconds: float = 300.0
+    degraded_after_failures: int = 3
+    runtime_metrics_port: int = 8090
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
+        """Settings from ``DELTAFLOW_*`` environment variables, defaults for the rest."""
+        e = dict(os.environ if env is None else env)
+        d = cls()
+        return cls(
+            image=e.get("DELTAFLOW_IMAGE", d.image),
+            image_pull_policy=e.get("DELTAFLOW_IMAGE_PULL_POLICY", d.image_pull_policy),
+            namespace=e.get("DELTAFLOW_NAMESPACE", d.namespace),
+            metrics_port=int(e.get("DELTAFLOW_METRICS_PORT", d.metrics_port)),
+            health_port=int(e.get("DELTAFLOW_HEALTH_PORT", d.health_port)),
+            reconcile_interval_seconds=float(
+                e.get("DELTAFLOW_RECONCILE_INTERVAL_SECONDS", d.reconcile_interval_seconds)
+            ),
+            backoff_base_seconds=float(
+                e.get("DELTAFLOW_BACKOFF_BASE_SECONDS", d.backoff_base_seconds)
+            ),
+            backoff_max_seconds=float(
+                e.get("DELTAFLOW_BACKOFF_MAX_SECONDS", d.backoff_max_seconds)
+            ),
+            degraded_after_failures=int(
+                e.get("DELTAFLOW_DEGRADED_AFTER_FAILURES", d.degraded_after_failures)
+            ),
+        )
