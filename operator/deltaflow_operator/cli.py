@@ -21,6 +21,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     crd.add_argument("--repo", type=Path, default=Path.cwd(), help="repository root to write into")
     crd.add_argument("--stdout", action="store_true", help="print the CRD instead of writing files")
+    commands.add_parser(
+        "operator", help="run the operator (leader election, kopf, metrics, health)"
+    )
     return parser
 
 
@@ -31,6 +34,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    if args.command == "operator":
+        from deltaflow_operator.main import run
+
+        return run()
     if args.command == "crd":
         from deltaflow_operator.api import crd
 

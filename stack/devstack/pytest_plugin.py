@@ -24,6 +24,11 @@ if TYPE_CHECKING:
 _running: list[Service] = []
 
 
+def track(service: Service) -> None:
+    """Attach ``service``'s log tail to every failing test from now on (e.g. the operator)."""
+    _running.append(service)
+
+
 @pytest.fixture(scope="session")
 def stack_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A per-session directory for the stack's data and logs."""
@@ -110,4 +115,4 @@ def pytest_runtest_makereport(
     report = outcome.get_result()
     if report.failed:
         for service in _running:
-            report.sections.append((f"log tail: {service.name}", tail(service.log_path)))
+            report.sections.append((f"log tail: {service.name}", tail(service.log_path, 40)))

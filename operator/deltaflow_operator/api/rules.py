@@ -26,7 +26,9 @@ class Rule:
     def to_crd(self) -> dict[str, str]:
         """The ``x-kubernetes-validations`` entry for this rule."""
         entry = {"rule": self.cel, "message": self.message}
-        if self.field_path:
+        # The API server accepts a fieldPath only into properties the schema declares; metadata
+        # declares none, so rules on metadata.name carry the field in their message instead.
+        if self.field_path and not self.field_path.startswith(".metadata"):
             entry["fieldPath"] = self.field_path
         return entry
 

@@ -1,0 +1,238 @@
+"""The one module that talks to the Kubernetes API (apart from kopf's own watching).
+
+Everything else in the operator works on plain dicts and pydantic models; this module turns those
+into API calls: server-side apply of children, the driver pod's life, Secret checks, status,
+Events and the leader-election Lease.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
+
+from deltaflow_operator.api import GROUP, PLURAL, VERSION
+from deltaflow_operator.api.v1alpha1 import SecretKeyRef
+
+FIELD_MANAGER = "deltaflow-operator"
+log = logging.getLogger(__name__)
+
+
+def load_config() -> None:
+    """In-cluster credentials when running in a pod, else the kubeconfig (KUBECONFIG)."""
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+
+
+class Kube:
+    """A thin, typed facade over the API calls the operator makes."""
+
+    def __init__(self, api_client: client.ApiClient | None = None) -> None:
+        self.api_client = api_client or client.ApiClient()
+        self.core = client.CoreV1Api(self.api_client)
+        self.custom = client.CustomObjectsApi(self.api_client)
+        self._dynamic: DynamicClient | None = None
+        self._dynamic_lock = threading.Lock()
+
+    @property
+    def dynamic(self) -> DynamicClient:
+        """Discovery-backed client for server-side apply of any kind (discovered once, lazily)."""
+        with self._dynamic_lock:
+            if self._dynamic is None:
+                self._dynamic = DynamicClient(self.api_client)
+            return self._dynamic
+
+    def _plain(self, obj: Any) -> dict[str, Any]:
+        out: dict[str, Any] = self.api_client.sanitize_for_serialization(obj)
+        return out
+
+    # --- DeltaIngestion -------------------------------------------------------------------
+    def get_ingestion(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The DeltaIngestion as stored, or None if it is gone."""
+        try:
+            obj = cast(
+                dict[str, Any],
+                self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name),
+            )
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        return obj
+
+    def list_ingestions(self) -> list[dict[str, Any]]:
+        """Every DeltaIngestion in the cluster."""
+        result = cast(
+            dict[str, Any], self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)
+        )
+        items: list[dict[str, Any]] = result.get("items", [])
+        return items
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        """Merge-patch the status subresource (lists such as conditions are replaced whole)."""
+        try:
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, PLURAL, name, {"status": status}
+            )
+        except ApiException as e:
+            if e.status != 404:  # deleted meanwhile: nothing to report on
+                raise
+
+    # --- children -------------------------------------------------------------------------
+    def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Server-side apply ``manifest`` as the operator's field manager; returns the object."""
+        resource = self.dynamic.resources.get(
+            api_version=manifest["apiVersion"], kind=manifest["kind"]
+        )
+        result = self.dynamic.server_side_apply(
+            resource,
+            body=manifest,
+            namespace=manifest["metadata"].get("namespace"),
+            field_manager=FIELD_MANAGER,
+            force_conflicts=True,
+        )
+        applied: dict[str, Any] = result.to_dict()
+        return applied
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The pod as stored, or None."""
+        try:
+            return self._plain(self.core.read_namespaced_pod(name, namespace))
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def create_pod(self, manifest: dict[str, Any]) -> bool:
+        """Create the pod; False if one with that name already exists (never a second driver)."""
+        try:
+            # The client serializes a plain dict as is; its stubs only name the model class.
+            self.core.create_namespaced_pod(manifest["metadata"]["namespace"], cast(Any, manifest))
+        except ApiException as e:
+            if e.status == 409:
+                return False
+            raise
+        return True
+
+    def delete_pod(self, namespace: str, name: str, uid: str | None = None) -> None:
+        """Delete the pod (only that incarnation when ``uid`` is given); a missing pod is fine."""
+        preconditions = client.V1Preconditions(uid=uid) if uid else None
+        try:
+            self.core.delete_namespaced_pod(
+                name, namespace, body=client.V1DeleteOptions(preconditions=preconditions)
+            )
+        except ApiException as e:
+            if e.status not in (404, 409):
+                raise
+
+    def get_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The ConfigMap as stored, or None."""
+        try:
+            return self._plain(self.core.read_namespaced_config_map(name, namespace))
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def missing_secret_keys(self, namespace: str, refs: dict[str, SecretKeyRef]) -> list[str]:
+        """A message for each referenced Secret or key that does not exist, naming the field."""
+        missing: list[str] = []
+        cache: dict[str, set[str] | None] = {}
+        for field, ref in refs.items():
+            if ref.name not in cache:
+                try:
+                    secret = self.core.read_namespaced_secret(ref.name, namespace)
+                    cache[ref.name] = set((secret.data or {}).keys()) | set(
+                        (secret.string_data or {}).keys()
+                    )
+                except ApiException as e:
+                    if e.status != 404:
+                        raise
+                    cache[ref.name] = None
+            keys = cache[ref.name]
+            if keys is None:
+                missing.append(
+                    f"Secret {namespace}/{ref.name} (referenced by {field}) does not exist: "
+                    "create it"
+                )
+            elif ref.key not in keys:
+                missing.append(
+                    f"Secret {namespace}/{ref.name} has no key '{ref.key}' "
+                    f"(referenced by {field}): add the key"
+                )
+        return missing
+
+    def post_event(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        """Record an Event on ``involved`` (shown by ``kubectl describe``)."""
+        meta = involved["metadata"]
+        now = datetime.now(UTC)
+        event = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(
+                generate_name=f"{meta['name']}.", namespace=meta["namespace"]
+            ),
+            involved_object=client.V1ObjectReference(
+                api_version=involved.get("apiVersion", f"{GROUP}/{VERSION}"),
+                kind=involved.get("kind", "DeltaIngestion"),
+                name=meta["name"],
+                namespace=meta["namespace"],
+                uid=meta.get("uid"),
+                resource_version=meta.get("resourceVersion"),
+            ),
+            type=type_,
+            reason=reason,
+            message=message[:1024],
+            source=client.V1EventSource(component=FIELD_MANAGER),
+            reporting_component=FIELD_MANAGER,
+            reporting_instance=socket.gethostname(),
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+        )
+        try:
+            self.core.create_namespaced_event(meta["namespace"], event)
+        except ApiException as e:  # an Event is best effort: never fail a reconcile over one
+            log.warning("could not post event %s on %s: %s", reason, meta["name"], e.reason)
+
+
+def start_leader_election(
+    namespace: str,
+    name: str,
+    on_started: Callable[[], None],
+    on_stopped: Callable[[], None],
+    lease_seconds: int = 15,
+) -> threading.Thread:
+    """Campaign for the Lease ``namespace/name`` in a background thread.
+
+    ``on_started`` runs once this process leads; ``on_stopped`` runs if it ever loses the Lease
+    (the caller must then stop acting: another replica may already lead).
+    """
+    from kubernetes.leaderelection import electionconfig, leaderelection
+    from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
+
+    identity = f"{os.environ.get('HOSTNAME', socket.gethostname())}-{uuid.uuid4().hex[:6]}"
+    lock = LeaseLock(name, namespace, identity)
+    election = leaderelection.LeaderElection(
+        electionconfig.Config(
+            lock,
+            lease_duration=lease_seconds,
+            renew_deadline=max(2, lease_seconds * 2 // 3),
+            retry_period=max(1, lease_seconds // 5),
+            onstarted_leading=on_started,
+            onstopped_leading=on_stopped,
+        )
+    )
+    thread = threading.Thread(target=election.run, name="leader-election", daemon=True)
+    thread.start()
+    log.info("campaigning for lease %s/%s as %s", namespace, name, identity)
+    return thread

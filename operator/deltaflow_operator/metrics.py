@@ -1,0 +1,28 @@
+"""The operator's Prometheus metrics."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+RECONCILES = Counter(
+    "deltaflow_operator_reconciles_total", "Reconciliations run", ["namespace", "name"]
+)
+RECONCILE_ERRORS = Counter(
+    "deltaflow_operator_reconcile_errors_total",
+    "Reconciliations that raised",
+    ["namespace", "name"],
+)
+RECONCILE_SECONDS = Histogram(
+    "deltaflow_operator_reconcile_duration_seconds",
+    "Time to reconcile one DeltaIngestion",
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+MANAGED_RESOURCES = Gauge(
+    "deltaflow_operator_managed_resources", "Kubernetes objects the operator manages", ["kind"]
+)
+DRIVER_ACTIONS = Counter(
+    "deltaflow_operator_driver_actions_total",
+    "Driver pods created or deleted",
+    ["action", "reason"],
+)
+IS_LEADER = Gauge("deltaflow_operator_leader", "1 while this replica holds the leader Lease")

@@ -1,0 +1,194 @@
+"""One reconciliation of a DeltaIngestion: observe, decide (pure), act, report.
+
+Reads the resource fresh from the API server every time and writes status there, so a restarted
+operator resumes from what the cluster holds, never from memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from deltaflow_operator import metrics
+from deltaflow_operator.api import DeltaIngestion
+from deltaflow_operator.api.errors import describe
+from deltaflow_operator.api.identity import identity
+from deltaflow_operator.api.v1alpha1 import DeltaIngestionStatus, ExecutorStatus
+from deltaflow_operator.builders import driver as driver_builders
+from deltaflow_operator.builders.common import config_map_name, driver_pod_name
+from deltaflow_operator.builders.maintenance import JOBS, maintenance_cronjob
+from deltaflow_operator.decisions.changes import changed_fields, needs_driver_replacement
+from deltaflow_operator.decisions.conditions import set_condition
+from deltaflow_operator.decisions.driver import DriverPlan, Observed, decide_driver
+from deltaflow_operator.kube import Kube
+from deltaflow_operator.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def children(ingestion: DeltaIngestion, settings: Settings) -> list[dict[str, Any]]:
+    """Every child except the driver pod, in the order they are applied."""
+    return [
+        driver_builders.service_account(ingestion),
+        driver_builders.role(ingestion),
+        driver_builders.role_binding(ingestion),
+        driver_builders.driver_service(ingestion, settings),
+        driver_builders.config_map(ingestion, settings),
+        *(maintenance_cronjob(ingestion, settings, job) for job in JOBS),
+    ]
+
+
+class Reconciler:
+    """Wires the pure builders and decisions to the API through :class:`Kube`."""
+
+    def __init__(self, kube: Kube, settings: Settings) -> None:
+        self.kube = kube
+        self.settings = settings
+
+    def reconcile(self, namespace: str, name: str) -> float | None:
+        """Bring one DeltaIngestion's children in line with its spec; seconds until next look."""
+        started = time.monotonic()
+        metrics.RECONCILES.labels(namespace, name).inc()
+        try:
+            return self._reconcile(namespace, name)
+        except Exception:
+            metrics.RECONCILE_ERRORS.labels(namespace, name).inc()
+            raise
+        finally:
+            metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
+
+    def _reconcile(self, namespace: str, name: str) -> float | None:
+        body = self.kube.get_ingestion(namespace, name)
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            return None
+        try:
+            ingestion = DeltaIngestion.model_validate(body)
+        except ValidationError as e:
+            self._report_invalid(body, describe(e))
+            return None
+
+        changed = self._spec_changes(ingestion)
+        for manifest in children(ingestion, self.settings):
+            self.kube.apply(manifest)
+        if changed and not needs_driver_replacement(changed):
+            self.kube.post_event(
+                body,
+                "Normal",
+                "ConfigUpdated",
+                f"{', '.join(changed)} changed: applied in place, driver kept",
+            )
+
+        # Act on at most two plans: a replacement deletes the old driver and, once the API server
+        # confirms it is gone, creates the new one in the same pass.
+        plan = self._plan(ingestion, changed)
+        for _ in range(2):
+            self._act(body, ingestion, plan)
+            if plan.action != "delete" or plan.delete_reason not in ("spec changed",):
+                break
+            ingestion = ingestion.model_copy(update={"status": self._status(ingestion, plan)})
+            plan = self._plan(ingestion, changed)
+        self.kube.patch_status(
+            namespace,
+            name,
+            self._status(ingestion, plan).model_dump(by_alias=True, mode="json", exclude_none=True),
+        )
+        return plan.requeue_after
+
+    def _spec_changes(self, ingestion: DeltaIngestion) -> list[str]:
+        stored = self.kube.get_config_map(ingestion.namespace, config_map_name(ingestion.name))
+        if stored is None:
+            return []
+        old = yaml.safe_load((stored.get("data") or {}).get("ingestion.yaml", "")) or {}
+        new = driver_builders.pipeline_document(ingestion)
+        return changed_fields(old.get("spec", {}), new["spec"])
+
+    def _plan(self, ingestion: DeltaIngestion, changed: list[str]) -> DriverPlan:
+        ns, name = ingestion.namespace, ingestion.name
+        observed = Observed(
+            ingestion=ingestion,
+            driver_pod=self.kube.get_pod(ns, driver_pod_name(name)),
+            desired_hash=driver_builders.driver_spec_hash(ingestion, self.settings),
+            missing_secrets=self.kube.missing_secret_keys(
+                ns, driver_builders.secret_refs(ingestion)
+            ),
+            changed_fields=[f for f in changed if needs_driver_replacement([f])],
+            now=datetime.now(UTC),
+        )
+        return decide_driver(observed, self.settings)
+
+    def _act(self, body: dict[str, Any], ingestion: DeltaIngestion, plan: DriverPlan) -> None:
+        ns, pod_name = ingestion.namespace, driver_pod_name(ingestion.name)
+        if plan.action == "delete":
+            pod = self.kube.get_pod(ns, pod_name)
+            if pod is not None:
+                self.kube.delete_pod(ns, pod_name, uid=pod["metadata"]["uid"])
+                metrics.DRIVER_ACTIONS.labels("delete", plan.delete_reason).inc()
+        elif plan.action == "create" and self.kube.create_pod(
+            driver_builders.driver_pod(ingestion, self.settings)
+        ):
+            metrics.DRIVER_ACTIONS.labels("create", "start").inc()
+        for event in plan.events:
+            self.kube.post_event(body, event.type, event.reason, event.message)
+
+    def _status(self, ingestion: DeltaIngestion, plan: DriverPlan) -> DeltaIngestionStatus:
+        ids = identity(ingestion)
+        previous = ingestion.status or DeltaIngestionStatus()
+        scaling = ingestion.spec.scaling
+        desired = (
+            0
+            if ingestion.spec.suspend
+            else max(
+                scaling.min_executors, min(scaling.max_executors, previous.executors.desired or 0)
+            )
+        )
+        return previous.model_copy(
+            update={
+                "observed_generation": ingestion.metadata.get("generation"),
+                "conditions": plan.conditions,
+                "driver": plan.driver,
+                "executors": ExecutorStatus(desired=desired, current=previous.executors.current),
+                "checkpoint_path": ids.checkpoint_path,
+                "dead_letter_table_path": ids.dead_letter_table_path,
+            }
+        )
+
+    def _report_invalid(self, body: dict[str, Any], problems: list[str]) -> None:
+        # The CRD's schema should have stopped this; it can still happen after an operator
+        # upgrade tightens a rule. Say exactly what to fix, and touch nothing.
+        now = datetime.now(UTC)
+        generation = body["metadata"].get("generation")
+        message = "; ".join(problems)
+        conditions = set_condition([], "Ready", False, "InvalidSpec", message, generation, now)
+        conditions = set_condition(
+            conditions, "Degraded", True, "InvalidSpec", message, generation, now
+        )
+        status = {
+            "observedGeneration": generation,
+            "conditions": [
+                c.model_dump(by_alias=True, mode="json", exclude_none=True) for c in conditions
+            ],
+        }
+        meta = body["metadata"]
+        self.kube.patch_status(meta["namespace"], meta["name"], status)
+        self.kube.post_event(body, "Warning", "InvalidSpec", message)
+
+    def finalize(self, namespace: str, name: str) -> None:
+        """On deletion: stop the driver first (its executors follow); GC removes the rest.
+
+        The table and the checkpoint are never touched: deleting the resource stops ingesting,
+        it does not delete data.
+        """
+        pod = self.kube.get_pod(namespace, driver_pod_name(name))
+        if pod is not None:
+            self.kube.delete_pod(namespace, driver_pod_name(name), uid=pod["metadata"]["uid"])
+            metrics.DRIVER_ACTIONS.labels("delete", "resource deleted").inc()
+
+    def count_managed(self) -> None:
+        """Refresh the managed-resources gauge."""
+        items = self.kube.list_ingestions()
+        metrics.MANAGED_RESOURCES.labels("DeltaIngestion").set(len(items))

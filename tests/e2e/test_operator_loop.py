@@ -1,0 +1,458 @@
+"""The operator against the real API server: apply, observe, change, fail, suspend, delete."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from support.operator_harness import OperatorUnderTest, load_example, restricted_namespace, wait_for
+
+NS = "data"
+CHILD_KINDS = [
+    ("pod", "orders-driver"),
+    ("service", "orders-driver"),
+    ("serviceaccount", "orders-spark"),
+    ("role", "orders-spark"),
+    ("rolebinding", "orders-spark"),
+    ("configmap", "orders-config"),
+    ("cronjob", "orders-optimize"),
+    ("cronjob", "orders-vacuum"),
+]
+
+
+@pytest.fixture(scope="module")
+def orders(operator: OperatorUnderTest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The example DeltaIngestion applied in a restricted namespace, its children created."""
+    restricted_namespace(operator.kube, NS)
+    table_root = tmp_path_factory.mktemp("lake")
+    manifest = load_example(NS, "orders", table_root)
+    operator.apply(manifest)
+    wait_for("the driver pod", lambda: operator.get("pod", "orders-driver", NS), timeout=30)
+    return manifest
+
+
+def driver_uid(op: OperatorUnderTest) -> str | None:
+    pod = op.get("pod", "orders-driver", NS)
+    return (
+        None if pod is None or pod["metadata"].get("deletionTimestamp") else pod["metadata"]["uid"]
+    )
+
+
+def test_apply_creates_every_child_with_owner_references(
+    operator: OperatorUnderTest, orders: dict[str, Any]
+) -> None:
+    owner = operator.get("deltaingestion", "orders", NS)
+    assert owner is not None
+    for kind, name in CHILD_KINDS:
+        child = wait_for(f"{kind}/{name}", lambda k=kind, n=name: operator.get(k, n, NS))
+        refs = child["metadata"]["ownerReferences"]
+        assert refs == [
+            {
+                "apiVersion": "deltaflow.io/v1alpha1",
+                "kind": "DeltaIngestion",
+                "name": "orders",
+                "uid": owner["metadata"]["uid"],
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+        assert child["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "deltaflow-operator"
+    pod = operator.get("pod", "orders-driver", NS)
+    assert pod is not None
+    container = pod["spec"]["containers"][0]
+    assert container["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert container["args"] == ["stream", "--config", "/etc/deltaflow/ingestion.yaml"]
+
+
+def test_status_columns_conditions_and_events(
+    operator: OperatorUnderTest, orders: dict[str, Any]
+) -> None:
+    wait_for(
+        "Progressing=True",
+        lambda: (operator.condition("orders", NS, "Progressing") or {}).get("status") == "True",
+    )
+    table = operator.kube.kubectl("-n", NS, "get", "deltaingestions").stdout
+    header = table.splitlines()[0].split()
+    assert header[:5] == ["NAME", "READY", "REASON", "LAG", "EXECUTORS"], table
+    obj = operator.get("deltaingestion", "orders", NS)
+    assert obj is not None
+    status = obj["status"]
+    assert status["observedGeneration"] == obj["metadata"]["generation"]
+    types = {c["type"] for c in status["conditions"]}
+    assert {"Ready", "Progressing", "Degraded", "Suspended"} <= types
+    for cond in status["conditions"]:
+        assert set(cond) >= {
+            "type",
+            "status",
+            "reason",
+            "message",
+            "lastTransitionTime",
+            "observedGeneration",
+        }
+    assert status["checkpointPath"].endswith("/_checkpoints/data/orders")
+    reasons = {e["reason"] for e in operator.events("orders", NS)}
+    assert "DriverCreated" in reasons
+
+    # A kubelet reports the driver running: Ready, and `kubectl wait` sees it.
+    operator.set_pod_phase("orders-driver", NS, "Running")
+    operator.kube.kubectl(
+        "-n", NS, "wait", "--for=condition=Ready", "deltaingestion/orders", "--timeout=30s"
+    )
+    described = operator.kube.kubectl("-n", NS, "describe", "deltaingestion", "orders").stdout
+    assert "DriverCreated" in described
+
+
+def _patch_spec(op: OperatorUnderTest, patch: dict[str, Any]) -> None:
+    op.kube.kubectl(
+        "-n",
+        NS,
+        "patch",
+        "deltaingestion",
+        "orders",
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": patch}),
+    )
+
+
+def test_scaling_change_keeps_the_driver(
+    operator: OperatorUnderTest, orders: dict[str, Any]
+) -> None:
+    before = wait_for("driver uid", lambda: driver_uid(operator))
+    _patch_spec(operator, {"scaling": {"maxExecutors": 12}})
+    wait_for(
+        "ConfigUpdated event",
+        lambda: any(
+            e["reason"] == "ConfigUpdated" and "spec.scaling.maxExecutors" in e["message"]
+            for e in operator.events("orders", NS)
+        ),
+    )
+    time.sleep(3)  # several reconcile rounds
+    assert driver_uid(operator) == before
+
+
+class PodWatch:
+    """Records every driver pod the API server holds, from a `kubectl get -w` stream."""
+
+    def __init__(self, op: OperatorUnderTest) -> None:
+        self.proc = subprocess.Popen(
+            [
+                str(op.kube.kubectl_bin),
+                "-n",
+                NS,
+                "get",
+                "pods",
+                "-l",
+                "app.kubernetes.io/component=driver",
+                "--watch",
+                "--output-watch-events",
+                "-o",
+                "json",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=op.kube.env(),
+        )
+        self.events: list[tuple[str, str]] = []  # (event type, uid)
+        self.max_alive = 0
+        self.alive: set[str] = set()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        buf = ""
+        for line in self.proc.stdout:
+            buf += line
+            try:  # one event per line, or pretty-printed over several: parse when complete
+                ev = json.loads(buf)
+            except json.JSONDecodeError:
+                continue
+            buf = ""
+            uid = ev["object"]["metadata"]["uid"]
+            self.events.append((ev["type"], uid))
+            if ev["type"] == "DELETED":
+                self.alive.discard(uid)
+            else:
+                self.alive.add(uid)
+            self.max_alive = max(self.max_alive, len(self.alive))
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def test_executor_memory_change_replaces_the_driver_exactly_once(
+    operator: OperatorUnderTest, orders: dict[str, Any]
+) -> None:
+    before = wait_for("driver uid", lambda: driver_uid(operator))
+    watch = PodWatch(operator)
+    time.sleep(1)
+    _patch_spec(operator, {"executor": {"memory": "3g"}})
+    after = wait_for("a new driver", lambda: (u := driver_uid(operator)) != before and u)
+    time.sleep(3)
+    watch.stop()
+    assert driver_uid(operator) == after
+    new_uids = {uid for kind, uid in watch.events if kind == "ADDED" and uid != before}
+    assert new_uids == {after}, watch.events
+    assert watch.max_alive == 1, watch.events
+    conf = operator.get("configmap", "orders-config", NS)
+    assert conf is not None
+    assert "spark.executor.memory 3g" in conf["data"]["spark-defaults.conf"]
+    assert any(
+        e["reason"] == "DriverReplacing" and "spec.executor.memory" in e["message"]
+        for e in operator.events("orders", NS)
+    )
+
+
+def test_suspend_and_resume(operator: OperatorUnderTest, orders: dict[str, Any]) -> None:
+    wait_for("driver", lambda: driver_uid(operator))
+    _patch_spec(operator, {"suspend": True})
+    wait_for("driver gone", lambda: operator.get("pod", "orders-driver", NS) is None)
+    wait_for(
+        "Suspended=True",
+        lambda: (operator.condition("orders", NS, "Suspended") or {}).get("status") == "True",
+    )
+    for job in ("optimize", "vacuum"):
+        cron = wait_for(
+            f"{job} suspended",
+            lambda j=job: (
+                (c := operator.get("cronjob", f"orders-{j}", NS)) and c["spec"]["suspend"] and c
+            ),
+        )
+        assert cron["spec"]["suspend"] is True
+    time.sleep(2)
+    assert operator.get("pod", "orders-driver", NS) is None  # stays gone
+
+    _patch_spec(operator, {"suspend": False})
+    wait_for("driver back", lambda: driver_uid(operator))
+    wait_for(
+        "Suspended=False",
+        lambda: (operator.condition("orders", NS, "Suspended") or {}).get("status") == "False",
+    )
+    cron = operator.get("cronjob", "orders-optimize", NS)
+    assert cron is not None
+    assert cron["spec"]["suspend"] is False
+
+
+def test_failed_driver_is_replaced_with_backoff_then_degraded(
+    operator: OperatorUnderTest, orders: dict[str, Any]
+) -> None:
+    terminated = {
+        "containerStatuses": [
+            {
+                "name": "driver",
+                "image": "deltaflow:test",
+                "imageID": "",
+                "ready": False,
+                "restartCount": 0,
+                "state": {
+                    "terminated": {
+                        "exitCode": 1,
+                        "reason": "Error",
+                        "message": "boom: cannot reach kafka",
+                    }
+                },
+            }
+        ]
+    }
+    uid = wait_for("driver", lambda: driver_uid(operator))
+    gaps = []
+    for attempt in range(1, 4):
+        failed_at = time.monotonic()
+        operator.set_pod_phase("orders-driver", NS, "Failed", **terminated)
+        new_uid = wait_for(
+            f"replacement {attempt}",
+            lambda u=uid: (n := driver_uid(operator)) not in (None, u) and n,
+            timeout=30,
+        )
+        gaps.append(time.monotonic() - failed_at)
+        uid = new_uid
+    # Backoff doubles: 1s, 2s, 4s (base 1s, cap 4s in this test's operator settings).
+    assert gaps[2] >= 3.5, gaps
+    assert gaps[2] > gaps[0], gaps
+    degraded = wait_for(
+        "Degraded=True",
+        lambda: (c := operator.condition("orders", NS, "Degraded")) and c["status"] == "True" and c,
+    )
+    assert degraded["reason"] == "DriverCrashLooping"
+    assert "boom: cannot reach kafka" in degraded["message"]
+    obj = operator.get("deltaingestion", "orders", NS)
+    assert obj is not None
+    assert obj["status"]["driver"]["consecutiveFailures"] == 3
+    assert any(e["reason"] == "DriverFailed" for e in operator.events("orders", NS))
+
+
+def test_operator_killed_mid_reconcile_resumes_without_duplicates(
+    operator: OperatorUnderTest, orders: dict[str, Any]
+) -> None:
+    before = operator.get("deltaingestion", "orders", NS)
+    assert before is not None
+    restarts = before["status"]["driver"]["restarts"]
+    leader = operator.services[0]
+    watch = PodWatch(operator)
+    # Trigger work, then kill the operator while it reacts.
+    _patch_spec(operator, {"trigger": {"interval": "15s"}})
+    time.sleep(0.3)
+    leader.proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
+    leader.proc.wait(10)  # type: ignore[union-attr]
+    replacement, health = operator.start("operator-restarted")
+    operator.wait_leading(replacement, health, timeout=60)
+    pod = wait_for(
+        "driver with the new trigger",
+        lambda: (
+            (p := operator.get("pod", "orders-driver", NS))
+            and not p["metadata"].get("deletionTimestamp")
+            and p
+        ),
+    )
+    conf = operator.get("configmap", "orders-config", NS)
+    assert conf is not None
+    assert "interval: 15s" in conf["data"]["ingestion.yaml"]
+    time.sleep(3)
+    watch.stop()
+    assert watch.max_alive == 1, watch.events
+    after = operator.get("deltaingestion", "orders", NS)
+    assert after is not None
+    assert after["status"]["driver"]["restarts"] >= restarts  # status survived the kill
+    assert pod["metadata"]["uid"] == driver_uid(operator)
+    operator.services.remove(leader)
+
+
+def test_driver_service_account_can_only_manage_its_executors(
+    operator: OperatorUnderTest, orders: dict[str, Any]
+) -> None:
+    who = "system:serviceaccount:data:orders-spark"
+    listing = operator.kube.kubectl("-n", NS, "auth", "can-i", "--list", f"--as={who}").stdout
+    # Resource rows start in the first column; non-resource URL rows (discovery, health) do not.
+    rows = [line.split() for line in listing.splitlines()[1:] if line[:1].strip()]
+    resources = {row[0] for row in rows}
+    granted = {"pods", "configmaps"}
+    defaults = {
+        "selfsubjectreviews.authentication.k8s.io",
+        "selfsubjectaccessreviews.authorization.k8s.io",
+        "selfsubjectrulesreviews.authorization.k8s.io",
+    }
+    assert granted <= resources, listing
+    assert resources - defaults - granted == set(), listing  # discovery URLs aside, nothing else
+    for verb, what in [
+        ("get", "secrets"),
+        ("list", "secrets"),
+        ("create", "services"),
+        ("list", "nodes"),
+        ("list", "pods --all-namespaces"),
+        ("create", "pods -n default"),
+    ]:
+        answer = operator.kube.kubectl(
+            "-n", NS, "auth", "can-i", verb, *what.split(), f"--as={who}", check=False
+        )
+        assert answer.stdout.strip() == "no", (verb, what, answer.stdout)
+
+
+def test_missing_secret_blocks_start_until_created(
+    operator: OperatorUnderTest, tmp_path: Path
+) -> None:
+    manifest = load_example(NS, "payments", tmp_path)
+    manifest["spec"]["source"]["topic"] = "payments"
+    manifest["spec"]["source"]["auth"] = {
+        "securityProtocol": "SASL_SSL",
+        "saslMechanism": "SCRAM-SHA-512",
+        "username": {"name": "kafka-creds", "key": "username"},
+        "password": {"name": "kafka-creds", "key": "password"},
+    }
+    operator.apply(manifest)
+    cond = wait_for(
+        "SecretMissing",
+        lambda: (
+            (c := operator.condition("payments", NS, "Ready"))
+            and c["reason"] == "SecretMissing"
+            and c
+        ),
+    )
+    assert "kafka-creds" in cond["message"]
+    assert "spec.source.auth.username" in cond["message"]
+    time.sleep(2)
+    assert operator.get("pod", "payments-driver", NS) is None
+
+    operator.kube.kubectl(
+        "-n", NS, "create", "secret", "generic", "kafka-creds", "--from-literal=username=u"
+    )
+    cond = wait_for(
+        "missing key",
+        lambda: (
+            (c := operator.condition("payments", NS, "Ready"))
+            and "'password'" in c["message"]
+            and c
+        ),
+    )
+    assert "has no key 'password'" in cond["message"]
+    operator.kube.kubectl("-n", NS, "delete", "secret", "kafka-creds")
+    operator.kube.kubectl(
+        "-n",
+        NS,
+        "create",
+        "secret",
+        "generic",
+        "kafka-creds",
+        "--from-literal=username=u",
+        "--from-literal=password=p",
+    )
+    pod = wait_for(
+        "driver after the secret exists", lambda: operator.get("pod", "payments-driver", NS)
+    )
+    env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+    assert env["DELTAFLOW_KAFKA_PASSWORD"]["valueFrom"] == {
+        "secretKeyRef": {"name": "kafka-creds", "key": "password"}
+    }
+    assert "value" not in env["DELTAFLOW_KAFKA_PASSWORD"]  # by reference only
+    operator.kube.kubectl(
+        "-n", NS, "delete", "deltaingestion", "payments", "--wait=true", "--timeout=60s"
+    )
+
+
+def test_delete_removes_children_and_keeps_the_data(
+    operator: OperatorUnderTest, tmp_path: Path
+) -> None:
+    manifest = load_example(NS, "clicks", tmp_path)
+    manifest["spec"]["source"]["topic"] = "clicks"
+    table = tmp_path / "clicks"
+    checkpoint = tmp_path / "_checkpoints" / NS / "clicks"
+    for path in (table / "_delta_log", checkpoint):
+        path.mkdir(parents=True)
+        (path / "keep.json").write_text("{}")
+    operator.apply(manifest)
+    wait_for("clicks driver", lambda: operator.get("pod", "clicks-driver", NS))
+    wait_for(
+        "finalizer",
+        lambda: (
+            "deltaflow.io/finalizer"
+            in (operator.get("deltaingestion", "clicks", NS) or {})
+            .get("metadata", {})
+            .get("finalizers", [])
+        ),
+    )
+
+    operator.kube.kubectl(
+        "-n", NS, "delete", "deltaingestion", "clicks", "--wait=true", "--timeout=60s"
+    )
+    assert operator.get("deltaingestion", "clicks", NS) is None  # finalizer released
+    for kind, name in [
+        ("pod", "clicks-driver"),
+        ("configmap", "clicks-config"),
+        ("cronjob", "clicks-optimize"),
+        ("role", "clicks-spark"),
+        ("service", "clicks-driver"),
+    ]:
+        wait_for(
+            f"{kind}/{name} gone", lambda k=kind, n=name: operator.get(k, n, NS) is None, timeout=60
+        )
+    assert (table / "_delta_log" / "keep.json").exists()
+    assert (checkpoint / "keep.json").exists()

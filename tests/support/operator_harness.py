@@ -1,0 +1,218 @@
+"""The operator loop for real: chart installed by helm, operator process under its own identity."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+
+from devstack.install import REPO_ROOT
+from devstack.kube import KubeControlPlane, write_kubeconfig
+from devstack.process import Service, free_port, tail
+from devstack.pytest_plugin import track
+
+OPERATOR_NAMESPACE = "deltaflow-system"
+T = TypeVar("T")
+
+
+def wait_for(
+    what: str, probe: Callable[[], T | None], timeout: float = 30, interval: float = 0.25
+) -> T:
+    """Poll until ``probe`` returns something truthy; fail naming ``what`` on timeout."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+@dataclass
+class OperatorUnderTest:
+    """The control plane, the operator process and helpers to drive both."""
+
+    kube: KubeControlPlane
+    kubeconfig: Path
+    work_dir: Path
+    services: list[Service]
+
+    def start(self, name: str = "operator") -> tuple[Service, int]:
+        """Start one operator replica; returns it and its health port."""
+        health, metrics = free_port(), free_port()
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(self.kubeconfig),
+            "DELTAFLOW_NAMESPACE": OPERATOR_NAMESPACE,
+            "DELTAFLOW_IMAGE": "deltaflow:test",
+            "DELTAFLOW_HEALTH_PORT": str(health),
+            "DELTAFLOW_METRICS_PORT": str(metrics),
+            "DELTAFLOW_RECONCILE_INTERVAL_SECONDS": "1",
+            "DELTAFLOW_BACKOFF_BASE_SECONDS": "1",
+            "DELTAFLOW_BACKOFF_MAX_SECONDS": "4",
+            "DELTAFLOW_DEGRADED_AFTER_FAILURES": "3",
+        }
+        service = Service(
+            name,
+            [str(REPO_ROOT / ".venv/bin/deltaflow"), "operator"],
+            self.work_dir / f"{name}.log",
+            env=env,
+        )
+        service.start()
+        self.services.append(service)
+        track(service)
+        service.metrics_port = metrics  # type: ignore[attr-defined]
+        return service, health
+
+    def wait_leading(self, service: Service, health_port: int, timeout: float = 40) -> None:
+        """Until the replica answers /readyz with 200 (it holds the Lease)."""
+        service.wait_ready(
+            lambda: _http_status(f"http://127.0.0.1:{health_port}/readyz") == 200,
+            timeout,
+            "leading (/readyz)",
+        )
+
+    def apply(self, manifest: dict[str, Any]) -> None:
+        """kubectl apply a manifest (as admin)."""
+        self.kube.kubectl("apply", "-f", "-", stdin=json.dumps(manifest))
+
+    def get(self, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+        """An object as the API server holds it, or None."""
+        proc = self.kube.kubectl("-n", namespace, "get", kind, name, "-o", "json", check=False)
+        if proc.returncode != 0:
+            assert "NotFound" in proc.stderr, proc.stderr
+            return None
+        obj: dict[str, Any] = json.loads(proc.stdout)
+        return obj
+
+    def condition(self, name: str, namespace: str, type_: str) -> dict[str, Any] | None:
+        """One status condition of a DeltaIngestion."""
+        obj = self.get("deltaingestion", name, namespace) or {}
+        for cond in (obj.get("status") or {}).get("conditions") or []:
+            if cond["type"] == type_:
+                return dict(cond)
+        return None
+
+    def events(self, name: str, namespace: str) -> list[dict[str, Any]]:
+        """Events recorded on the DeltaIngestion."""
+        out = self.kube.kubectl_json(
+            "-n", namespace, "get", "events", "--field-selector", f"involvedObject.name={name}"
+        )
+        return list(out["items"])
+
+    def set_pod_phase(self, name: str, namespace: str, phase: str, **extra: Any) -> None:
+        """Report a pod phase through the status subresource, as a kubelet would."""
+        status = {"phase": phase, **extra}
+        self.kube.kubectl(
+            "-n",
+            namespace,
+            "patch",
+            "pod",
+            name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            json.dumps({"status": status}),
+        )
+
+    def logs(self) -> str:
+        """Log tails of every operator replica started."""
+        return "\n".join(f"--- {s.name} ---\n{tail(s.log_path, 80)}" for s in self.services)
+
+
+def _http_status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+
+
+def restricted_namespace(kube: KubeControlPlane, name: str) -> None:
+    """A namespace that enforces the restricted Pod Security Standard."""
+    kube.kubectl("create", "namespace", name)
+    kube.kubectl(
+        "label",
+        "namespace",
+        name,
+        "pod-security.kubernetes.io/enforce=restricted",
+        "pod-security.kubernetes.io/enforce-version=latest",
+    )
+
+
+@pytest.fixture(scope="session")
+def chart_installed(kube: KubeControlPlane) -> KubeControlPlane:
+    """`helm install` of the chart: CRD, operator RBAC, Deployment.
+
+    No --wait: without a kubelet the operator's own pods never run; the tests run the operator
+    process themselves, under the chart's ServiceAccount.
+    """
+    kube.helm(
+        "install",
+        "deltaflow",
+        str(REPO_ROOT / "charts" / "deltaflow"),
+        "--namespace",
+        OPERATOR_NAMESPACE,
+        "--create-namespace",
+    )
+    wait_for(
+        "the CRD to be established",
+        lambda: (
+            "True"
+            in kube.kubectl(
+                "get",
+                "crd",
+                "deltaingestions.deltaflow.io",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type=='Established')].status}",
+                check=False,
+            ).stdout
+        ),
+    )
+    return kube
+
+
+@pytest.fixture(scope="session")
+def operator_identity(chart_installed: KubeControlPlane, stack_dir: Path) -> Path:
+    """A kubeconfig for the chart's ServiceAccount: the operator runs with exactly its RBAC."""
+    token = chart_installed.kubectl(
+        "-n", OPERATOR_NAMESPACE, "create", "token", "deltaflow-operator", "--duration=4h"
+    ).stdout.strip()
+    path = stack_dir / "operator.kubeconfig"
+    write_kubeconfig(path, chart_installed.server, chart_installed.ca_file, token, user="operator")
+    return path
+
+
+@pytest.fixture(scope="session")
+def operator(
+    chart_installed: KubeControlPlane,
+    operator_identity: Path,
+    stack_dir: Path,
+    request: pytest.FixtureRequest,
+) -> Iterator[OperatorUnderTest]:
+    """One running operator replica, leading."""
+    under_test = OperatorUnderTest(chart_installed, operator_identity, stack_dir / "operator", [])
+    service, health = under_test.start()
+    under_test.wait_leading(service, health)
+    yield under_test
+    for s in under_test.services:
+        s.stop()
+
+
+def load_example(namespace: str, name: str, table_root: Path) -> dict[str, Any]:
+    """The README's example manifest, pointed at a local table root and namespace."""
+    manifest: dict[str, Any] = yaml.safe_load((REPO_ROOT / "examples" / "orders.yaml").read_text())
+    manifest["metadata"].update(name=name, namespace=namespace)
+    manifest["spec"]["sink"]["tablePath"] = f"file://{table_root}/{name}"
+    manifest["spec"]["deadLetter"]["tablePath"] = f"file://{table_root}/{name}_dead_letter"
+    manifest["spec"]["sink"].pop("storage", None)
+    return manifest
