@@ -8,15 +8,16 @@ source "$(dirname "$0")/lib.sh"
 
 POM="$INSTALL_DIR/maven/spark-jars.pom.xml"
 SPARK_MINOR=$(cut -d. -f1,2 <<<"$SPARK_VERSION")
-DEST="$(cache_entry spark-jars "spark$SPARK_VERSION-delta$DELTA_VERSION-$(recipe_hash "$0" "$POM")")"
+DEST="$(cache_entry spark-jars "spark$SPARK_VERSION-delta$DELTA_VERSION-$(recipe_hash "$0" "$POM" "avro$SPARK_AVRO_VERSION")")"
 PYSPARK_JARS="${PYSPARK_JARS:-$REPO_ROOT/.venv/lib/python3.11/site-packages/pyspark/jars}"
 
 build() {
   local out=$1
   [ -d "$PYSPARK_JARS" ] || { log "pyspark is not installed at $PYSPARK_JARS: run stack/install/python.sh first"; return 1; }
-  log "resolving delta-spark_${SPARK_MINOR}_$SCALA_BINARY:$DELTA_VERSION and spark-sql-kafka-0-10_$SCALA_BINARY:$SPARK_VERSION"
+  log "resolving delta-spark_${SPARK_MINOR}_$SCALA_BINARY:$DELTA_VERSION, spark-sql-kafka-0-10_$SCALA_BINARY:$SPARK_VERSION and spark-avro_$SCALA_BINARY:$SPARK_AVRO_VERSION"
   maven_copy "$POM" "$out/all" -Dspark.version="$SPARK_VERSION" -Dspark.minor="$SPARK_MINOR" \
-    -Dscala.binary="$SCALA_BINARY" -Ddelta.version="$DELTA_VERSION" || return 1
+    -Dscala.binary="$SCALA_BINARY" -Ddelta.version="$DELTA_VERSION" \
+    -Dspark.avro.version="$SPARK_AVRO_VERSION" || return 1
   mkdir -p "$out/jars"
   local jar base kept=0 skipped=0
   for jar in "$out"/all/*.jar; do
@@ -32,6 +33,7 @@ build() {
   log "kept $kept jars, left out $skipped that pyspark already ships"
   ls "$out/jars" | grep -q "^delta-spark_" || { log "delta-spark jar missing"; return 1; }
   ls "$out/jars" | grep -q "^spark-sql-kafka" || { log "spark-sql-kafka jar missing"; return 1; }
+  ls "$out/jars" | grep -q "^spark-avro_" || { log "spark-avro jar missing"; return 1; }
 }
 
 if is_complete "$DEST"; then
