@@ -1,0 +1,182 @@
+"""Driver decisions: observed state in, plan out; checked without a cluster."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from deltaflow_operator.api import DeltaIngestion
+from deltaflow_operator.builders.common import SPEC_HASH_ANNOTATION
+from deltaflow_operator.decisions.changes import changed_fields, needs_driver_replacement
+from deltaflow_operator.decisions.conditions import set_condition
+from deltaflow_operator.decisions.driver import Observed, backoff_seconds, decide_driver
+from deltaflow_operator.settings import Settings
+from support.manifests import valid_manifest
+
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+SETTINGS = Settings(backoff_base_seconds=10, backoff_max_seconds=300, degraded_after_failures=3)
+
+
+def ingestion(status: dict[str, Any] | None = None, **spec: Any) -> DeltaIngestion:
+    m = valid_manifest()
+    m["metadata"].update(uid="u1", generation=2)
+    m["spec"].update(spec)
+    if status is not None:
+        m["status"] = status
+    return DeltaIngestion.model_validate(m)
+
+
+def pod(phase: str = "Pending", spec_hash: str = "h1", **status: Any) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": "orders-driver",
+            "uid": "p1",
+            "annotations": {SPEC_HASH_ANNOTATION: spec_hash},
+        },
+        "status": {"phase": phase, **status},
+    }
+
+
+def observe(ing: DeltaIngestion, driver: dict[str, Any] | None, **kw: Any) -> Observed:
+    args: dict[str, Any] = {
+        "desired_hash": "h1",
+        "missing_secrets": [],
+        "changed_fields": [],
+        "now": NOW,
+    }
+    args.update(kw)
+    return Observed(ingestion=ing, driver_pod=driver, **args)
+
+
+def conds(plan: Any) -> dict[str, tuple[str, str]]:
+    return {c.type: (c.status, c.reason) for c in plan.conditions}
+
+
+def test_no_driver_creates_one() -> None:
+    plan = decide_driver(observe(ingestion(), None), SETTINGS)
+    assert plan.action == "create"
+    assert conds(plan)["Progressing"] == ("True", "DriverStarting")
+    assert [e.reason for e in plan.events] == ["DriverCreated"]
+
+
+def test_running_driver_with_current_spec_is_ready_and_left_alone() -> None:
+    plan = decide_driver(observe(ingestion(), pod("Running")), SETTINGS)
+    assert plan.action == "none"
+    assert conds(plan)["Ready"] == ("True", "Streaming")
+    assert conds(plan)["Degraded"] == ("False", "Healthy")
+
+
+def test_changed_spec_replaces_the_driver_and_names_the_fields() -> None:
+    plan = decide_driver(
+        observe(ingestion(), pod("Running", "old"), changed_fields=["spec.executor.memory"]),
+        SETTINGS,
+    )
+    assert plan.action == "delete"
+    assert plan.delete_reason == "spec changed"
+    assert "spec.executor.memory" in plan.events[0].message
+
+
+def test_failed_driver_backs_off_exponentially_then_degrades() -> None:
+    status: dict[str, Any] = {}
+    delays = []
+    for n in range(1, 4):
+        plan = decide_driver(
+            observe(
+                ingestion(status=status),
+                pod(
+                    "Failed",
+                    containerStatuses=[
+                        {
+                            "name": "driver",
+                            "state": {
+                                "terminated": {
+                                    "exitCode": 3,
+                                    "reason": "Error",
+                                    "message": "broker unreachable",
+                                }
+                            },
+                        }
+                    ],
+                ),
+            ),
+            SETTINGS,
+        )
+        assert plan.action == "delete"
+        assert plan.driver.consecutive_failures == n
+        assert plan.driver.next_start_after is not None
+        delays.append((plan.driver.next_start_after - NOW).total_seconds())
+        status = {
+            "driver": plan.driver.model_dump(by_alias=True, mode="json"),
+            "conditions": [c.model_dump(by_alias=True, mode="json") for c in plan.conditions],
+        }
+    assert delays == [10, 20, 40]
+    assert conds(plan)["Degraded"] == ("True", "DriverCrashLooping")
+    degraded = next(c for c in plan.conditions if c.type == "Degraded")
+    assert "Error: broker unreachable" in degraded.message
+    # While the backoff runs, nothing is created.
+    waiting = decide_driver(observe(ingestion(status=status), None), SETTINGS)
+    assert waiting.action == "wait"
+    assert 39 <= (waiting.requeue_after or 0) <= 40
+    later = decide_driver(
+        observe(ingestion(status=status), None, now=NOW + timedelta(seconds=41)), SETTINGS
+    )
+    assert later.action == "create"
+    assert later.events[0].reason == "DriverRestarted"
+
+
+def test_backoff_is_capped() -> None:
+    assert [backoff_seconds(n, SETTINGS) for n in (0, 1, 2, 3, 10)] == [0, 10, 20, 40, 300]
+
+
+def test_a_driver_that_exits_cleanly_is_still_a_failure() -> None:
+    plan = decide_driver(observe(ingestion(), pod("Succeeded")), SETTINGS)
+    assert plan.action == "delete"
+    assert "never ends" in (plan.driver.last_failure_reason or "")
+
+
+def test_suspend_deletes_the_driver_and_reports_it() -> None:
+    plan = decide_driver(observe(ingestion(suspend=True), pod("Running")), SETTINGS)
+    assert plan.action == "delete"
+    assert conds(plan)["Suspended"] == ("True", "Suspended")
+    assert conds(plan)["Ready"] == ("False", "Suspended")
+    idle = decide_driver(observe(ingestion(suspend=True), None), SETTINGS)
+    assert idle.action == "none"
+
+
+def test_missing_secret_blocks_the_start_and_names_it() -> None:
+    missing = [
+        "Secret data/kc has no key 'p' (referenced by spec.source.auth.password): add the key"
+    ]
+    plan = decide_driver(observe(ingestion(), None, missing_secrets=missing), SETTINGS)
+    assert plan.action == "none"
+    ready = next(c for c in plan.conditions if c.type == "Ready")
+    assert ready.reason == "SecretMissing"
+    assert "spec.source.auth.password" in ready.message
+
+
+def test_pod_being_deleted_is_waited_for_never_doubled() -> None:
+    terminating = pod("Running")
+    terminating["metadata"]["deletionTimestamp"] = "2026-11-22T12:00:00Z"
+    plan = decide_driver(observe(ingestion(), terminating, desired_hash="new"), SETTINGS)
+    assert plan.action == "wait"
+
+
+def test_transition_time_moves_only_on_status_change() -> None:
+    first = set_condition([], "Ready", False, "A", "", 1, NOW)
+    same = set_condition(first, "Ready", False, "B", "other reason", 2, NOW + timedelta(minutes=5))
+    flipped = set_condition(same, "Ready", True, "C", "", 3, NOW + timedelta(minutes=9))
+    assert same[0].last_transition_time == NOW
+    assert same[0].reason == "B"
+    assert flipped[0].last_transition_time == NOW + timedelta(minutes=9)
+
+
+def test_change_classification() -> None:
+    old = {"scaling": {"maxExecutors": 4}, "executor": {"memory": "2g"}, "suspend": False}
+    assert changed_fields(old, {**old, "scaling": {"maxExecutors": 8}}) == [
+        "spec.scaling.maxExecutors"
+    ]
+    assert not needs_driver_replacement(
+        ["spec.scaling.maxExecutors", "spec.maintenance.vacuum.schedule", "spec.suspend"]
+    )
+    assert needs_driver_replacement(["spec.scaling.maxExecutors", "spec.executor.memory"])
+    assert needs_driver_replacement(["spec.trigger.interval"])
