@@ -100,10 +100,6 @@ def test_secrets_only_by_reference() -> None:
         "spec.sink.storage.accessKeyId",
         "spec.sink.storage.secretAccessKey",
     }
-    rendered = yaml.safe_dump(b.config_map(ing, SETTINGS))
-    assert (
-        "secretKeyRef" not in rendered or "lake:secret" in rendered
-    )  # names and keys, never values
 
 
 def test_spark_conf_runs_client_mode_against_kubernetes() -> None:
