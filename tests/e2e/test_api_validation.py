@@ -203,7 +203,9 @@ def test_pydantic_and_the_api_server_agree(
 ) -> None:
     by_pydantic = _pydantic_verdict(manifest)
     by_api = _api_verdict(api, manifest)
-    event("accepted" if by_api is None else "rejected")  # --hypothesis-show-statistics shows the mix
+    event(
+        "accepted" if by_api is None else "rejected"
+    )  # --hypothesis-show-statistics shows the mix
     assert (by_pydantic is None) == (by_api is None), (
         f"judges disagree on {json.dumps(manifest['spec'])} name={manifest['metadata']['name']}\n"
         f"pydantic: {by_pydantic}\nAPI server: {by_api}"

@@ -297,15 +297,14 @@ def test_operator_killed_mid_reconcile_resumes_without_duplicates(
     before = operator.get("deltaingestion", "orders", NS)
     assert before is not None
     restarts = before["status"]["driver"]["restarts"]
-    leader = operator.services[0]
+    leader = next(r.service for r in operator.replicas if r.service.alive())
     watch = PodWatch(operator)
     # Trigger work, then kill the operator while it reacts.
     _patch_spec(operator, {"trigger": {"interval": "15s"}})
     time.sleep(0.3)
     leader.proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
     leader.proc.wait(10)  # type: ignore[union-attr]
-    replacement, health = operator.start("operator-restarted")
-    operator.wait_leading(replacement, health, timeout=60)
+    operator.wait_leading(operator.start("operator-restarted"), timeout=60)
     pod = wait_for(
         "driver with the new trigger",
         lambda: (
@@ -324,7 +323,6 @@ def test_operator_killed_mid_reconcile_resumes_without_duplicates(
     assert after is not None
     assert after["status"]["driver"]["restarts"] >= restarts  # status survived the kill
     assert pod["metadata"]["uid"] == driver_uid(operator)
-    operator.services.remove(leader)
 
 
 def test_driver_service_account_can_only_manage_its_executors(

@@ -7,7 +7,7 @@ import os
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -38,6 +38,25 @@ def wait_for(
 
 
 @dataclass
+class Replica:
+    """One operator process and its ports."""
+
+    service: Service
+    health_port: int
+    metrics_port: int
+
+    def ready_status(self) -> int:
+        """HTTP status of /readyz: 200 while leading, 503 on standby."""
+        return _http_status(f"http://127.0.0.1:{self.health_port}/readyz")
+
+    def metrics(self) -> str:
+        """The Prometheus exposition text."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return str(resp.read().decode())
+
+
+@dataclass
 class OperatorUnderTest:
     """The control plane, the operator process and helpers to drive both."""
 
@@ -45,9 +64,10 @@ class OperatorUnderTest:
     kubeconfig: Path
     work_dir: Path
     services: list[Service]
+    replicas: list[Replica] = field(default_factory=list)
 
-    def start(self, name: str = "operator") -> tuple[Service, int]:
-        """Start one operator replica; returns it and its health port."""
+    def start(self, name: str = "operator") -> Replica:
+        """Start one operator replica (it campaigns for the Lease)."""
         health, metrics = free_port(), free_port()
         env = {
             **os.environ,
@@ -70,13 +90,14 @@ class OperatorUnderTest:
         service.start()
         self.services.append(service)
         track(service)
-        service.metrics_port = metrics  # type: ignore[attr-defined]
-        return service, health
+        replica = Replica(service, health, metrics)
+        self.replicas.append(replica)
+        return replica
 
-    def wait_leading(self, service: Service, health_port: int, timeout: float = 40) -> None:
+    def wait_leading(self, replica: Replica, timeout: float = 40) -> None:
         """Until the replica answers /readyz with 200 (it holds the Lease)."""
-        service.wait_ready(
-            lambda: _http_status(f"http://127.0.0.1:{health_port}/readyz") == 200,
+        replica.service.wait_ready(
+            lambda: replica.ready_status() == 200,
             timeout,
             "leading (/readyz)",
         )
@@ -201,8 +222,7 @@ def operator(
 ) -> Iterator[OperatorUnderTest]:
     """One running operator replica, leading."""
     under_test = OperatorUnderTest(chart_installed, operator_identity, stack_dir / "operator", [])
-    service, health = under_test.start()
-    under_test.wait_leading(service, health)
+    under_test.wait_leading(under_test.start())
     yield under_test
     for s in under_test.services:
         s.stop()

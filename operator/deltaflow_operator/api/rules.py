@@ -49,7 +49,7 @@ def immutable(field: str, message: str) -> Rule:
 
 def memory_mib(value: str) -> int:
     """Spark memory string ('512m', '2g') in MiB; the pattern on the field guarantees the form."""
-    number, unit = int(value[:-1]), value[-1].lower()
+    number, unit = int(value[:-1]), value[-1]
     return number * 1024 if unit == "g" else number
 
 

@@ -24,7 +24,7 @@ SHORT_NAMES = ["di", "dingest"]
 
 # Names are RE2- and Rust-regex compatible: the API server and pydantic run the same pattern.
 DURATION_PATTERN = r"^[1-9][0-9]{0,5}(ms|s|m|h)$"
-MEMORY_PATTERN = r"^[1-9][0-9]{0,6}[mgMG]$"
+MEMORY_PATTERN = r"^[1-9][0-9]{0,6}[mg]$"  # lowercase only: CEL and Python read it alike
 KAFKA_TOPIC_PATTERN = r"^[a-zA-Z0-9._-]{1,249}$"
 BOOTSTRAP_PATTERN = r"^[A-Za-z0-9.-]+:[0-9]{1,5}(,[A-Za-z0-9.-]+:[0-9]{1,5})*$"
 TABLE_PATH_PATTERN = r"^(s3a://|s3://|gs://|abfss://|file:///|/)[^\s]+$"

@@ -1,0 +1,60 @@
+"""Two operator replicas never both act: one leads, the other takes over when the leader dies."""
+
+from __future__ import annotations
+
+import re
+import time
+
+from support.operator_harness import OperatorUnderTest, load_example, wait_for
+
+NS = "ha"
+
+
+def test_standby_takes_over_when_the_leader_dies(
+    operator: OperatorUnderTest, tmp_path_factory
+) -> None:  # type: ignore[no-untyped-def]
+    leader = next(r for r in operator.replicas if r.service.alive() and r.ready_status() == 200)
+    standby = operator.start("operator-standby")
+    standby.service.wait_ready(
+        lambda: standby.ready_status() == 503, 30, "on standby (/readyz 503)"
+    )
+    time.sleep(3)
+    assert standby.ready_status() == 503  # still waiting: the leader renews its Lease
+    assert "deltaflow_operator_leader 0.0" in standby.metrics()
+
+    operator.kube.kubectl("create", "namespace", NS)
+    operator.apply(load_example(NS, "before", tmp_path_factory.mktemp("lake")))
+    wait_for("leader creates the driver", lambda: operator.get("pod", "before-driver", NS))
+
+    leader.service.stop(
+        grace=0.1
+    )  # SIGTERM: no chance to release anything gracefully? still a stop
+    operator.wait_leading(standby, timeout=60)
+    operator.apply(load_example(NS, "after", tmp_path_factory.mktemp("lake")))
+    wait_for(
+        "the new leader creates the driver",
+        lambda: operator.get("pod", "after-driver", NS),
+        timeout=30,
+    )
+    assert "deltaflow_operator_leader 1.0" in standby.metrics()
+
+
+def test_operator_metrics(operator: OperatorUnderTest) -> None:
+    leader = next(r for r in operator.replicas if r.service.alive() and r.ready_status() == 200)
+    text = leader.metrics()
+    reconciles = [
+        float(v)
+        for v in re.findall(r"^deltaflow_operator_reconciles_total\{[^}]*\} (\S+)$", text, re.M)
+    ]
+    assert reconciles
+    assert sum(reconciles) > 0
+    assert re.search(r"^deltaflow_operator_reconcile_duration_seconds_count \d+", text, re.M)
+    assert (
+        "deltaflow_operator_reconcile_errors_total" in text
+        or "deltaflow_operator_reconciles_total" in text
+    )
+    assert re.search(
+        r'^deltaflow_operator_driver_actions_total\{action="create",reason="start"\} [1-9]',
+        text,
+        re.M,
+    )
