@@ -29,6 +29,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `deltaflow` console script."""
+    # Data-plane commands (run, stream, optimize, vacuum, recover-checkpoint) parse their own
+    # arguments in deltaflow_runtime.cli, imported only here: the operator never loads Spark.
+    given = sys.argv[1:] if argv is None else argv
+    if given and given[0] in ("run", "stream", "optimize", "vacuum", "recover-checkpoint"):
+        from deltaflow_runtime.cli import main as runtime_main
+
+        return runtime_main(given)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import kopf
 
+from deltaflow_operator import metrics
 from deltaflow_operator.api import GROUP, PLURAL, VERSION
 from deltaflow_operator.kube import Kube
 from deltaflow_operator.reconcile import Reconciler
@@ -22,6 +23,7 @@ from deltaflow_operator.settings import Settings
 FINALIZER = f"{GROUP}/finalizer"
 _locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
 _state: dict[str, Reconciler] = {}
+_managed: set[str] = set()  # resumed on restart by kopf's resume handlers
 
 
 def install(settings: Settings, kube: Kube) -> None:
@@ -50,8 +52,11 @@ def install(settings: Settings, kube: Kube) -> None:
 
 
 def _reconcile(namespace: str, name: str) -> None:
-    with _locks[f"{namespace}/{name}"]:
+    key = f"{namespace}/{name}"
+    with _locks[key]:
         _state["reconciler"].reconcile(namespace, name)
+    _managed.add(key)
+    metrics.MANAGED_RESOURCES.labels("DeltaIngestion").set(len(_managed))
 
 
 def _on_change(namespace: str | None, name: str, **_: Any) -> None:
@@ -66,3 +71,5 @@ def _on_delete(namespace: str | None, name: str, **_: Any) -> None:
     with _locks[f"{namespace}/{name}"]:
         _state["reconciler"].finalize(str(namespace), name)
     _locks.pop(f"{namespace}/{name}", None)
+    _managed.discard(f"{namespace}/{name}")
+    metrics.MANAGED_RESOURCES.labels("DeltaIngestion").set(len(_managed))

@@ -71,14 +71,6 @@ class Kube:
             raise
         return obj
 
-    def list_ingestions(self) -> list[dict[str, Any]]:
-        """Every DeltaIngestion in the cluster."""
-        result = cast(
-            dict[str, Any], self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)
-        )
-        items: list[dict[str, Any]] = result.get("items", [])
-        return items
-
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         """Merge-patch the status subresource (lists such as conditions are replaced whole)."""
         try:

@@ -72,9 +72,13 @@ class Reconciler:
             self._report_invalid(body, describe(e))
             return None
 
-        changed = self._spec_changes(ingestion)
-        for manifest in children(ingestion, self.settings):
+        first_time, changed = self._spec_changes(ingestion)
+        manifests = children(ingestion, self.settings)
+        for manifest in manifests:
             self.kube.apply(manifest)
+        if first_time:
+            kinds = ", ".join(f"{m['kind']} {m['metadata']['name']}" for m in manifests)
+            self.kube.post_event(body, "Normal", "ResourcesCreated", f"created {kinds}")
         if changed and not needs_driver_replacement(changed):
             self.kube.post_event(
                 body,
@@ -99,13 +103,14 @@ class Reconciler:
         )
         return plan.requeue_after
 
-    def _spec_changes(self, ingestion: DeltaIngestion) -> list[str]:
+    def _spec_changes(self, ingestion: DeltaIngestion) -> tuple[bool, list[str]]:
+        """(first reconcile?, spec fields changed since the config the driver was given)."""
         stored = self.kube.get_config_map(ingestion.namespace, config_map_name(ingestion.name))
         if stored is None:
-            return []
+            return True, []
         old = yaml.safe_load((stored.get("data") or {}).get("ingestion.yaml", "")) or {}
         new = driver_builders.pipeline_document(ingestion)
-        return changed_fields(old.get("spec", {}), new["spec"])
+        return False, changed_fields(old.get("spec", {}), new["spec"])
 
     def _plan(self, ingestion: DeltaIngestion, changed: list[str]) -> DriverPlan:
         ns, name = ingestion.namespace, ingestion.name
@@ -187,8 +192,3 @@ class Reconciler:
         if pod is not None:
             self.kube.delete_pod(namespace, driver_pod_name(name), uid=pod["metadata"]["uid"])
             metrics.DRIVER_ACTIONS.labels("delete", "resource deleted").inc()
-
-    def count_managed(self) -> None:
-        """Refresh the managed-resources gauge."""
-        items = self.kube.list_ingestions()
-        metrics.MANAGED_RESOURCES.labels("DeltaIngestion").set(len(items))

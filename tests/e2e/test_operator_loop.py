@@ -99,7 +99,7 @@ def test_status_columns_conditions_and_events(
         }
     assert status["checkpointPath"].endswith("/_checkpoints/data/orders")
     reasons = {e["reason"] for e in operator.events("orders", NS)}
-    assert "DriverCreated" in reasons
+    assert {"ResourcesCreated", "DriverCreated"} <= reasons
 
     # A kubelet reports the driver running: Ready, and `kubectl wait` sees it.
     operator.set_pod_phase("orders-driver", NS, "Running")
