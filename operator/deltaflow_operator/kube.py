@@ -14,7 +14,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -24,7 +24,18 @@ from deltaflow_operator.api import GROUP, PLURAL, VERSION
 from deltaflow_operator.api.v1alpha1 import SecretKeyRef
 
 FIELD_MANAGER = "deltaflow-operator"
+T = TypeVar("T")
 log = logging.getLogger(__name__)
+
+
+def _unless_missing(call: Callable[[], T]) -> T | None:
+    """``call()``, or None when the API server answers 404 (the object does not exist)."""
+    try:
+        return call()
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
 
 
 def load_config() -> None:
@@ -60,16 +71,12 @@ class Kube:
     # --- DeltaIngestion -------------------------------------------------------------------
     def get_ingestion(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The DeltaIngestion as stored, or None if it is gone."""
-        try:
-            obj = cast(
+        return _unless_missing(
+            lambda: cast(
                 dict[str, Any],
                 self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name),
             )
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
-        return obj
+        )
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         """Merge-patch the status subresource (lists such as conditions are replaced whole)."""
@@ -99,12 +106,7 @@ class Kube:
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The pod as stored, or None."""
-        try:
-            return self._plain(self.core.read_namespaced_pod(name, namespace))
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
+        return _unless_missing(lambda: self._plain(self.core.read_namespaced_pod(name, namespace)))
 
     def create_pod(self, manifest: dict[str, Any]) -> bool:
         """Create the pod; False if one with that name already exists (never a second driver)."""
@@ -130,12 +132,9 @@ class Kube:
 
     def get_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The ConfigMap as stored, or None."""
-        try:
-            return self._plain(self.core.read_namespaced_config_map(name, namespace))
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
+        return _unless_missing(
+            lambda: self._plain(self.core.read_namespaced_config_map(name, namespace))
+        )
 
     def missing_secret_keys(self, namespace: str, refs: dict[str, SecretKeyRef]) -> list[str]:
         """A message for each referenced Secret or key that does not exist, naming the field."""

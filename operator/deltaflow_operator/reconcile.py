@@ -92,7 +92,7 @@ class Reconciler:
         plan = self._plan(ingestion, changed)
         for _ in range(2):
             self._act(body, ingestion, plan)
-            if plan.action != "delete" or plan.delete_reason not in ("spec changed",):
+            if plan.action != "delete" or plan.delete_reason != "spec changed":
                 break
             ingestion = ingestion.model_copy(update={"status": self._status(ingestion, plan)})
             plan = self._plan(ingestion, changed)
