@@ -297,6 +297,7 @@ def test_operator_killed_mid_reconcile_resumes_without_duplicates(
     before = operator.get("deltaingestion", "orders", NS)
     assert before is not None
     restarts = before["status"]["driver"]["restarts"]
+    old_uid = wait_for("driver", lambda: driver_uid(operator))
     leader = next(r.service for r in operator.replicas if r.service.alive())
     watch = PodWatch(operator)
     # Trigger work, then kill the operator while it reacts.
@@ -305,13 +306,10 @@ def test_operator_killed_mid_reconcile_resumes_without_duplicates(
     leader.proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
     leader.proc.wait(10)  # type: ignore[union-attr]
     operator.wait_leading(operator.start("operator-restarted"), timeout=60)
-    pod = wait_for(
-        "driver with the new trigger",
-        lambda: (
-            (p := operator.get("pod", "orders-driver", NS))
-            and not p["metadata"].get("deletionTimestamp")
-            and p
-        ),
+    # Whether the kill came before or after the old driver was deleted, the restarted operator
+    # must finish the replacement: exactly one new driver, never two at once.
+    new_uid = wait_for(
+        "the replacement driver", lambda: (u := driver_uid(operator)) != old_uid and u
     )
     conf = operator.get("configmap", "orders-config", NS)
     assert conf is not None
@@ -322,7 +320,9 @@ def test_operator_killed_mid_reconcile_resumes_without_duplicates(
     after = operator.get("deltaingestion", "orders", NS)
     assert after is not None
     assert after["status"]["driver"]["restarts"] >= restarts  # status survived the kill
-    assert pod["metadata"]["uid"] == driver_uid(operator)
+    assert driver_uid(operator) == new_uid
+    added = {uid for kind, uid in watch.events if kind == "ADDED" and uid != old_uid}
+    assert added == {new_uid}, watch.events
 
 
 def test_driver_service_account_can_only_manage_its_executors(
