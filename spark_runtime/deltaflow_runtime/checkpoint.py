@@ -1,0 +1,170 @@
+"""The stream's checkpoint, read (and, for recovery, written) through Hadoop's FileSystem API.
+
+Spark writes ``offsets/<batch>`` (the planned Kafka end offsets) before it runs a batch and
+``commits/<batch>`` after the batch's sink returned. The runtime reads them to know a batch's end
+offsets (for the consumer group and the table's commit metadata) and where a restart resumes.
+Paths go through Hadoop so the same code reads ``file://`` and ``s3a://`` checkpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+# {topic: {partition: offset}}
+TopicOffsets = dict[str, dict[int, int]]
+
+OFFSET_LOG_VERSION = "v1"
+
+
+class CheckpointFormatError(Exception):
+    """A checkpoint file is not in the format this runtime reads."""
+
+
+def parse_offset_log(text: str) -> list[str | None]:
+    """The per-source offset JSON strings of one ``offsets/<batch>`` file (None: no offset)."""
+    lines = text.splitlines()
+    if len(lines) < 2 or not lines[0].startswith("v"):
+        raise CheckpointFormatError(f"not a Spark offset log entry: {text[:80]!r}")
+    return [None if line == "-" else line for line in lines[2:]]
+
+
+def kafka_offsets(offset_json: str) -> TopicOffsets:
+    """Spark's Kafka source offset JSON (``{"topic": {"0": 12}}``) as ints."""
+    raw = json.loads(offset_json)
+    return {topic: {int(p): int(o) for p, o in parts.items()} for topic, parts in raw.items()}
+
+
+def render_offsets(offsets: TopicOffsets) -> str:
+    """The inverse of :func:`kafka_offsets` (Spark's JSON form, partitions as strings)."""
+    return json.dumps(
+        {t: {str(p): o for p, o in sorted(ps.items())} for t, ps in sorted(offsets.items())},
+        separators=(",", ":"),
+    )
+
+
+def offset_log_entry(offsets: TopicOffsets, timestamp_ms: int) -> str:
+    """An ``offsets/<batch>`` file for one Kafka source, as Spark writes it (conf left to the
+    session defaults on restart)."""
+    meta = {"batchWatermarkMs": 0, "batchTimestampMs": timestamp_ms, "conf": {}}
+    return f"{OFFSET_LOG_VERSION}\n{json.dumps(meta)}\n{render_offsets(offsets)}"
+
+
+@dataclass(frozen=True)
+class CheckpointState:
+    """What a checkpoint says about the stream's progress."""
+
+    exists: bool
+    latest_planned: int | None  # highest offsets/<batch>
+    latest_committed: int | None  # highest commits/<batch>
+
+    @property
+    def empty(self) -> bool:
+        """No batch was ever planned here (a new or lost checkpoint)."""
+        return self.latest_planned is None
+
+
+class HadoopDir:
+    """A directory read and written through Hadoop's FileSystem (file://, s3a://, ...)."""
+
+    def __init__(self, spark: SparkSession, path: str) -> None:
+        self.path = path.rstrip("/")
+        jvm: Any = spark.sparkContext._jvm
+        self._jvm = jvm
+        root = jvm.org.apache.hadoop.fs.Path(self.path)
+        self._fs = root.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+
+    def _hpath(self, relative: str) -> Any:
+        return self._jvm.org.apache.hadoop.fs.Path(
+            f"{self.path}/{relative}" if relative else self.path
+        )
+
+    def exists(self, relative: str = "") -> bool:
+        """Whether the directory (or a path under it) exists."""
+        return bool(self._fs.exists(self._hpath(relative)))
+
+    def names(self, relative: str) -> list[str]:
+        """Names of the entries of a subdirectory (empty if it does not exist)."""
+        directory = self._hpath(relative)
+        if not self._fs.exists(directory):
+            return []
+        return [str(s.getPath().getName()) for s in self._fs.listStatus(directory)]
+
+    def read(self, relative: str) -> str | None:
+        """A file's text, or None if it does not exist."""
+        path = self._hpath(relative)
+        if not self._fs.exists(path):
+            return None
+        stream = self._fs.open(path)
+        try:
+            return str(self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+        finally:
+            stream.close()
+
+    def write(self, relative: str, text: str) -> None:
+        """Create a file (refuses to overwrite)."""
+        stream = self._fs.create(self._hpath(relative), False)
+        try:
+            stream.write(bytearray(text.encode("utf-8")))
+        finally:
+            stream.close()
+
+
+class Checkpoint(HadoopDir):
+    """One stream's checkpoint directory."""
+
+    def _batches(self, log: str) -> list[int]:
+        return sorted(int(n) for n in self.names(log) if n.isdigit())
+
+    def state(self) -> CheckpointState:
+        """Latest planned and committed batch ids."""
+        if not self.exists():
+            return CheckpointState(False, None, None)
+        planned, committed = self._batches("offsets"), self._batches("commits")
+        return CheckpointState(
+            True, planned[-1] if planned else None, committed[-1] if committed else None
+        )
+
+    def end_offsets(self, batch_id: int) -> TopicOffsets | None:
+        """The Kafka end offsets planned for ``batch_id`` (exclusive), or None if not logged."""
+        text = self.read(f"offsets/{batch_id}")
+        if text is None:
+            return None
+        sources = parse_offset_log(text)
+        if len(sources) != 1 or sources[0] is None:
+            raise CheckpointFormatError(f"offsets/{batch_id}: expected one Kafka source")
+        return kafka_offsets(sources[0])
+
+    def initial_offsets(self) -> TopicOffsets | None:
+        """The offsets the stream started from (``sources/0/0``), if it was ever started."""
+        text = self.read("sources/0/0")
+        if text is None:
+            return None
+        lines = text.lstrip("\x00").splitlines()
+        if len(lines) < 2:
+            raise CheckpointFormatError("sources/0/0: not a Kafka initial offset entry")
+        return kafka_offsets(lines[1])
+
+    def resume_offsets(self) -> TopicOffsets | None:
+        """Where a restart continues reading: the end of the last committed batch, else the
+        initial offsets; None for a checkpoint that never started."""
+        state = self.state()
+        if state.latest_committed is not None:
+            return self.end_offsets(state.latest_committed)
+        return self.initial_offsets()
+
+    def rebuild_at(self, batch_id: int, offsets: TopicOffsets) -> None:
+        """Write a fresh checkpoint whose last committed batch is ``batch_id`` with these end
+        offsets, so the stream resumes at ``batch_id + 1`` exactly where the table ends."""
+        if self.exists() and not self.state().empty:
+            raise FileExistsError(f"{self.path} already holds a checkpoint; move it away first")
+        if self.read("metadata") is None:
+            self.write("metadata", json.dumps({"id": str(uuid.uuid4())}))
+        self.write(f"offsets/{batch_id}", offset_log_entry(offsets, int(time.time() * 1000)))
+        self.write(f"commits/{batch_id}", f"{OFFSET_LOG_VERSION}\n" + '{"nextBatchWatermarkMs":0}')

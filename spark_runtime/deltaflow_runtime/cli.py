@@ -1,0 +1,302 @@
+"""The data-plane commands of ``deltaflow`` (dispatched here by ``deltaflow_operator.cli``).
+
+``run``       try a manifest locally: Spark local mode, local Kafka, object-store paths mapped to a
+              local directory (same code as the driver).
+``stream``    what the driver pod runs: the stream of the ingestion in ``--config``.
+``optimize``  OPTIMIZE the table and the dead-letter table (the CronJob).
+``vacuum``    VACUUM them with the spec's retention (the CronJob).
+``recover-checkpoint``  rebuild a lost checkpoint from the offsets the table recorded.
+
+Exit codes: 0 done, 1 failed, 2 invalid manifest, 3 checkpoint and table disagree, 4 Kafka
+retention deleted unread records, 5 maintenance refused (e.g. unsafe VACUUM retention).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from deltaflow_runtime.config import ConfigError, Pipeline, load_ingestion, localize
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+COMMANDS = ("run", "stream", "optimize", "vacuum", "recover-checkpoint")
+EXIT_FAILED, EXIT_CONFIG, EXIT_CHECKPOINT, EXIT_DATA_LOSS, EXIT_REFUSED = 1, 2, 3, 4, 5
+
+log = logging.getLogger("deltaflow")
+
+
+def _conf_pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--conf",
+        type=_conf_pair,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra Spark property (repeatable)",
+    )
+    parser.add_argument("--master", help="Spark master (default: from spark-defaults / local)")
+
+
+def _stream_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--available-now",
+        action="store_true",
+        help="read what Kafka holds now, write it, and stop (instead of running on)",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus /metrics here (default: $DELTAFLOW_METRICS_PORT; 0 = off)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Arguments of the data-plane subcommands."""
+    parser = argparse.ArgumentParser(prog="deltaflow", description="Deltaflow data plane.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = commands.add_parser(
+        "run", help="run a DeltaIngestion manifest locally (Spark local mode)"
+    )
+    run.add_argument("-f", "--filename", type=Path, required=True, help="the manifest")
+    run.add_argument(
+        "--bootstrap-servers", help="Kafka to read instead of spec.source.bootstrapServers"
+    )
+    run.add_argument(
+        "--local-dir",
+        type=Path,
+        default=Path("deltaflow-local"),
+        help="where s3a://, gs://, abfss:// paths of the manifest go locally (default: "
+        "./deltaflow-local)",
+    )
+    run.add_argument("--cores", type=int, default=None, help="local[N] (default: all cores)")
+    _stream_flags(run)
+    _common(run)
+
+    stream = commands.add_parser("stream", help="run the stream of a pipeline config (driver pod)")
+    stream.add_argument("--config", type=Path, required=True, help="the ingestion.yaml")
+    _stream_flags(stream)
+    _common(stream)
+
+    for name, text in (
+        ("optimize", "OPTIMIZE the table and the dead-letter table"),
+        ("vacuum", "VACUUM the table and the dead-letter table"),
+        ("recover-checkpoint", "rebuild a lost checkpoint from the table's recorded offsets"),
+    ):
+        sub = commands.add_parser(name, help=text)
+        sub.add_argument("--config", type=Path, required=True, help="the ingestion.yaml")
+        _common(sub)
+        if name == "vacuum":
+            sub.add_argument(
+                "--retention-hours",
+                type=float,
+                default=None,
+                help="override spec.maintenance.vacuum.retentionHours (the 168 h floor still "
+                "needs allowUnsafeRetention in the spec)",
+            )
+    return parser
+
+
+def _setup_logging() -> None:
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+def _session(pipeline: Pipeline, args: argparse.Namespace, work_dir: Path | None) -> SparkSession:
+    from deltaflow_runtime import session
+
+    extra = dict(args.conf)
+    if work_dir is not None:
+        extra = {**session.local_conf(work_dir, getattr(args, "cores", None)), **extra}
+    elif "spark.jars" not in extra:
+        jars = session.find_local_jars()
+        if jars:
+            extra["spark.jars"] = ",".join(jars)
+    conf = session.runtime_conf(pipeline.ingestion, master=args.master, extra=extra)
+    return session.build_session(conf)
+
+
+def _metrics_port(args: argparse.Namespace) -> int | None:
+    from deltaflow_runtime.metrics import DEFAULT_METRICS_PORT, ENV_METRICS_PORT
+
+    port = args.metrics_port
+    if port is None:
+        port = int(os.environ.get(ENV_METRICS_PORT, DEFAULT_METRICS_PORT))
+    return port or None
+
+
+def _load(args: argparse.Namespace) -> Pipeline:
+    if args.command == "run":
+        ingestion = load_ingestion(args.filename)
+        local = localize(
+            ingestion, bootstrap_servers=args.bootstrap_servers, local_dir=args.local_dir
+        )
+        return Pipeline.of(local)
+    return Pipeline.of(load_ingestion(args.config))
+
+
+def _fail(code: int, reason: str, message: str) -> int:
+    from deltaflow_runtime.maintenance import write_termination_message
+
+    print(f"deltaflow: {message}", file=sys.stderr, flush=True)
+    write_termination_message({"reason": reason, "message": message[:3500]}, os.environ)
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the data-plane subcommands; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        pipeline = _load(args)
+    except ConfigError as error:
+        return _fail(EXIT_CONFIG, "InvalidSpec", error.render())
+    _setup_logging()
+    if args.command == "run":
+        ident = pipeline.identity
+        print(
+            f"deltaflow run: {pipeline.ingestion.namespace}/{pipeline.ingestion.name} from "
+            f"{pipeline.ingestion.spec.source.bootstrap_servers}\n  table:       {ident.table_path}"
+            f"\n  dead letter: {ident.dead_letter_table_path}\n  checkpoint:  "
+            f"{ident.checkpoint_path}",
+            flush=True,
+        )
+    try:
+        return _dispatch(args, pipeline)
+    except ConfigError as error:
+        return _fail(EXIT_CONFIG, "InvalidSpec", error.render())
+
+
+def _dispatch(args: argparse.Namespace, pipeline: Pipeline) -> int:
+    from deltaflow_runtime.guard import CheckpointMismatchError
+    from deltaflow_runtime.maintenance import (
+        MaintenanceConfigError,
+        UnsafeRetentionError,
+        check_retention,
+        emit,
+        run_optimize,
+        run_vacuum,
+    )
+    from deltaflow_runtime.offsets import DataLossError
+    from deltaflow_runtime.parse import SchemaError
+    from deltaflow_runtime.source import SourceConfigError
+
+    if args.command == "vacuum":
+        # Refuse before starting a JVM.
+        vac = pipeline.ingestion.spec.maintenance.vacuum
+        hours = vac.retention_hours if args.retention_hours is None else args.retention_hours
+        try:
+            check_retention(hours, vac.allow_unsafe_retention)
+        except UnsafeRetentionError as error:
+            return _fail(EXIT_REFUSED, "VacuumRefused", str(error))
+    work_dir = args.local_dir.resolve() / ".spark" if args.command == "run" else None
+    spark = _session(pipeline, args, work_dir)
+    try:
+        if args.command in ("run", "stream"):
+            from deltaflow_runtime.stream import StreamOptions, run_stream
+
+            hint = str(args.filename if args.command == "run" else args.config)
+            options = StreamOptions(
+                available_now=args.available_now,
+                metrics_port=_metrics_port(args),
+                config_hint=hint,
+            )
+            runner = run_stream(spark, pipeline, options)
+            if args.command == "run" and runner.writer is not None:
+                _summary(spark, pipeline)
+            return 0
+        if args.command == "optimize":
+            emit(run_optimize(spark, pipeline))
+            return 0
+        if args.command == "vacuum":
+            emit(run_vacuum(spark, pipeline, args.retention_hours))
+            return 0
+        return _recover(spark, pipeline)
+    except (SchemaError, SourceConfigError, MaintenanceConfigError) as error:
+        return _fail(EXIT_CONFIG, "InvalidSpec", str(error))
+    except CheckpointMismatchError as error:
+        return _fail(EXIT_CHECKPOINT, error.reason, str(error))
+    except DataLossError as error:
+        return _fail(EXIT_DATA_LOSS, "DataLoss", str(error))
+    except UnsafeRetentionError as error:
+        return _fail(EXIT_REFUSED, "VacuumRefused", str(error))
+    except Exception as error:
+        log.exception("failed")
+        return _fail(EXIT_FAILED, "Failed", f"{type(error).__name__}: {str(error)[:2000]}")
+    finally:
+        spark.stop()
+
+
+def _summary(spark: SparkSession, pipeline: Pipeline) -> None:
+    ident = pipeline.identity
+    for label, path in (("table", ident.table_path), ("dead letter", ident.dead_letter_table_path)):
+        try:
+            rows = spark.read.format("delta").load(path).count()
+        except Exception:
+            rows = 0
+        print(f"deltaflow run: {label} {path} holds {rows} rows", flush=True)
+
+
+def _recover(spark: SparkSession, pipeline: Pipeline) -> int:
+    from deltaflow_runtime.checkpoint import Checkpoint, render_offsets
+    from deltaflow_runtime.table import recorded_end_offsets, table_state
+
+    ident = pipeline.identity
+    table = table_state(spark, ident.table_path, ident.txn_app_id)
+    if table.stream_batch is None:
+        return _fail(
+            EXIT_REFUSED,
+            "NothingToRecover",
+            f"{ident.table_path} holds no transaction of {ident.txn_app_id}: nothing to recover "
+            "from (a new stream starts from spec.source.startingOffsets).",
+        )
+    offsets = recorded_end_offsets(
+        spark, ident.table_path, ident.txn_app_id, table.stream_batch, latest_version=table.version
+    )
+    if offsets is None:
+        return _fail(
+            EXIT_REFUSED,
+            "OffsetsNotRecorded",
+            f"the table's commit of batch {table.stream_batch} is no longer in its log (or has "
+            "no recorded offsets): restore the checkpoint from a backup instead.",
+        )
+    checkpoint = Checkpoint(spark, ident.checkpoint_path)
+    try:
+        checkpoint.rebuild_at(table.stream_batch, offsets)
+    except FileExistsError as error:
+        return _fail(EXIT_REFUSED, "CheckpointExists", str(error))
+    print(
+        json.dumps(
+            {
+                "event": "checkpoint_recovered",
+                "checkpoint": ident.checkpoint_path,
+                "batch": table.stream_batch,
+                "endOffsets": json.loads(render_offsets(offsets)),
+            }
+        ),
+        flush=True,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""The pipeline config: a DeltaIngestion read from a manifest file or from the operator's ConfigMap.
+
+The runtime judges a manifest with the same pydantic models as the operator and the API server, so
+``deltaflow run -f`` refuses exactly what ``kubectl apply`` would, naming the field.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from deltaflow_operator.api import DeltaIngestion
+from deltaflow_operator.api.errors import describe
+from deltaflow_operator.api.identity import StreamIdentity, identity
+
+# The key of the operator's ConfigMap that holds the whole DeltaIngestion as YAML.
+CONFIG_MAP_KEY = "ingestion.yaml"
+
+_OBJECT_STORE = re.compile(r"^(s3a|s3|gs|abfss)://(?P<rest>.+)$")
+_DURATION = re.compile(r"^(?P<n>[0-9]+)(?P<unit>ms|s|m|h)$")
+
+
+class ConfigError(Exception):
+    """The pipeline config cannot be used; ``lines`` name each field and what is wrong with it."""
+
+    def __init__(self, source: str, lines: list[str]) -> None:
+        super().__init__(f"{source}: " + "; ".join(lines))
+        self.source = source
+        self.lines = lines
+
+    def render(self) -> str:
+        """A multi-line message for a terminal or a pod log."""
+        body = "\n".join(f"  - {line}" for line in self.lines)
+        return f"{self.source} is not a valid DeltaIngestion:\n{body}"
+
+
+def parse_ingestion(document: Mapping[str, Any], source: str = "manifest") -> DeltaIngestion:
+    """Validate one YAML document: a DeltaIngestion, or a ConfigMap holding one under
+    ``data["ingestion.yaml"]`` (what the operator renders)."""
+    if document.get("kind") == "ConfigMap":
+        data = document.get("data") or {}
+        if CONFIG_MAP_KEY not in data:
+            raise ConfigError(source, [f"data.{CONFIG_MAP_KEY}: required key is missing"])
+        inner = yaml.safe_load(data[CONFIG_MAP_KEY])
+        if not isinstance(inner, Mapping):
+            raise ConfigError(source, [f"data.{CONFIG_MAP_KEY}: is not a YAML mapping"])
+        return parse_ingestion(inner, f"{source} (data.{CONFIG_MAP_KEY})")
+    kind = document.get("kind", "DeltaIngestion")
+    if kind != "DeltaIngestion":
+        raise ConfigError(source, [f"kind: expected DeltaIngestion, got {kind!r}"])
+    try:
+        return DeltaIngestion.model_validate(dict(document))
+    except ValidationError as error:
+        raise ConfigError(source, describe(error)) from None
+
+
+def load_ingestion(path: Path) -> DeltaIngestion:
+    """Read the one DeltaIngestion in ``path`` (a manifest, a mounted ConfigMap key, or a ConfigMap
+    manifest); a file with several documents must hold exactly one DeltaIngestion."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigError(str(path), [f"cannot read the file: {error.strerror}"]) from None
+    try:
+        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as error:
+        raise ConfigError(str(path), [f"not valid YAML: {error}"]) from None
+    if not all(isinstance(d, Mapping) for d in documents):
+        raise ConfigError(str(path), ["every YAML document must be a mapping"])
+    candidates = [d for d in documents if d.get("kind") in ("DeltaIngestion", "ConfigMap", None)]
+    if len(candidates) != 1:
+        raise ConfigError(
+            str(path), [f"expected exactly one DeltaIngestion, found {len(candidates)} documents"]
+        )
+    return parse_ingestion(candidates[0], str(path))
+
+
+def trigger_seconds(interval: str) -> float:
+    """The trigger interval (``10s``, ``500ms``, ``2m``, ``1h``) in seconds."""
+    match = _DURATION.match(interval)
+    if match is None:
+        raise ValueError(f"not a duration: {interval!r}")
+    scale = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}[match["unit"]]
+    return int(match["n"]) * scale
+
+
+def local_path(uri: str, local_dir: Path) -> str:
+    """Map an object-store URI to a ``file://`` path under ``local_dir`` (same bucket/key layout);
+    local paths are returned unchanged."""
+    match = _OBJECT_STORE.match(uri)
+    if match is None:
+        return uri
+    return f"file://{(local_dir / match['rest']).resolve()}"
+
+
+def localize(
+    ingestion: DeltaIngestion, *, bootstrap_servers: str | None, local_dir: Path
+) -> DeltaIngestion:
+    """The same ingestion for a local try-out: another broker, and object-store paths mapped to
+    ``local_dir`` (storage credentials dropped). Re-validated, so the result obeys every rule."""
+    wire = ingestion.model_dump(by_alias=True, exclude_none=True, exclude={"status"})
+    source, sink = wire["spec"]["source"], wire["spec"]["sink"]
+    if bootstrap_servers:
+        source["bootstrapServers"] = bootstrap_servers
+    ident = identity(ingestion)
+    sink["tablePath"] = local_path(ident.table_path, local_dir)
+    # Pin the derived paths before the table moves, so they move with it consistently.
+    sink["checkpointPath"] = local_path(ident.checkpoint_path, local_dir)
+    sink.pop("storage", None)
+    wire["spec"]["deadLetter"] = {"tablePath": local_path(ident.dead_letter_table_path, local_dir)}
+    return DeltaIngestion.model_validate(wire)
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A validated ingestion and the stream identity the operator derives from it."""
+
+    ingestion: DeltaIngestion
+    identity: StreamIdentity
+
+    @classmethod
+    def of(cls, ingestion: DeltaIngestion) -> Pipeline:
+        """Bundle an ingestion with its identity."""
+        return cls(ingestion, identity(ingestion))

@@ -1,0 +1,217 @@
+"""Prometheus metrics of the driver: throughput, batch timings, rows written and dead-lettered,
+Kafka lag and retention headroom per partition, last committed batch and table version.
+
+Names are prefixed ``deltaflow_``. Sources: Spark's progress reports (rates, durations), the batch
+writer (rows, reasons, commits) and a background Kafka poll (lag, retention headroom).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from deltaflow_runtime.checkpoint import TopicOffsets
+from deltaflow_runtime.parse import REASONS
+
+ENV_METRICS_PORT = "DELTAFLOW_METRICS_PORT"
+DEFAULT_METRICS_PORT = 8090
+
+# Spark's durationMs parts of a micro-batch (see StreamingQueryProgress.durationMs).
+SPARK_PHASES = (
+    "latestOffset",
+    "getBatch",
+    "queryPlanning",
+    "walCommit",
+    "addBatch",
+    "commitOffsets",
+    "triggerExecution",
+)
+# The runtime's own parts of addBatch.
+WRITER_PHASES = ("write_table", "write_dead_letter", "commit_consumer_group")
+
+
+@dataclass(frozen=True)
+class ProgressSample:
+    """The numbers the metrics take from one Spark progress report."""
+
+    batch_id: int
+    input_rows: int
+    input_rows_per_second: float
+    processed_rows_per_second: float
+    durations_ms: dict[str, int] = field(default_factory=dict)
+
+
+def progress_sample(progress: Mapping[str, Any]) -> ProgressSample:
+    """Extract a :class:`ProgressSample` from a StreamingQueryProgress (as a dict)."""
+
+    def number(key: str) -> float:
+        value = progress.get(key)
+        return float(value) if isinstance(value, int | float) else 0.0
+
+    durations = progress.get("durationMs") or {}
+    return ProgressSample(
+        batch_id=int(progress.get("batchId", -1)),
+        input_rows=int(progress.get("numInputRows", 0)),
+        input_rows_per_second=number("inputRowsPerSecond"),
+        processed_rows_per_second=number("processedRowsPerSecond"),
+        durations_ms={k: int(v) for k, v in durations.items() if k in SPARK_PHASES},
+    )
+
+
+class RuntimeMetrics:
+    """Every metric of one stream, in its own registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.info = Gauge(
+            "deltaflow_stream_info",
+            "The stream this driver runs (value 1).",
+            ["txn_app_id", "consumer_group", "table"],
+            registry=r,
+        )
+        self.input_rows_per_second = Gauge(
+            "deltaflow_input_rows_per_second",
+            "Rate at which records arrived, last batch.",
+            registry=r,
+        )
+        self.processed_rows_per_second = Gauge(
+            "deltaflow_processed_rows_per_second",
+            "Rate at which records were processed, last batch.",
+            registry=r,
+        )
+        self.batch_duration = Histogram(
+            "deltaflow_batch_duration_seconds",
+            "Wall time of each micro-batch (Spark triggerExecution).",
+            buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+            registry=r,
+        )
+        self.phase_seconds = Gauge(
+            "deltaflow_batch_phase_seconds",
+            "Parts of the last micro-batch: Spark's durationMs and the writer's own steps.",
+            ["phase"],
+            registry=r,
+        )
+        self.input_rows = Counter(
+            "deltaflow_input_rows", "Records read from Kafka and routed.", registry=r
+        )
+        self.rows_written = Counter(
+            "deltaflow_rows_written", "Rows appended to the table.", registry=r
+        )
+        self.dead_letter_rows = Counter(
+            "deltaflow_dead_letter_rows",
+            "Records written to the dead-letter table, by reason.",
+            ["reason"],
+            registry=r,
+        )
+        for reason in REASONS:
+            self.dead_letter_rows.labels(reason=reason.value)
+        self.batches = Counter(
+            "deltaflow_batches",
+            "Micro-batches by outcome (committed, or replayed after a restart and already in the "
+            "table).",
+            ["outcome"],
+            registry=r,
+        )
+        self.last_batch_id = Gauge(
+            "deltaflow_last_committed_batch_id", "Last batch committed to the table.", registry=r
+        )
+        self.table_version = Gauge(
+            "deltaflow_table_version", "Delta table version after the last batch.", registry=r
+        )
+        self.last_commit_time = Gauge(
+            "deltaflow_last_commit_timestamp_seconds",
+            "Unix time of the last batch commit.",
+            registry=r,
+        )
+        self.group_commit_failures = Counter(
+            "deltaflow_consumer_group_commit_failures",
+            "Failed commits of end offsets to the stream's consumer group (monitoring only).",
+            registry=r,
+        )
+        labels = ["topic", "partition"]
+        self.lag = Gauge(
+            "deltaflow_kafka_lag_records",
+            "Log-end offset minus the stream's committed offset.",
+            labels,
+            registry=r,
+        )
+        self.lag_total = Gauge(
+            "deltaflow_kafka_lag_records_sum",
+            "Sum of the lag over all partitions.",
+            registry=r,
+        )
+        self.committed_offset = Gauge(
+            "deltaflow_kafka_committed_offset",
+            "Next offset the stream reads (end of the last committed batch).",
+            labels,
+            registry=r,
+        )
+        self.earliest_offset = Gauge(
+            "deltaflow_kafka_earliest_offset",
+            "Earliest offset Kafka retains.",
+            labels,
+            registry=r,
+        )
+        self.latest_offset = Gauge(
+            "deltaflow_kafka_latest_offset", "Log-end offset.", labels, registry=r
+        )
+        self.headroom = Gauge(
+            "deltaflow_kafka_retention_headroom_records",
+            "Committed offset minus earliest retained offset: how many records retention may "
+            "still delete before it deletes unread ones (<= 0: data loss).",
+            labels,
+            registry=r,
+        )
+        self.headroom_ratio = Gauge(
+            "deltaflow_kafka_retention_headroom_ratio",
+            "Headroom as a fraction of the retained log (0: retention is at the stream's read "
+            "position).",
+            labels,
+            registry=r,
+        )
+
+    def serve(self, port: int) -> None:
+        """Expose /metrics on ``port`` (all interfaces, for the driver's Service)."""
+        start_http_server(port, registry=self.registry)
+
+    def observe_progress(self, sample: ProgressSample) -> None:
+        """Record one Spark progress report."""
+        self.input_rows_per_second.set(sample.input_rows_per_second)
+        self.processed_rows_per_second.set(sample.processed_rows_per_second)
+        for phase, ms in sample.durations_ms.items():
+            self.phase_seconds.labels(phase=phase).set(ms / 1000)
+        if "triggerExecution" in sample.durations_ms and sample.input_rows > 0:
+            self.batch_duration.observe(sample.durations_ms["triggerExecution"] / 1000)
+
+    def observe_offsets(
+        self, committed: TopicOffsets, earliest: TopicOffsets, latest: TopicOffsets
+    ) -> None:
+        """Record committed, earliest and latest offsets and what follows from them."""
+        total = 0
+        for topic, parts in latest.items():
+            for partition, end in parts.items():
+                p = str(partition)
+                self.latest_offset.labels(topic, p).set(end)
+                first = earliest.get(topic, {}).get(partition)
+                if first is not None:
+                    self.earliest_offset.labels(topic, p).set(first)
+                done = committed.get(topic, {}).get(partition)
+                if done is None:
+                    done = first  # not read yet: a new stream starts at the earliest retained
+                if done is None:
+                    continue
+                self.committed_offset.labels(topic, p).set(done)
+                lag = max(0, end - done)
+                total += lag
+                self.lag.labels(topic, p).set(lag)
+                if first is not None:
+                    self.headroom.labels(topic, p).set(done - first)
+                    retained = end - first
+                    self.headroom_ratio.labels(topic, p).set(
+                        (done - first) / retained if retained > 0 else 1.0
+                    )
+        self.lag_total.set(total)

@@ -1,0 +1,387 @@
+"""Parsing and routing: every Kafka record is either a table row or a dead letter with a reason.
+
+All transforms here are pure DataFrame -> DataFrame functions. :func:`route` adds two internal
+columns to the Kafka rows: the parsed value and the machine-readable reason a record is refused
+(null when valid). Routing is on that reason, never on "the parsed row looks fine": in PERMISSIVE
+mode Spark turns a corrupt JSON record into a row of nulls (and an empty value into a null struct),
+and a corrupt Avro record into a struct of nulls, which would otherwise land in the table.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Literal
+
+from deltaflow_operator.api.v1alpha1 import DeltaSink, Format
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+
+class Reason(StrEnum):
+    """Why a record went to the dead-letter table (stable, machine-readable)."""
+
+    TOMBSTONE = "tombstone"  # null value
+    RECORD_TOO_LARGE = "record_too_large"  # value over spec.format.maxRecordBytes
+    MISSING_KEY = "missing_key"  # null key with spec.format.keyRequired
+    INVALID_UTF8 = "invalid_utf8"  # json/raw value that is not UTF-8
+    MALFORMED_JSON = "malformed_json"  # not one JSON object
+    SCHEMA_MISMATCH = "schema_mismatch"  # a JSON field does not fit its type in the schema
+    MISSING_REQUIRED_FIELD = "missing_required_field"  # a NOT NULL field is absent or null
+    MALFORMED_AVRO = "malformed_avro"  # does not decode with the Avro schema
+
+
+# Priority: the first reason that applies is the one recorded.
+REASONS: tuple[Reason, ...] = tuple(Reason)
+
+METADATA_COLUMNS: tuple[str, ...] = (
+    "_kafka_topic",
+    "_kafka_partition",
+    "_kafka_offset",
+    "_kafka_timestamp",
+)
+DEAD_LETTER_COLUMNS: tuple[str, ...] = (
+    *METADATA_COLUMNS,
+    "key",
+    "value",
+    "reason",
+    "detail",
+    "batch_id",
+    "dead_lettered_at",
+)
+
+# Internal columns of a routed DataFrame; never written.
+PARSED = "__deltaflow_parsed"
+REASON = "__deltaflow_reason"
+TEXT = "__deltaflow_text"
+PRE_REASON = "__deltaflow_pre_reason"
+CORRUPT = "__deltaflow_corrupt_record"
+
+
+class SchemaError(Exception):
+    """The spec's schema (or partitioning) cannot work; the message names the field."""
+
+
+@dataclass(frozen=True)
+class ParseSpec:
+    """What routing needs to know, resolved once from the spec at start."""
+
+    format: Literal["json", "avro", "raw"]
+    value_schema: StructType | None  # the table's value columns (json/avro), all nullable
+    required: tuple[str, ...]  # top-level fields that must be present and non-null
+    avro_schema: str | None
+    avro_all_null: bytes | None  # the encoding of a valid record whose fields are all null
+    key_required: bool
+    max_record_bytes: int
+    metadata_columns: bool
+
+
+def avro_required_fields(avro_schema: str) -> tuple[str, ...]:
+    """Top-level fields of an Avro record schema that cannot be null (not a union with null)."""
+    record = json.loads(avro_schema)
+    if not isinstance(record, dict) or record.get("type") != "record":
+        raise SchemaError("spec.format.schema: the Avro schema must be a record")
+    required = []
+    for field in record.get("fields", []):
+        kind = field["type"]
+        nullable = kind == "null" or (isinstance(kind, list) and "null" in kind)
+        if not nullable:
+            required.append(str(field["name"]))
+    return tuple(required)
+
+
+def avro_all_null_encoding(avro_schema: str) -> bytes | None:
+    """Avro binary of a record whose fields are all null, or None if some field cannot be null.
+
+    Each nullable field is a union; null is written as the zig-zag varint index of its branch.
+    """
+    record = json.loads(avro_schema)
+    out = bytearray()
+    for field in record.get("fields", []):
+        kind = field["type"]
+        if kind == "null":
+            continue  # the null type takes no bytes
+        if not (isinstance(kind, list) and "null" in kind):
+            return None
+        index = kind.index("null")
+        out.append((index << 1) & 0x7F)  # unions never have 64 branches: one byte
+    return bytes(out)
+
+
+def _check_columns(columns: Sequence[str], sink: DeltaSink, source_field: str) -> None:
+    reserved = set(METADATA_COLUMNS) if sink.kafka_metadata_columns else set()
+    clashes = sorted(reserved.intersection(columns))
+    if clashes:
+        raise SchemaError(
+            f"{source_field}: field(s) {', '.join(clashes)} clash with the Kafka metadata "
+            "columns; rename them or set spec.sink.kafkaMetadataColumns: false"
+        )
+    internal = [c for c in columns if c.startswith("__deltaflow")]
+    if internal:
+        raise SchemaError(f"{source_field}: names starting with __deltaflow are reserved")
+    available = set(columns) | reserved
+    unknown = [c for c in sink.partition_by if c not in available]
+    if unknown:
+        raise SchemaError(
+            f"spec.sink.partitionBy: {', '.join(unknown)} is not a column of the table "
+            f"(columns: {', '.join(sorted(available))})"
+        )
+
+
+def output_columns(spec: ParseSpec) -> list[str]:
+    """The table's columns, in order."""
+    if spec.format == "raw":
+        value_columns = ["key", "value"]
+    else:
+        assert spec.value_schema is not None
+        value_columns = list(spec.value_schema.fieldNames())
+    return value_columns + (list(METADATA_COLUMNS) if spec.metadata_columns else [])
+
+
+def parse_spec(spark: SparkSession, fmt: Format, sink: DeltaSink) -> ParseSpec:
+    """Resolve the spec's format into a :class:`ParseSpec`; raise SchemaError naming the field."""
+    from pyspark.errors import PySparkException
+    from pyspark.sql.types import DataType, StructType
+
+    common: dict[str, Any] = {
+        "key_required": fmt.key_required,
+        "max_record_bytes": fmt.max_record_bytes,
+        "metadata_columns": sink.kafka_metadata_columns,
+    }
+    if fmt.type == "raw":
+        spec = ParseSpec("raw", None, (), None, None, **common)
+        _check_columns(["key", "value"], sink, "spec.format.type")
+        return spec
+    if fmt.type == "json":
+        try:
+            parsed = DataType.fromDDL(str(fmt.schema_))
+        except PySparkException as error:
+            message = str(error).splitlines()[0]
+            raise SchemaError(f"spec.format.schema: not a Spark DDL schema: {message}") from None
+        if not isinstance(parsed, StructType):
+            raise SchemaError("spec.format.schema: must list fields, e.g. 'id BIGINT, name STRING'")
+        required = tuple(f.name for f in parsed.fields if not f.nullable)
+        nullable = StructType.fromJson(parsed.jsonValue())
+        for field in nullable.fields:
+            field.nullable = True
+        _check_columns(nullable.fieldNames(), sink, "spec.format.schema")
+        return ParseSpec("json", nullable, required, None, None, **common)
+    avro_schema = str(fmt.schema_)
+    try:
+        required = avro_required_fields(avro_schema)
+        all_null = avro_all_null_encoding(avro_schema)
+        value_schema = _avro_struct(spark, avro_schema)
+    except (ValueError, KeyError, TypeError) as error:
+        raise SchemaError(f"spec.format.schema: not an Avro record schema: {error}") from None
+    except PySparkException as error:
+        message = str(error).splitlines()[0]
+        raise SchemaError(f"spec.format.schema: not a valid Avro schema: {message}") from None
+    _check_columns(value_schema.fieldNames(), sink, "spec.format.schema")
+    return ParseSpec("avro", value_schema, required, avro_schema, all_null, **common)
+
+
+def _avro_struct(spark: SparkSession, avro_schema: str) -> StructType:
+    from pyspark.sql.avro.functions import from_avro
+    from pyspark.sql.types import StructType
+
+    empty = spark.createDataFrame([], "value BINARY")
+    decoded = empty.select(from_avro("value", avro_schema).alias("r")).schema["r"].dataType
+    if not isinstance(decoded, StructType):
+        raise SchemaError("spec.format.schema: the Avro schema must be a record")
+    return StructType.fromJson(decoded.jsonValue())
+
+
+def _lit_reason(reason: Reason) -> Column:
+    from pyspark.sql import functions as F  # noqa: N812
+
+    return F.lit(reason.value)
+
+
+def _pre_reason(spec: ParseSpec, check_utf8: bool) -> Column:
+    """Checks that need no parsing, in priority order (null when all pass)."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    value = F.col("value")
+    reason = F.when(value.isNull(), _lit_reason(Reason.TOMBSTONE)).when(
+        F.octet_length(value) > F.lit(spec.max_record_bytes), _lit_reason(Reason.RECORD_TOO_LARGE)
+    )
+    if spec.key_required:
+        reason = reason.when(F.col("key").isNull(), _lit_reason(Reason.MISSING_KEY))
+    if check_utf8:
+        reason = reason.when(~F.is_valid_utf8(F.col(TEXT)), _lit_reason(Reason.INVALID_UTF8))
+    return reason
+
+
+def _field(name: str) -> Column:
+    from pyspark.sql import functions as F  # noqa: N812
+
+    return F.col(PARSED).getField(name)
+
+
+def route(records: DataFrame, spec: ParseSpec) -> DataFrame:
+    """Kafka rows -> the same rows plus the parsed value and the refusal reason (null if valid).
+
+    Parsing runs once per record, in its own projection, and only on records that passed the
+    cheap checks (null value, size, key, UTF-8): an oversized record is never parsed.
+    """
+    from pyspark.sql import functions as F  # noqa: N812
+    from pyspark.sql.avro.functions import from_avro
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    base = records.select("key", "value", "topic", "partition", "offset", "timestamp")
+    if spec.format == "raw":
+        staged = base.withColumn(TEXT, F.col("value").cast("string"))
+        return staged.withColumn(REASON, _pre_reason(spec, check_utf8=True)).withColumn(
+            PARSED, F.lit(None)
+        )
+    assert spec.value_schema is not None
+    if spec.format == "json":
+        staged = base.withColumn(TEXT, F.col("value").cast("string"))
+        staged = staged.withColumn(PRE_REASON, _pre_reason(spec, check_utf8=True))
+        with_corrupt = StructType([*spec.value_schema.fields, StructField(CORRUPT, StringType())])
+        options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+        parsed = F.when(F.col(PRE_REASON).isNull(), F.from_json(F.col(TEXT), with_corrupt, options))
+        staged = staged.withColumn(PARSED, parsed)
+        text = F.col(TEXT)
+        malformed = (
+            F.col(PARSED).isNull()
+            | ~F.endswith(F.rtrim(text), F.lit("}"))  # Spark ignores text after the object
+            | (_field(CORRUPT).isNotNull() & F.json_object_keys(text).isNull())
+        )
+        reason = (
+            F.when(F.col(PRE_REASON).isNotNull(), F.col(PRE_REASON))
+            .when(malformed, _lit_reason(Reason.MALFORMED_JSON))
+            .when(_field(CORRUPT).isNotNull(), _lit_reason(Reason.SCHEMA_MISMATCH))
+        )
+    else:
+        staged = base.withColumn(PRE_REASON, _pre_reason(spec, check_utf8=False))
+        decoded = from_avro(F.col("value"), str(spec.avro_schema), {"mode": "PERMISSIVE"})
+        staged = staged.withColumn(PARSED, F.when(F.col(PRE_REASON).isNull(), decoded))
+        names = spec.value_schema.fieldNames()
+        all_null = F.lit(True)
+        for name in names:
+            all_null = all_null & _field(name).isNull()
+        # PERMISSIVE decoding yields a struct of nulls for a corrupt record: tell it from a valid
+        # all-null record by its exact encoding.
+        all_null_valid = (
+            F.col("value") == F.lit(spec.avro_all_null)
+            if spec.avro_all_null is not None
+            else F.lit(False)
+        )
+        malformed = F.col(PARSED).isNull() | (all_null & ~all_null_valid)
+        for name in spec.required:
+            malformed = malformed | _field(name).isNull()
+        reason = F.when(F.col(PRE_REASON).isNotNull(), F.col(PRE_REASON)).when(
+            malformed, _lit_reason(Reason.MALFORMED_AVRO)
+        )
+    if spec.format == "json" and spec.required:
+        missing = F.lit(False)
+        for name in spec.required:
+            missing = missing | _field(name).isNull()
+        reason = reason.when(missing, _lit_reason(Reason.MISSING_REQUIRED_FIELD))
+    return staged.withColumn(REASON, reason)
+
+
+def _metadata() -> list[Column]:
+    from pyspark.sql import functions as F  # noqa: N812
+
+    return [
+        F.col("topic").alias("_kafka_topic"),
+        F.col("partition").alias("_kafka_partition"),
+        F.col("offset").alias("_kafka_offset"),
+        F.col("timestamp").alias("_kafka_timestamp"),
+    ]
+
+
+def valid_rows(routed: DataFrame, spec: ParseSpec) -> DataFrame:
+    """The table rows: valid records only, value columns then the Kafka metadata columns."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    valid = routed.where(F.col(REASON).isNull())
+    if spec.format == "raw":
+        columns = [F.col("key"), F.col(TEXT).alias("value")]
+    else:
+        assert spec.value_schema is not None
+        columns = [_field(name).alias(name) for name in spec.value_schema.fieldNames()]
+    return valid.select(*columns, *(_metadata() if spec.metadata_columns else []))
+
+
+def _detail(spec: ParseSpec) -> Column:
+    """A human-readable explanation next to the machine-readable reason."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    reason = F.col(REASON)
+    detail = (
+        F.when(reason == Reason.TOMBSTONE.value, F.lit("value is null (a tombstone)"))
+        .when(
+            reason == Reason.RECORD_TOO_LARGE.value,
+            F.format_string(
+                "value is %d bytes, over spec.format.maxRecordBytes (%d)",
+                F.octet_length("value"),
+                F.lit(spec.max_record_bytes),
+            ),
+        )
+        .when(
+            reason == Reason.MISSING_KEY.value,
+            F.lit("key is null and spec.format.keyRequired is true"),
+        )
+        .when(reason == Reason.INVALID_UTF8.value, F.lit("value is not valid UTF-8"))
+        .when(reason == Reason.MALFORMED_JSON.value, F.lit("value is not one JSON object"))
+        .when(
+            reason == Reason.MALFORMED_AVRO.value,
+            F.lit("value does not decode with the Avro schema in spec.format.schema"),
+        )
+    )
+    if spec.format == "json" and spec.value_schema is not None:
+        keys = F.json_object_keys(F.col(TEXT))
+        mismatched = [
+            F.when(
+                F.array_contains(keys, F.lit(f.name)) & _field(f.name).isNull(),
+                F.lit(f"{f.name} ({f.dataType.simpleString()})"),
+            )
+            for f in spec.value_schema.fields
+        ]
+        detail = detail.when(
+            reason == Reason.SCHEMA_MISMATCH.value,
+            F.concat(F.lit("fields that do not fit the schema: "), F.concat_ws(", ", *mismatched)),
+        )
+        if spec.required:
+            missing = [F.when(_field(n).isNull(), F.lit(n)) for n in spec.required]
+            detail = detail.when(
+                reason == Reason.MISSING_REQUIRED_FIELD.value,
+                F.concat(F.lit("required fields missing or null: "), F.concat_ws(", ", *missing)),
+            )
+    return detail
+
+
+def dead_letter_rows(routed: DataFrame, spec: ParseSpec, batch_id: int) -> DataFrame:
+    """The dead-letter rows: where each refused record came from, its raw bytes and why."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    dead = routed.where(F.col(REASON).isNotNull())
+    return dead.select(
+        *_metadata(),
+        F.col("key"),
+        F.col("value"),
+        F.col(REASON).alias("reason"),
+        _detail(spec).alias("detail"),
+        F.lit(batch_id).cast("bigint").alias("batch_id"),
+        F.current_timestamp().alias("dead_lettered_at"),
+    )
+
+
+def count_columns() -> list[Column]:
+    """Aggregates over a routed DataFrame: all rows, valid rows and rows per reason
+    (named ``rows``, ``valid`` and each reason's value), for ``DataFrame.observe``."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    reason = F.col(REASON)
+    return [
+        F.count(F.lit(1)).alias("rows"),
+        F.count_if(reason.isNull()).alias("valid"),
+        *(F.count_if(reason == F.lit(r.value)).alias(r.value) for r in REASONS),
+    ]

@@ -1,0 +1,149 @@
+"""The SparkSession: Delta enabled, tables kept readable by every Delta reader, object-store access
+from the spec, and (for local runs) the Delta/Kafka/Avro jars found without any download.
+
+On Kubernetes the operator's ``spark-defaults.conf`` (``SPARK_CONF_DIR``) sets the master and the
+executors; this module adds only what the data plane itself depends on.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from deltaflow_operator.api import DeltaIngestion
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+ENV_SPARK_JARS = "DELTAFLOW_SPARK_JARS"
+ENV_CACHE = "DELTAFLOW_CACHE"
+JAR_PREFIXES = ("delta-spark_", "spark-sql-kafka-0-10_", "spark-avro_")
+
+# What the data plane's correctness rests on; spec.sparkConf cannot turn these off.
+PINNED_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    # VACUUM refuses a retention under the table's (168 h by default) unless the spec overrides.
+    "spark.databricks.delta.retentionDurationCheck.enabled": "true",
+}
+# Defaults the spec may change.
+DEFAULT_CONF = {
+    # Protocol-simple tables (reader 1 / writer 2): readable by delta-rs and older readers.
+    "spark.databricks.delta.properties.defaults.enableDeletionVectors": "false",
+    # VACUUM records what it deleted in the table history (the maintenance report reads it).
+    "spark.databricks.delta.vacuum.logging.enabled": "true",
+    # Every write with txnAppId makes Delta replay the log to read the stream's txn (Spark jobs
+    # over this many partitions): on the critical path of each batch, and a streaming table's
+    # log since its last checkpoint (every 10 commits) is small. Delta's default is 50.
+    "spark.databricks.delta.snapshotPartitions": "8",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.ui.showConsoleProgress": "false",
+}
+
+
+class JarsNotFoundError(Exception):
+    """The Delta/Kafka jars for a local run could not be found."""
+
+
+def storage_conf(ingestion: DeltaIngestion, env: Mapping[str, str]) -> dict[str, str]:
+    """Hadoop s3a settings from spec.sink.storage; keys come from the environment (set by the
+    operator from the Secrets) and go into the Hadoop conf so executors' tasks get them too."""
+    storage = ingestion.spec.sink.storage
+    if storage is None:
+        return {}
+    conf = {"spark.hadoop.fs.s3a.path.style.access": str(storage.path_style_access).lower()}
+    if storage.endpoint is not None:
+        conf["spark.hadoop.fs.s3a.endpoint"] = storage.endpoint
+    if storage.region is not None:
+        conf["spark.hadoop.fs.s3a.endpoint.region"] = storage.region
+    key, secret = env.get("AWS_ACCESS_KEY_ID"), env.get("AWS_SECRET_ACCESS_KEY")
+    if storage.access_key_id is not None and key and secret:
+        conf["spark.hadoop.fs.s3a.access.key"] = key
+        conf["spark.hadoop.fs.s3a.secret.key"] = secret
+    return conf
+
+
+def runtime_conf(
+    ingestion: DeltaIngestion,
+    *,
+    master: str | None = None,
+    extra: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """Spark properties for the stream or a maintenance job (``extra`` wins, then the spec)."""
+    e = os.environ if env is None else env
+    conf = {
+        "spark.app.name": f"deltaflow-{ingestion.namespace}-{ingestion.name}",
+        **DEFAULT_CONF,
+        **storage_conf(ingestion, e),
+        **ingestion.spec.spark_conf,
+        **(extra or {}),
+        **PINNED_CONF,
+    }
+    if master is not None:
+        conf["spark.master"] = master
+    return conf
+
+
+def _cache_dir(env: Mapping[str, str]) -> Path:
+    return Path(env.get(ENV_CACHE) or Path.home() / ".cache" / "deltaflow")
+
+
+def find_local_jars(env: Mapping[str, str] | None = None) -> list[str]:
+    """Jars a local run must add to Spark, found without downloading: ``DELTAFLOW_SPARK_JARS``
+    (a directory or comma-separated jars), else the stack's cache (``stack/install``). Empty when
+    pyspark itself ships them (the container image)."""
+    e = os.environ if env is None else env
+    import pyspark
+
+    shipped = Path(pyspark.__file__).parent / "jars"
+    if all(any(shipped.glob(f"{p}*.jar")) for p in JAR_PREFIXES[:2]):
+        return []
+    listed = e.get(ENV_SPARK_JARS)
+    if listed:
+        path = Path(listed)
+        if path.is_dir():
+            return sorted(str(j) for j in path.glob("*.jar"))
+        return [j for j in listed.split(",") if j]
+    entries = sorted(
+        (d for d in (_cache_dir(e) / "spark-jars").glob("*") if (d / ".complete").exists()),
+        key=lambda d: d.stat().st_mtime,
+    )
+    for entry in reversed(entries):
+        jars = sorted(str(j) for j in (entry / "jars").glob("*.jar"))
+        if all(any(Path(j).name.startswith(p) for j in jars) for p in JAR_PREFIXES[:2]):
+            return jars
+    raise JarsNotFoundError(
+        "no Delta/Kafka jars for Spark: run `bash stack/install/spark-jars.sh` (cached, no "
+        f"download at run time) or set {ENV_SPARK_JARS} to a directory of jars"
+    )
+
+
+def local_conf(work_dir: Path, cores: int | None = None) -> dict[str, str]:
+    """Settings for Spark local mode (``deltaflow run``): jars, scratch space, no UI."""
+    conf = {
+        "spark.master": f"local[{cores}]" if cores else "local[*]",
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.local.dir": str(work_dir / "spark-local"),
+        "spark.sql.warehouse.dir": str(work_dir / "spark-warehouse"),
+        "spark.driver.extraJavaOptions": f"-Dderby.system.home={work_dir / 'derby'}",
+    }
+    jars = find_local_jars()
+    if jars:
+        conf["spark.jars"] = ",".join(jars)
+    return conf
+
+
+def build_session(conf: Mapping[str, str]) -> SparkSession:
+    """Create (or join) the SparkSession with ``conf``; Spark's own logging at WARN."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark

@@ -1,0 +1,257 @@
+"""Run one DeltaIngestion as a Structured Streaming query, with its guards, metrics and shutdown.
+
+Start: resolve the format, check that the checkpoint belongs with the table (else refuse), check
+that Kafka still holds every offset the stream will read (else fail loudly), then start the query.
+While it runs: progress reports feed the metrics and a background poll keeps lag and retention
+headroom current. SIGTERM lets an in-flight batch finish before the query stops.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from deltaflow_runtime.checkpoint import Checkpoint, TopicOffsets
+from deltaflow_runtime.config import Pipeline, trigger_seconds
+from deltaflow_runtime.guard import StreamFacts, check_checkpoint
+from deltaflow_runtime.metrics import RuntimeMetrics, progress_sample
+from deltaflow_runtime.offsets import DataLossError, KafkaAdmin, data_loss_gaps, describe_gaps
+from deltaflow_runtime.parse import parse_spec
+from deltaflow_runtime.sink import BatchWriter
+from deltaflow_runtime.source import (
+    KafkaSecrets,
+    librdkafka_config,
+    read_stream,
+    spark_kafka_options,
+)
+from deltaflow_runtime.table import recorded_end_offsets, table_state
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+log = logging.getLogger("deltaflow.stream")
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    """How to run the stream (beyond the spec)."""
+
+    available_now: bool = False  # drain what is in Kafka now, then stop
+    metrics_port: int | None = None  # None: no /metrics endpoint
+    config_hint: str = "<ingestion.yaml>"  # named in recovery instructions
+    poll_seconds: float = 10.0  # Kafka lag / retention poll
+    stop_grace_seconds: float = 45.0  # SIGTERM: wait this long for an in-flight batch
+
+
+def gather_facts(spark: SparkSession, pipeline: Pipeline, checkpoint: Checkpoint) -> StreamFacts:
+    """Read what the checkpoint and the table say about this stream."""
+    ident = pipeline.identity
+    table = table_state(spark, ident.table_path, ident.txn_app_id)
+    state = checkpoint.state()
+    ours = recorded = None
+    batch = table.stream_batch
+    if batch is not None and state.latest_planned is not None and state.latest_planned >= batch:
+        ours = checkpoint.end_offsets(batch)
+        recorded = recorded_end_offsets(
+            spark, ident.table_path, ident.txn_app_id, batch, latest_version=table.version
+        )
+    return StreamFacts(
+        table_path=ident.table_path,
+        checkpoint_path=ident.checkpoint_path,
+        txn_app_id=ident.txn_app_id,
+        checkpoint=state,
+        table=table,
+        checkpoint_offsets_at_table_batch=ours,
+        table_offsets_at_table_batch=recorded,
+    )
+
+
+def check_retention(
+    admin: KafkaAdmin, resume: TopicOffsets | None, fail_on_data_loss: bool
+) -> None:
+    """Fail (or warn) when Kafka no longer holds offsets the stream would resume from."""
+    if not resume:
+        return
+    tps = [(t, p) for t, ps in resume.items() for p in ps]
+    gaps = data_loss_gaps(resume, admin.earliest_offsets(tps))
+    if not gaps:
+        return
+    message = describe_gaps(gaps, fail_on_data_loss)
+    if fail_on_data_loss:
+        raise DataLossError(gaps, message)
+    log.warning("%s", message)
+
+
+class StreamRunner:
+    """One running stream: the query, its writer, the Kafka poll and the signal handling."""
+
+    def __init__(self, spark: SparkSession, pipeline: Pipeline, options: StreamOptions) -> None:
+        self.spark = spark
+        self.pipeline = pipeline
+        self.options = options
+        self.metrics = RuntimeMetrics()
+        self._stop = threading.Event()
+        self._done = threading.Event()
+        source = pipeline.ingestion.spec.source
+        self.secrets = KafkaSecrets.from_env(source)
+        self.admin = KafkaAdmin(librdkafka_config(source, self.secrets))
+        self.checkpoint = Checkpoint(spark, pipeline.identity.checkpoint_path)
+        self.query: StreamingQuery | None = None
+        self.writer: BatchWriter | None = None
+
+    def preflight(self) -> tuple[StreamFacts, TopicOffsets | None]:
+        """The start-up guards; returns the facts and where the stream resumes (None: new)."""
+        facts = gather_facts(self.spark, self.pipeline, self.checkpoint)
+        check_checkpoint(facts, self.options.config_hint)
+        resume = self.checkpoint.resume_offsets()
+        check_retention(self.admin, resume, self.pipeline.ingestion.spec.source.fail_on_data_loss)
+        return facts, resume
+
+    def start(self) -> StreamingQuery:
+        """Run the guards and start the query."""
+        ingestion, ident = self.pipeline.ingestion, self.pipeline.identity
+        spec = parse_spec(self.spark, ingestion.spec.format, ingestion.spec.sink)
+        facts, resume = self.preflight()
+        dead_letter = table_state(self.spark, ident.dead_letter_table_path, ident.txn_app_id)
+        self.writer = BatchWriter(
+            spark=self.spark,
+            stream=ident,
+            spec=spec,
+            partition_by=list(ingestion.spec.sink.partition_by),
+            checkpoint=self.checkpoint,
+            admin=self.admin,
+            metrics=self.metrics,
+            table_batch=facts.table.stream_batch,
+            dead_letter_batch=dead_letter.stream_batch,
+        )
+        self.writer.seed_committed(resume)
+        self.metrics.info.labels(ident.txn_app_id, ident.consumer_group, ident.table_path).set(1)
+        if self.options.metrics_port is not None:
+            self.metrics.serve(self.options.metrics_port)
+        options = spark_kafka_options(ingestion.spec.source, self.secrets)
+        writer = (
+            read_stream(self.spark, options)
+            .writeStream.foreachBatch(self.writer)
+            .option("checkpointLocation", ident.checkpoint_path)
+            .queryName(f"deltaflow-{ingestion.namespace}-{ingestion.name}")
+        )
+        if self.options.available_now:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(
+                processingTime=f"{trigger_seconds(ingestion.spec.trigger.interval)} seconds"
+            )
+        log.info(
+            "%s",
+            json.dumps(
+                {
+                    "event": "stream_starting",
+                    "txnAppId": ident.txn_app_id,
+                    "table": ident.table_path,
+                    "deadLetterTable": ident.dead_letter_table_path,
+                    "checkpoint": ident.checkpoint_path,
+                    "consumerGroup": ident.consumer_group,
+                    "resumeOffsets": resume,
+                }
+            ),
+        )
+        self.query = writer.start()
+        threading.Thread(target=self._poll_kafka, name="deltaflow-kafka-poll", daemon=True).start()
+        return self.query
+
+    def _topics(self) -> list[str]:
+        source = self.pipeline.ingestion.spec.source
+        if source.topic is not None:
+            return [source.topic]
+        return self.admin.topics_matching(str(source.topic_pattern))
+
+    def poll_kafka_once(self) -> None:
+        """Refresh lag and retention headroom from Kafka."""
+        assert self.writer is not None
+        tps = self.admin.partitions(self._topics())
+        committed = self.writer.committed_offsets
+        earliest, latest = self.admin.earliest_offsets(tps), self.admin.latest_offsets(tps)
+        self.metrics.observe_offsets(committed, earliest, latest)
+        gaps = data_loss_gaps(committed, earliest)
+        if gaps:
+            log.error(
+                "%s", describe_gaps(gaps, self.pipeline.ingestion.spec.source.fail_on_data_loss)
+            )
+
+    def _poll_kafka(self) -> None:
+        while not self._done.is_set():
+            try:
+                self.poll_kafka_once()
+            except Exception as error:  # a Kafka hiccup must not stop the stream
+                log.warning("polling Kafka offsets failed: %s", error)
+            self._done.wait(self.options.poll_seconds)
+
+    def request_stop(self, signum: int = 0, frame: FrameType | None = None) -> None:
+        """Ask for a graceful stop (signal handler)."""
+        log.info("stop requested (signal %s): stopping after the in-flight batch", signum)
+        self._stop.set()
+
+    def _observe_progress(self, seen: set[int]) -> None:
+        assert self.query is not None
+        for progress in self.query.recentProgress:
+            raw: dict[str, Any] = (
+                json.loads(progress.json) if hasattr(progress, "json") else dict(progress)
+            )
+            sample = progress_sample(raw)
+            if sample.batch_id in seen:
+                continue
+            seen.add(sample.batch_id)
+            self.metrics.observe_progress(sample)
+
+    def wait(self) -> None:
+        """Block until the query ends; raise its failure (a data-loss failure, explained)."""
+        from pyspark.errors import StreamingQueryException
+
+        assert self.query is not None
+        seen: set[int] = set()
+        stop_deadline: float | None = None
+        try:
+            while True:
+                try:
+                    if self.query.awaitTermination(1):
+                        break
+                except StreamingQueryException as error:
+                    self._explain_failure(error)
+                    raise
+                self._observe_progress(seen)
+                if self._stop.is_set():
+                    now = time.monotonic()
+                    stop_deadline = stop_deadline or now + self.options.stop_grace_seconds
+                    if not self.query.status["isTriggerActive"] or now > stop_deadline:
+                        self.query.stop()
+            self._observe_progress(seen)
+        finally:
+            self._done.set()
+
+    def _explain_failure(self, error: Exception) -> None:
+        """If the query died because retention deleted unread offsets, say which and how many."""
+        try:
+            resume = self.checkpoint.resume_offsets()
+            check_retention(self.admin, resume, fail_on_data_loss=True)
+        except DataLossError as loss:
+            raise loss from error
+        except Exception as probe:  # the original failure matters more than the probe's
+            log.warning("could not check Kafka retention after the failure: %s", probe)
+
+
+def run_stream(spark: SparkSession, pipeline: Pipeline, options: StreamOptions) -> StreamRunner:
+    """Start the stream, wait for it to end (SIGTERM/SIGINT stop it gracefully) and return it."""
+    runner = StreamRunner(spark, pipeline, options)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, runner.request_stop)
+        signal.signal(signal.SIGINT, runner.request_stop)
+    runner.start()
+    runner.wait()
+    return runner

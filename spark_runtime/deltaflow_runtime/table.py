@@ -1,0 +1,116 @@
+"""What a Delta table knows about this stream: its version, the stream's last transaction and the
+Kafka end offsets recorded with each of the stream's commits.
+
+Delta keeps one ``txn`` action per application id: the highest ``txnVersion`` committed with that
+``txnAppId``. The runtime writes ``txnVersion = batch id``, so the table itself says which batches
+are in it. The Python Delta API exposes no transaction ids, so they are read from Delta's own
+snapshot (``DeltaLog.forTableWithSnapshot``) through py4j; kept in this one module.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from deltaflow_runtime.checkpoint import HadoopDir, TopicOffsets
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+# Key of the stream's entry in each commit's userMetadata.
+METADATA_KEY = "deltaflow"
+
+
+@dataclass(frozen=True)
+class TableState:
+    """A snapshot of a table as far as one stream is concerned."""
+
+    version: int  # -1: the table does not exist
+    stream_batch: int | None  # highest batch id committed with the stream's txnAppId
+
+
+def table_state(spark: SparkSession, path: str, txn_app_id: str) -> TableState:
+    """The table's latest version and the stream's latest committed batch id in it.
+
+    Delta answers this by replaying the log (Spark jobs over ``snapshotPartitions`` partitions):
+    call it at start, not per batch.
+    """
+    jvm: Any = spark.sparkContext._jvm
+    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog
+    snapshot = delta_log.forTableWithSnapshot(spark._jsparkSession, path)._2()
+    version = int(snapshot.version())
+    if version < 0:
+        return TableState(-1, None)
+    txn = snapshot.transactions().get(txn_app_id)
+    return TableState(version, int(txn.get()) if txn.isDefined() else None)
+
+
+def cached_version(spark: SparkSession, path: str) -> int:
+    """The table version as this JVM last saw it (after its own commits): no log replay, no
+    Spark job; -1 if unknown. For metrics, never for decisions."""
+    jvm: Any = spark.sparkContext._jvm
+    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    return int(delta_log.unsafeVolatileSnapshot().version())
+
+
+def commit_metadata(txn_app_id: str, batch_id: int, end_offsets: TopicOffsets | None) -> str:
+    """The userMetadata the stream writes with each commit: which batch and where it ended."""
+    entry: dict[str, Any] = {"txnAppId": txn_app_id, "batchId": batch_id}
+    if end_offsets is not None:
+        entry["endOffsets"] = {
+            t: {str(p): o for p, o in sorted(ps.items())} for t, ps in sorted(end_offsets.items())
+        }
+    return json.dumps({METADATA_KEY: entry}, separators=(",", ":"), sort_keys=True)
+
+
+def parse_commit_metadata(user_metadata: str | None) -> tuple[str, int, TopicOffsets | None] | None:
+    """(txnAppId, batch id, end offsets) from a commit's userMetadata, or None if not ours."""
+    if not user_metadata:
+        return None
+    try:
+        entry = json.loads(user_metadata)[METADATA_KEY]
+        offsets = entry.get("endOffsets")
+        parsed = (
+            {t: {int(p): int(o) for p, o in ps.items()} for t, ps in offsets.items()}
+            if offsets is not None
+            else None
+        )
+        return str(entry["txnAppId"]), int(entry["batchId"]), parsed
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def commit_user_metadata(commit_json: str) -> str | None:
+    """The userMetadata of one Delta commit file (newline-delimited actions)."""
+    for line in commit_json.splitlines():
+        if '"commitInfo"' in line:
+            info = json.loads(line).get("commitInfo") or {}
+            value = info.get("userMetadata")
+            return str(value) if value is not None else None
+    return None
+
+
+def recorded_end_offsets(
+    spark: SparkSession,
+    path: str,
+    txn_app_id: str,
+    batch_id: int,
+    *,
+    latest_version: int,
+    search: int = 200,
+) -> TopicOffsets | None:
+    """The end offsets the stream recorded with its commit of ``batch_id``, searching the commit
+    files from ``latest_version`` back (``search`` at most); None when not found there."""
+    log = HadoopDir(spark, f"{path.rstrip('/')}/_delta_log")
+    for version in range(latest_version, max(-1, latest_version - search), -1):
+        text = log.read(f"{version:020d}.json")
+        if text is None:
+            return None  # cleaned up by log retention: nothing older is left either
+        parsed = parse_commit_metadata(commit_user_metadata(text))
+        if parsed is not None and parsed[0] == txn_app_id:
+            if parsed[1] == batch_id:
+                return parsed[2]
+            if parsed[1] < batch_id:
+                return None
+    return None
