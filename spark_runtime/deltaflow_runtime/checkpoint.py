@@ -166,5 +166,9 @@ class Checkpoint(HadoopDir):
             raise FileExistsError(f"{self.path} already holds a checkpoint; move it away first")
         if self.read("metadata") is None:
             self.write("metadata", json.dumps({"id": str(uuid.uuid4())}))
-        self.write(f"offsets/{batch_id}", offset_log_entry(offsets, int(time.time() * 1000)))
-        self.write(f"commits/{batch_id}", f"{OFFSET_LOG_VERSION}\n" + '{"nextBatchWatermarkMs":0}')
+        now = int(time.time() * 1000)
+        # Spark restarts from the latest offset entry and also reads the one before it (the
+        # start of that batch); an empty batch ending where batch_id ends serves as both.
+        for batch in (batch_id - 1, batch_id) if batch_id > 0 else (batch_id,):
+            self.write(f"offsets/{batch}", offset_log_entry(offsets, now))
+            self.write(f"commits/{batch}", f"{OFFSET_LOG_VERSION}\n" + '{"nextBatchWatermarkMs":0}')

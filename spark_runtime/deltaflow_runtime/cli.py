@@ -257,44 +257,20 @@ def _summary(spark: SparkSession, pipeline: Pipeline) -> None:
 
 
 def _recover(spark: SparkSession, pipeline: Pipeline) -> int:
-    from deltaflow_runtime.checkpoint import Checkpoint, render_offsets
-    from deltaflow_runtime.table import recorded_end_offsets, table_state
+    from deltaflow_runtime.checkpoint import render_offsets
+    from deltaflow_runtime.stream import RecoveryError, recover_checkpoint
 
-    ident = pipeline.identity
-    table = table_state(spark, ident.table_path, ident.txn_app_id)
-    if table.stream_batch is None:
-        return _fail(
-            EXIT_REFUSED,
-            "NothingToRecover",
-            f"{ident.table_path} holds no transaction of {ident.txn_app_id}: nothing to recover "
-            "from (a new stream starts from spec.source.startingOffsets).",
-        )
-    offsets = recorded_end_offsets(
-        spark, ident.table_path, ident.txn_app_id, table.stream_batch, latest_version=table.version
-    )
-    if offsets is None:
-        return _fail(
-            EXIT_REFUSED,
-            "OffsetsNotRecorded",
-            f"the table's commit of batch {table.stream_batch} is no longer in its log (or has "
-            "no recorded offsets): restore the checkpoint from a backup instead.",
-        )
-    checkpoint = Checkpoint(spark, ident.checkpoint_path)
     try:
-        checkpoint.rebuild_at(table.stream_batch, offsets)
-    except FileExistsError as error:
-        return _fail(EXIT_REFUSED, "CheckpointExists", str(error))
-    print(
-        json.dumps(
-            {
-                "event": "checkpoint_recovered",
-                "checkpoint": ident.checkpoint_path,
-                "batch": table.stream_batch,
-                "endOffsets": json.loads(render_offsets(offsets)),
-            }
-        ),
-        flush=True,
-    )
+        batch, offsets = recover_checkpoint(spark, pipeline)
+    except RecoveryError as error:
+        return _fail(EXIT_REFUSED, error.reason, str(error))
+    event = {
+        "event": "checkpoint_recovered",
+        "checkpoint": pipeline.identity.checkpoint_path,
+        "batch": batch,
+        "endOffsets": json.loads(render_offsets(offsets)),
+    }
+    print(json.dumps(event), flush=True)
     return 0
 
 

@@ -27,6 +27,9 @@ PINNED_CONF = {
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     # VACUUM refuses a retention under the table's (168 h by default) unless the spec overrides.
     "spark.databricks.delta.retentionDurationCheck.enabled": "true",
+    # Delta 4.x ignores VACUUM's retention argument (other than 0) by default and applies the
+    # table's deletedFileRetentionDuration instead: the spec's retentionHours must count.
+    "spark.databricks.delta.vacuum.retentionWindowIgnore.enabled": "false",
 }
 # Defaults the spec may change.
 DEFAULT_CONF = {

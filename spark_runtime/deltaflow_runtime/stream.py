@@ -210,15 +210,20 @@ class StreamRunner:
             seen.add(sample.batch_id)
             self.metrics.observe_progress(sample)
 
-    def wait(self) -> None:
-        """Block until the query ends; raise its failure (a data-loss failure, explained)."""
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until the query ends; raise its failure (a data-loss failure, explained).
+        With ``timeout``, stop the query and raise TimeoutError if it is still running then."""
         from pyspark.errors import StreamingQueryException
 
         assert self.query is not None
         seen: set[int] = set()
         stop_deadline: float | None = None
+        give_up = None if timeout is None else time.monotonic() + timeout
         try:
             while True:
+                if give_up is not None and time.monotonic() > give_up:
+                    self.query.stop()
+                    raise TimeoutError(f"the stream still ran after {timeout:.0f}s")
                 try:
                     if self.query.awaitTermination(1):
                         break
@@ -244,6 +249,42 @@ class StreamRunner:
             raise loss from error
         except Exception as probe:  # the original failure matters more than the probe's
             log.warning("could not check Kafka retention after the failure: %s", probe)
+
+
+class RecoveryError(Exception):
+    """The checkpoint cannot be rebuilt from the table; ``reason`` says why."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def recover_checkpoint(spark: SparkSession, pipeline: Pipeline) -> tuple[int, TopicOffsets]:
+    """Rebuild a lost checkpoint at the table's last batch, from the end offsets the stream
+    recorded with that commit: the stream then resumes exactly where the table ends.
+    Returns (batch id, end offsets)."""
+    ident = pipeline.identity
+    table = table_state(spark, ident.table_path, ident.txn_app_id)
+    if table.stream_batch is None:
+        raise RecoveryError(
+            "NothingToRecover",
+            f"{ident.table_path} holds no transaction of {ident.txn_app_id}: nothing to recover "
+            "from (a new stream starts from spec.source.startingOffsets).",
+        )
+    offsets = recorded_end_offsets(
+        spark, ident.table_path, ident.txn_app_id, table.stream_batch, latest_version=table.version
+    )
+    if offsets is None:
+        raise RecoveryError(
+            "OffsetsNotRecorded",
+            f"the table's commit of batch {table.stream_batch} is no longer in its log (or has "
+            "no recorded offsets): restore the checkpoint from a backup instead.",
+        )
+    try:
+        Checkpoint(spark, ident.checkpoint_path).rebuild_at(table.stream_batch, offsets)
+    except FileExistsError as error:
+        raise RecoveryError("CheckpointExists", str(error)) from None
+    return table.stream_batch, offsets
 
 
 def run_stream(spark: SparkSession, pipeline: Pipeline, options: StreamOptions) -> StreamRunner:

@@ -1,0 +1,169 @@
+"""Helpers for the data-plane tests: topics, producing with known offsets, manifests, readers.
+
+Everything here talks to the real broker and reads tables with the independent ``deltalake``
+reader (and Spark where a test says so); nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from deltaflow_operator.api import DeltaIngestion
+from deltaflow_runtime.config import Pipeline
+
+# (topic, partition, offset): how every check matches records.
+Tpo = tuple[str, int, int]
+
+
+def unique(prefix: str) -> str:
+    """A fresh name (topics and streams never collide between tests)."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def create_topic(
+    bootstrap: str, name: str, partitions: int, config: Mapping[str, str] | None = None
+) -> None:
+    """Create a topic and wait until it exists."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topic = NewTopic(
+        name, num_partitions=partitions, replication_factor=1, config=dict(config or {})
+    )
+    admin.create_topics([topic])[name].result(timeout=30)
+
+
+@dataclass(frozen=True)
+class Sent:
+    """One produced record and where Kafka put it."""
+
+    tpo: Tpo
+    key: bytes | None
+    value: bytes | None
+
+
+def produce(
+    bootstrap: str,
+    topic: str,
+    records: Iterable[tuple[bytes | None, bytes | None]],
+    partition: int | None = None,
+) -> list[Sent]:
+    """Produce (key, value) records; return each with its (topic, partition, offset)."""
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "message.max.bytes": 4_000_000,
+        }
+    )
+    sent: list[Sent] = []
+    errors: list[str] = []
+
+    def delivered(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(str(err))
+        else:
+            sent.append(Sent((msg.topic(), msg.partition(), msg.offset()), msg.key(), msg.value()))
+
+    for i, (key, value) in enumerate(records):
+        kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": delivered}
+        if partition is not None:
+            kwargs["partition"] = partition
+        while True:
+            try:
+                producer.produce(topic, **kwargs)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        if i % 1000 == 0:
+            producer.poll(0)
+    assert producer.flush(60) == 0, "some records were not acknowledged"
+    assert not errors, errors[:5]
+    return sent
+
+
+def order(i: int, country: str = "DE") -> bytes:
+    """A valid order for the tests' schema."""
+    return json.dumps(
+        {"id": i, "amount": round(i * 0.5, 2), "ts": "2026-11-22T12:00:00Z", "country": country}
+    ).encode()
+
+
+ORDER_SCHEMA = "id BIGINT NOT NULL, amount DOUBLE, ts TIMESTAMP, country STRING"
+
+
+def manifest(
+    name: str,
+    topic: str,
+    bootstrap: str,
+    root: Path,
+    *,
+    format_: Mapping[str, Any] | None = None,
+    source: Mapping[str, Any] | None = None,
+    sink: Mapping[str, Any] | None = None,
+    spec: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A DeltaIngestion manifest writing under ``root``."""
+    return {
+        "apiVersion": "deltaflow.io/v1alpha1",
+        "kind": "DeltaIngestion",
+        "metadata": {"name": name, "namespace": "test"},
+        "spec": {
+            "source": {"bootstrapServers": bootstrap, "topic": topic, **(source or {})},
+            "format": dict(format_ or {"type": "json", "schema": ORDER_SCHEMA}),
+            "sink": {"tablePath": str(root / "tables" / name), **(sink or {})},
+            "trigger": {"interval": "1s"},
+            **(spec or {}),
+        },
+    }
+
+
+def pipeline(document: Mapping[str, Any]) -> Pipeline:
+    """Validate a manifest into a pipeline (as the runtime does)."""
+    return Pipeline.of(DeltaIngestion.model_validate(dict(document)))
+
+
+def read_table(path: str) -> list[dict[str, Any]]:
+    """All rows of a Delta table, read with deltalake (delta-rs), an independent reader."""
+    from deltalake import DeltaTable
+
+    return DeltaTable(path).to_pyarrow_table().to_pylist()
+
+
+def tpos(rows: Iterable[Mapping[str, Any]]) -> list[Tpo]:
+    """The (topic, partition, offset) of each row."""
+    return [(r["_kafka_topic"], int(r["_kafka_partition"]), int(r["_kafka_offset"])) for r in rows]
+
+
+def duplicates(keys: Iterable[Tpo]) -> list[Tpo]:
+    """Keys that occur more than once."""
+    return [k for k, n in Counter(keys).items() if n > 1]
+
+
+def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.5) -> None:
+    """Poll until ``predicate()`` is true, or fail saying what did not happen."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def log_end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """The log-end offset of each partition."""
+    from deltaflow_runtime.offsets import KafkaAdmin
+
+    admin = KafkaAdmin({"bootstrap.servers": bootstrap})
+    latest = admin.latest_offsets(admin.partitions([topic]))
+    return latest.get(topic, {})

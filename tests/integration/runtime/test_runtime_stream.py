@@ -1,0 +1,544 @@
+"""The data plane against a real Kafka broker and real Spark + Delta; tables read with deltalake.
+
+One SparkSession (the session-wide ``spark`` fixture) runs every stream of this module in-process
+through the same StreamRunner the driver pod runs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
+from runtime_kit import (
+    Sent,
+    create_topic,
+    duplicates,
+    log_end_offsets,
+    manifest,
+    order,
+    pipeline,
+    produce,
+    read_table,
+    tpos,
+    unique,
+    wait_for,
+)
+
+from deltaflow_runtime.guard import CheckpointMismatchError
+from deltaflow_runtime.offsets import DataLossError, KafkaAdmin
+from deltaflow_runtime.stream import StreamOptions, StreamRunner, recover_checkpoint
+from devstack.kafka import KafkaBroker
+from devstack.process import free_port
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+
+
+def drain(spark: SparkSession, document: dict[str, Any], **options: Any) -> StreamRunner:
+    """Run the stream until it has written everything Kafka holds now (availableNow)."""
+    runner = StreamRunner(spark, pipeline(document), StreamOptions(available_now=True, **options))
+    runner.start()
+    runner.wait(timeout=600)
+    return runner
+
+
+def spark_tpos(spark: SparkSession, path: str) -> list[tuple[str, int, int]]:
+    """(topic, partition, offset) of every row, read by Spark."""
+    rows = (
+        spark.read.format("delta")
+        .load(path)
+        .select("_kafka_topic", "_kafka_partition", "_kafka_offset")
+    )
+    return [(r[0], int(r[1]), int(r[2])) for r in rows.collect()]
+
+
+# --- mixed stream: every valid record once, every bad one dead-lettered with its reason ----------
+
+MAX_BYTES = 2048
+BAD: list[tuple[str, bytes | None, bytes | None]] = [
+    ("malformed_json", b"k", b'{"id": 1, "amount": '),  # truncated
+    ("malformed_json", b"k", b"not json at all"),
+    ("malformed_json", b"k", b"[1, 2, 3]"),  # JSON, but not an object
+    ("malformed_json", b"k", b""),  # empty value: PERMISSIVE gives a null struct
+    ("malformed_json", b"k", b'{"id": 5, "amount": 1.0} and trailing text'),
+    ("schema_mismatch", b"k", b'{"id": "abc", "amount": 1.0, "country": "DE"}'),
+    ("schema_mismatch", b"k", b'{"id": 7, "amount": "lots", "country": "DE"}'),
+    ("schema_mismatch", b"k", b'{"id": 9999999999999999999999, "country": "DE"}'),
+    ("missing_required_field", b"k", b'{"amount": 1.0, "country": "DE"}'),
+    ("missing_required_field", b"k", b'{"id": null, "amount": 1.0}'),
+    ("tombstone", b"k", None),
+    ("tombstone", None, None),  # a tombstone without key is still a tombstone first
+    ("missing_key", None, order(424242)),
+    ("invalid_utf8", b"k", b'{"id": 11, "country": "\xff\xfe"}'),
+    ("invalid_utf8", b"k", b"\xc3\x28"),
+    ("record_too_large", b"k", order(7) + b" " * (MAX_BYTES + 500)),
+]
+
+
+def test_mixed_stream_lands_every_record_exactly_once(
+    kafka: KafkaBroker, runtime_spark: SparkSession, tmp_path: Path
+) -> None:
+    bootstrap = kafka.bootstrap_servers
+    topic = unique("mixed")
+    create_topic(bootstrap, topic, partitions=4)
+    countries = ["DE", "FR", "US", "JP"]
+    n_valid = 100_000
+    valid = [(str(i).encode(), order(i, countries[i % 4])) for i in range(n_valid)]
+    # Every bad kind, three times over, spread through the valid records (so across partitions
+    # and batches); the last records are valid (group offsets vs table max + 1).
+    records: list[tuple[bytes | None, bytes | None]] = list(valid)
+    bad = [(key, value) for _ in range(3) for _, key, value in BAD]
+    step = n_valid // (len(bad) + 1)
+    for n, rec in reversed(list(enumerate(bad, start=1))):
+        records.insert(n * step, rec)
+    expected_reason = {value: reason for reason, _, value in BAD}
+    sent = produce(bootstrap, topic, records)
+    assert len(sent) == len(records)
+
+    port = free_port()
+    doc = manifest(
+        unique("mixed"),
+        topic,
+        bootstrap,
+        tmp_path,
+        format_={
+            "type": "json",
+            "schema": "id BIGINT NOT NULL, amount DOUBLE, ts TIMESTAMP, country STRING",
+            "keyRequired": True,
+            "maxRecordBytes": MAX_BYTES,
+        },
+        source={"maxOffsetsPerTrigger": 30_000},
+        sink={"partitionBy": ["country"]},
+    )
+    runner = drain(runtime_spark, doc, metrics_port=port)
+    ident = runner.pipeline.identity
+
+    table = read_table(ident.table_path)
+    dead = read_table(ident.dead_letter_table_path)
+    table_keys, dead_keys = tpos(table), tpos(dead)
+    assert duplicates(table_keys) == []
+    assert duplicates(dead_keys) == []
+
+    is_bad = {s.tpo: s for s in sent if s.value in expected_reason}
+    good = {s.tpo: s for s in sent if s.tpo not in is_bad}
+    assert set(table_keys) == set(good), "the table must hold exactly the valid records"
+    assert set(dead_keys) == set(is_bad), "the dead-letter table must hold exactly the bad ones"
+    assert len(table_keys) + len(dead_keys) == len(sent)
+
+    # Each valid record's content, and each bad record's reason and raw bytes.
+    by_tpo = dict(zip(table_keys, table, strict=True))
+    for key, s in good.items():
+        assert by_tpo[key]["id"] == json.loads(s.value or b"")["id"]
+    for row in dead:
+        s = is_bad[(row["_kafka_topic"], row["_kafka_partition"], row["_kafka_offset"])]
+        assert row["reason"] == expected_reason[s.value], (s, row["reason"], row["detail"])
+        assert row["value"] == s.value
+        assert row["key"] == s.key
+        assert row["detail"], row
+        assert row["_kafka_timestamp"] is not None
+    reasons = {r["reason"] for r in dead}
+    assert reasons == {r for r, _, _ in BAD}
+
+    # Spark reads the same table (the two readers agree).
+    assert sorted(spark_tpos(runtime_spark, ident.table_path)) == sorted(table_keys)
+
+    # Protocol-simple tables: any Delta reader reads them.
+    from deltalake import DeltaTable
+
+    protocol = DeltaTable(ident.table_path).protocol()
+    assert (protocol.min_reader_version, protocol.min_writer_version) == (1, 2)
+
+    _check_consumer_group(bootstrap, topic, ident.consumer_group, table_keys)
+    _check_metrics(runner, port, topic, good=len(good), sent=len(sent), dead=dead)
+
+
+def _check_consumer_group(
+    bootstrap: str, topic: str, group_id: str, table_keys: list[tuple[str, int, int]]
+) -> None:
+    """The consumer group, read with a standard admin client, sits at table max + 1 = log end."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    group = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group_id)])
+    committed = {
+        tp.partition: tp.offset
+        for tp in group[group_id].result().topic_partitions
+        if tp.topic == topic
+    }
+    table_max: dict[int, int] = {}
+    for _, p, o in table_keys:
+        table_max[p] = max(table_max.get(p, -1), o)
+    assert committed == {p: o + 1 for p, o in table_max.items()}
+    assert committed == log_end_offsets(bootstrap, topic)
+
+
+def _check_metrics(
+    runner: StreamRunner, port: int, topic: str, *, good: int, sent: int, dead: list[dict[str, Any]]
+) -> None:
+    """The driver's /metrics, as Prometheus scrapes them."""
+    runner.poll_kafka_once()
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+
+    def metric(name: str, labels: str = "") -> float:
+        match = re.search(rf"^{re.escape(name + labels)} (\S+)$", text, re.MULTILINE)
+        assert match, f"{name}{labels} missing from /metrics"
+        return float(match.group(1))
+
+    assert metric("deltaflow_rows_written_total") == good
+    assert metric("deltaflow_input_rows_total") == sent
+    for reason in {r["reason"] for r in dead}:
+        n = sum(1 for r in dead if r["reason"] == reason)
+        assert metric("deltaflow_dead_letter_rows_total", f'{{reason="{reason}"}}') == n
+    assert metric("deltaflow_last_committed_batch_id") >= 3  # several batches (30k each)
+    assert metric("deltaflow_table_version") >= 3
+    for p in range(4):
+        labels = f'{{partition="{p}",topic="{topic}"}}'
+        assert metric("deltaflow_kafka_lag_records", labels) == 0
+        assert metric("deltaflow_kafka_retention_headroom_records", labels) > 0
+    assert metric("deltaflow_processed_rows_per_second") > 0
+    assert metric("deltaflow_batch_phase_seconds", '{phase="write_table"}') > 0
+    assert metric("deltaflow_batch_duration_seconds_count") >= 3
+
+
+# --- avro and raw --------------------------------------------------------------------------------
+
+AVRO_SCHEMA = json.dumps(
+    {
+        "type": "record",
+        "name": "Order",
+        "fields": [
+            {"name": "id", "type": "long"},
+            {"name": "country", "type": ["null", "string"], "default": None},
+        ],
+    }
+)
+
+
+def _varint(n: int) -> bytes:
+    zigzag = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while True:
+        byte = zigzag & 0x7F
+        zigzag >>= 7
+        if zigzag:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def avro_order(i: int, country: str | None) -> bytes:
+    """Avro binary of the Order schema above, encoded by hand (independent of Spark)."""
+    body = _varint(i)
+    if country is None:
+        return body + _varint(0)
+    raw = country.encode()
+    return body + _varint(1) + _varint(len(raw)) + raw
+
+
+def test_avro_and_raw_formats(
+    kafka: KafkaBroker, runtime_spark: SparkSession, tmp_path: Path
+) -> None:
+    bootstrap = kafka.bootstrap_servers
+    topic = unique("avro")
+    create_topic(bootstrap, topic, partitions=2)
+    good = [(b"k", avro_order(i, None if i % 3 == 0 else "DE")) for i in range(200)]
+    bad = [(b"k", b"\x80"), (b"k", b""), (b"k", b"\xff" * 12), (b"k", None)]
+    sent = produce(bootstrap, topic, good + bad)
+    doc = manifest(
+        unique("avro"), topic, bootstrap, tmp_path, format_={"type": "avro", "schema": AVRO_SCHEMA}
+    )
+    ident = drain(runtime_spark, doc).pipeline.identity
+    table, dead = read_table(ident.table_path), read_table(ident.dead_letter_table_path)
+    good_tpos = {s.tpo for s in sent if s.value is not None and (s.key, s.value) in good}
+    assert set(tpos(table)) == good_tpos
+    assert len(table) == len(good_tpos)
+    ids = sorted(r["id"] for r in table)
+    assert ids == list(range(200))
+    assert {r["country"] for r in table if r["id"] % 3 == 0} == {None}
+    assert sorted(r["reason"] for r in dead) == sorted(
+        ["malformed_avro", "malformed_avro", "malformed_avro", "tombstone"]
+    )
+
+    raw_topic = unique("raw")
+    create_topic(bootstrap, raw_topic, partitions=1)
+    raw_sent = produce(bootstrap, raw_topic, [(b"a", b"line one"), (None, b"two"), (b"c", b"\xff")])
+    doc = manifest(unique("raw"), raw_topic, bootstrap, tmp_path, format_={"type": "raw"})
+    ident = drain(runtime_spark, doc).pipeline.identity
+    rows = read_table(ident.table_path)
+    assert sorted(((r["key"], r["value"]) for r in rows), key=str) == sorted(
+        [(b"a", "line one"), (None, "two")], key=str
+    )
+    dead = read_table(ident.dead_letter_table_path)
+    assert [(r["reason"], r["value"]) for r in dead] == [("invalid_utf8", b"\xff")]
+    assert len(rows) + len(dead) == len(raw_sent)
+
+
+# --- checkpoint loss: refused, nothing written, and an exact recovery ----------------------------
+
+
+def _versions(path: str) -> int:
+    from deltalake import DeltaTable
+
+    return DeltaTable(path).version()
+
+
+def test_lost_or_replaced_checkpoint_is_refused_and_recoverable(
+    kafka: KafkaBroker, runtime_spark: SparkSession, tmp_path: Path
+) -> None:
+    bootstrap = kafka.bootstrap_servers
+    topic = unique("ckpt")
+    create_topic(bootstrap, topic, partitions=2)
+    first = produce(bootstrap, topic, [(b"%d" % i, order(i)) for i in range(1000)] + [(b"k", b"x")])
+    doc = manifest(unique("ckpt"), topic, bootstrap, tmp_path, source={"maxOffsetsPerTrigger": 400})
+    ident = drain(runtime_spark, doc).pipeline.identity
+    checkpoint = Path(ident.checkpoint_path.removeprefix("file://"))
+    backup = tmp_path / "checkpoint-backup"
+    shutil.copytree(checkpoint, backup)
+
+    second = produce(bootstrap, topic, [(b"%d" % i, order(i)) for i in range(1000, 1500)])
+    drain(runtime_spark, doc)
+    version, dead_version = _versions(ident.table_path), _versions(ident.dead_letter_table_path)
+
+    # 1. Checkpoint deleted while the table is intact: refused, nothing written.
+    shutil.rmtree(checkpoint)
+    third = produce(bootstrap, topic, [(b"%d" % i, order(i)) for i in range(1500, 1800)])
+    runner = StreamRunner(runtime_spark, pipeline(doc), StreamOptions(available_now=True))
+    with pytest.raises(CheckpointMismatchError) as refused:
+        runner.start()
+    assert refused.value.reason == "CheckpointLost"
+    message = str(refused.value)
+    assert "does not exist" in message
+    assert "recover-checkpoint" in message
+    assert "restore the checkpoint" in message
+    assert ident.txn_app_id in message
+    assert runner.query is None
+    assert not checkpoint.exists(), "the refused start must not create a checkpoint"
+    assert _versions(ident.table_path) == version
+    assert _versions(ident.dead_letter_table_path) == dead_version
+
+    # 2. An older copy put back: refused as well.
+    shutil.copytree(backup, checkpoint)
+    with pytest.raises(CheckpointMismatchError) as behind:
+        StreamRunner(runtime_spark, pipeline(doc), StreamOptions(available_now=True)).start()
+    assert behind.value.reason == "CheckpointBehind"
+    assert _versions(ident.table_path) == version
+
+    # 3. The documented recovery: rebuild from the offsets the table recorded, then resume.
+    shutil.rmtree(checkpoint)
+    batch, offsets = recover_checkpoint(runtime_spark, pipeline(doc))
+    ends = _max_per_partition(first + second)
+    assert offsets == {topic: {p: ends[p] + 1 for p in (0, 1)}}
+    assert batch >= 3
+    drain(runtime_spark, doc)
+    table = tpos(read_table(ident.table_path))
+    dead = tpos(read_table(ident.dead_letter_table_path))
+    assert duplicates(table + dead) == []
+    assert sorted(table + dead) == sorted(s.tpo for s in first + second + third)
+
+
+def _max_per_partition(sent: list[Sent]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for s in sent:
+        out[s.tpo[1]] = max(out.get(s.tpo[1], -1), s.tpo[2])
+    return out
+
+
+# --- retention deleted unread records: a loud failure naming the partition and the gap ----------
+
+
+def _delete_records(bootstrap: str, topic: str, partition: int, before: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.delete_records([TopicPartition(topic, partition, before)])
+    for future in futures.values():
+        future.result(timeout=30)
+
+
+def test_offsets_lost_to_retention_fail_loudly(
+    kafka: KafkaBroker, runtime_spark: SparkSession, tmp_path: Path
+) -> None:
+    bootstrap = kafka.bootstrap_servers
+    topic = unique("loss")
+    create_topic(bootstrap, topic, partitions=2)
+    for p in (0, 1):
+        produce(bootstrap, topic, [(b"k", order(i)) for i in range(200)], partition=p)
+    doc = manifest(unique("loss"), topic, bootstrap, tmp_path)
+    ident = drain(runtime_spark, doc).pipeline.identity
+    version = _versions(ident.table_path)
+    for p in (0, 1):
+        produce(bootstrap, topic, [(b"k", order(i)) for i in range(200)], partition=p)
+    # Retention (here: an explicit delete, the same log-start move) takes unread records 200..299.
+    _delete_records(bootstrap, topic, 0, 300)
+
+    with pytest.raises(DataLossError) as lost:
+        StreamRunner(runtime_spark, pipeline(doc), StreamOptions(available_now=True)).start()
+    message = str(lost.value)
+    assert f"{topic} partition 0: the stream resumes at offset 200" in message
+    assert "earliest retained offset is 300 (100 records lost)" in message
+    assert "partition 1" not in message
+    assert [(g.partition, g.missing) for g in lost.value.gaps] == [(0, 100)]
+    assert _versions(ident.table_path) == version, "nothing may be written"
+
+    # While running: retention takes records the stream has not fetched yet; the batch that needs
+    # them fails in Spark, and the runtime says which partition lost how many.
+    topic2 = unique("loss-live")
+    create_topic(bootstrap, topic2, partitions=1)
+    produce(bootstrap, topic2, [(b"k", order(i)) for i in range(100)])
+    doc2 = manifest(
+        unique("loss-live"), topic2, bootstrap, tmp_path, source={"maxOffsetsPerTrigger": 10}
+    )
+    runner = StreamRunner(runtime_spark, pipeline(doc2), StreamOptions())
+    runner.start()
+    writer = runner.writer
+    assert writer is not None
+    wait_for(lambda: writer.last_report is not None, 120, "the first batch")
+    produce(bootstrap, topic2, [(b"k", order(i)) for i in range(100, 200)])
+    _delete_records(bootstrap, topic2, 0, 150)
+    with pytest.raises(DataLossError) as live:
+        runner.wait(timeout=240)
+    assert f"{topic2} partition 0: the stream resumes at offset 100" in str(live.value)
+    assert "earliest retained offset is 150 (50 records lost)" in str(live.value)
+
+
+# --- maintenance next to the running stream ------------------------------------------------------
+
+
+def test_optimize_and_vacuum_while_the_stream_appends(
+    kafka: KafkaBroker, runtime_spark: SparkSession, tmp_path: Path
+) -> None:
+    bootstrap = kafka.bootstrap_servers
+    topic = unique("maint")
+    create_topic(bootstrap, topic, partitions=2)
+    doc = manifest(unique("maint"), topic, bootstrap, tmp_path, sink={"partitionBy": ["country"]})
+    runner = StreamRunner(runtime_spark, pipeline(doc), StreamOptions())
+    runner.start()
+    sent: list[Sent] = []
+    stop = threading.Event()
+
+    def producer() -> None:
+        i = 0
+        while not stop.is_set():
+            chunk = [(b"k", order(i + j, ["DE", "FR", "US"][j % 3])) for j in range(100)]
+            sent.extend(produce(bootstrap, topic, chunk))
+            i += 100
+            time.sleep(0.3)
+
+    thread = threading.Thread(target=producer, daemon=True)
+    thread.start()
+    try:
+        _optimize_and_vacuum(runtime_spark, bootstrap, runner, sent, stop)
+    finally:
+        stop.set()
+        thread.join(60)
+        if runner.query is not None and runner.query.isActive:
+            runner.query.stop()
+
+
+def _optimize_and_vacuum(
+    runtime_spark: SparkSession,
+    bootstrap: str,
+    runner: StreamRunner,
+    sent: list[Sent],
+    stop: threading.Event,
+) -> None:
+    """OPTIMIZE while the stream appends; VACUUM refused under 168 h, fine at 168 h."""
+    from deltalake import DeltaTable
+
+    from deltaflow_runtime.maintenance import UnsafeRetentionError, optimize_table, vacuum_table
+
+    path = runner.pipeline.identity.table_path
+    wait_for(lambda: _versions_or(path) >= 5, 180, "five stream commits (small files)")
+    report = optimize_table(
+        runtime_spark,
+        path,
+        partition_by=["country"],
+        z_order_by=[],
+        recent_partitions_only=False,
+    )
+    assert report.reason == "OptimizeCompleted"
+    assert report.files_removed > report.files_added > 0
+    assert report.bytes_removed > 0
+    assert report.bytes_added > 0
+    assert "compacted into" in report.message
+    assert runner.query is not None
+    assert runner.query.isActive
+    # At the OPTIMIZE commit: same rows, fewer files (deltalake time travel).
+    history = DeltaTable(path).history()
+    opt_version = max(h["version"] for h in history if h["operation"] == "OPTIMIZE")
+    before, after = (
+        DeltaTable(path, version=opt_version - 1),
+        DeltaTable(path, version=opt_version),
+    )
+    assert len(after.file_uris()) < len(before.file_uris())
+    assert after.to_pyarrow_table().num_rows == before.to_pyarrow_table().num_rows
+
+    # VACUUM under 168 h is refused without the override, and Delta's own check stays on.
+    with pytest.raises(UnsafeRetentionError, match="allowUnsafeRetention"):
+        vacuum_table(runtime_spark, path, retention_hours=1, allow_unsafe=False)
+    from delta.tables import DeltaTable as SparkDeltaTable
+
+    with pytest.raises(Exception, match="retention"):
+        SparkDeltaTable.forPath(runtime_spark, path).vacuum(1)
+    safe = vacuum_table(runtime_spark, path, retention_hours=168, allow_unsafe=False)
+    assert safe.reason == "VacuumCompleted"
+    assert safe.files_removed == 0
+    assert runner.query.isActive
+    stop.set()
+    time.sleep(1)  # the producer's last chunk
+    _vacuum_then_keep_streaming(runtime_spark, bootstrap, runner, sent, report.files_removed)
+
+
+def _vacuum_then_keep_streaming(
+    spark: SparkSession, bootstrap: str, runner: StreamRunner, sent: list[Sent], compacted: int
+) -> None:
+    """With the override (and the stream idle: nothing in flight) VACUUM removes the compacted
+    files; the stream keeps running and both readers read the table correctly."""
+    from deltaflow_runtime.maintenance import vacuum_table
+
+    path = runner.pipeline.identity.table_path
+    topic = runner.pipeline.ingestion.spec.source.topic
+    assert topic is not None
+    query = runner.query
+    assert query is not None
+    wait_for(lambda: _drained(bootstrap, runner), 120, "the stream to drain")
+    wait_for(lambda: not query.status["isTriggerActive"], 60, "an idle trigger")
+    unsafe = vacuum_table(spark, path, retention_hours=0, allow_unsafe=True)
+    assert unsafe.files_removed >= compacted
+    assert spark.conf.get("spark.databricks.delta.retentionDurationCheck.enabled") == "true"
+
+    sent.extend(produce(bootstrap, topic, [(b"k", order(10**6 + i, "JP")) for i in range(500)]))
+    wait_for(lambda: _drained(bootstrap, runner), 120, "the stream to drain again")
+    assert query.isActive
+    query.stop()
+    runner.wait()
+    rows = tpos(read_table(path))
+    assert duplicates(rows) == []
+    assert sorted(rows) == sorted(s.tpo for s in sent)
+    assert sorted(spark_tpos(spark, path)) == sorted(rows)
+
+
+def _versions_or(path: str) -> int:
+    try:
+        return _versions(path)
+    except Exception:
+        return -1
+
+
+def _drained(bootstrap: str, runner: StreamRunner) -> bool:
+    assert runner.writer is not None
+    topic = runner.pipeline.ingestion.spec.source.topic
+    assert topic is not None
+    admin = KafkaAdmin({"bootstrap.servers": bootstrap})
+    latest = admin.latest_offsets(admin.partitions([topic]))
+    return runner.writer.committed_offsets == latest

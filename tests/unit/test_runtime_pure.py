@@ -1,0 +1,201 @@
+"""Pure helpers of the runtime: Avro schema facts, maintenance reports, Spark conf, metrics."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from prometheus_client import generate_latest
+
+from deltaflow_operator.api import DeltaIngestion
+from deltaflow_runtime.maintenance import (
+    MaintenanceReport,
+    UnsafeRetentionError,
+    check_retention,
+    human_bytes,
+    partition_predicate,
+    partitions_added,
+    write_termination_message,
+)
+from deltaflow_runtime.metrics import RuntimeMetrics, progress_sample
+from deltaflow_runtime.parse import REASONS, Reason, avro_all_null_encoding, avro_required_fields
+from deltaflow_runtime.session import runtime_conf, storage_conf
+
+AVRO = json.dumps(
+    {
+        "type": "record",
+        "name": "R",
+        "fields": [
+            {"name": "id", "type": "long"},
+            {"name": "a", "type": ["null", "string"]},
+            {"name": "b", "type": ["string", "null"]},
+        ],
+    }
+)
+
+
+def test_avro_required_fields_and_all_null_encoding() -> None:
+    assert avro_required_fields(AVRO) == ("id",)
+    assert avro_all_null_encoding(AVRO) is None  # id can never be null
+    optional = json.dumps(
+        {
+            "type": "record",
+            "name": "R",
+            "fields": [
+                {"name": "a", "type": ["null", "string"]},
+                {"name": "b", "type": ["string", "null"]},
+            ],
+        }
+    )
+    assert avro_required_fields(optional) == ()
+    # union branch index as zig-zag varint: null is branch 0 (-> 0x00), then branch 1 (-> 0x02)
+    assert avro_all_null_encoding(optional) == b"\x00\x02"
+
+
+def test_reasons_are_stable_identifiers() -> None:
+    assert [r.value for r in REASONS] == [
+        "tombstone",
+        "record_too_large",
+        "missing_key",
+        "invalid_utf8",
+        "malformed_json",
+        "schema_mismatch",
+        "missing_required_field",
+        "malformed_avro",
+    ]
+    assert Reason("tombstone") is Reason.TOMBSTONE
+
+
+def test_partition_predicate_is_exact_and_escaped() -> None:
+    predicate = partition_predicate(
+        [
+            {"country": "DE", "day": "2026-11-22"},
+            {"country": "O'B", "day": None},
+            {"country": "DE", "day": "2026-11-22"},
+        ]
+    )
+    assert predicate == (
+        "(`country` = 'DE' AND `day` = '2026-11-22') OR (`country` = 'O\\'B' AND `day` IS NULL)"
+    )
+
+
+def test_partitions_added_by_a_commit() -> None:
+    commit = "\n".join(
+        [
+            '{"commitInfo":{"operation":"WRITE"}}',
+            '{"add":{"path":"a","partitionValues":{"country":"DE"},"dataChange":true}}',
+            '{"add":{"path":"b","partitionValues":{"country":"FR"},"dataChange":false}}',
+            '{"remove":{"path":"c","partitionValues":{"country":"US"}}}',
+        ]
+    )
+    assert partitions_added(commit) == [{"country": "DE"}]
+
+
+def test_vacuum_retention_floor() -> None:
+    check_retention(168, allow_unsafe=False)
+    check_retention(1, allow_unsafe=True)
+    with pytest.raises(UnsafeRetentionError, match="allowUnsafeRetention: true"):
+        check_retention(24, allow_unsafe=False)
+
+
+def test_reports_are_events_for_the_operator(tmp_path: Path) -> None:
+    report = MaintenanceReport(
+        "optimize", "s3a://lake/t", "OptimizeCompleted", "m", files_added=2, files_removed=40
+    )
+    event = report.to_event()
+    assert event["reason"] == "OptimizeCompleted"
+    assert event["filesAdded"] == 2
+    assert event["filesRemoved"] == 40
+    assert event["durationSeconds"] == 0.0
+    target = tmp_path / "termination-log"
+    write_termination_message({"events": [event]}, {"DELTAFLOW_TERMINATION_LOG": str(target)})
+    assert json.loads(target.read_text())["events"][0]["filesRemoved"] == 40
+    assert human_bytes(1536) == "1.5 KiB"
+    assert human_bytes(12) == "12 B"
+
+
+def _ingestion(**spec: object) -> DeltaIngestion:
+    return DeltaIngestion.model_validate(
+        {
+            "metadata": {"name": "orders", "namespace": "data"},
+            "spec": {
+                "source": {"bootstrapServers": "k:9092", "topic": "orders"},
+                "format": {"type": "raw"},
+                "sink": {"tablePath": "s3a://lake/orders"},
+                **spec,
+            },
+        }
+    )
+
+
+def test_runtime_conf_keeps_what_correctness_needs() -> None:
+    ingestion = _ingestion(
+        sparkConf={
+            "spark.databricks.delta.retentionDurationCheck.enabled": "false",
+            "spark.sql.shuffle.partitions": "16",
+        }
+    )
+    conf = runtime_conf(ingestion, env={})
+    assert conf["spark.databricks.delta.retentionDurationCheck.enabled"] == "true"
+    # Delta 4.x would otherwise ignore VACUUM's retention argument (the spec's retentionHours).
+    assert conf["spark.databricks.delta.vacuum.retentionWindowIgnore.enabled"] == "false"
+    assert conf["spark.sql.shuffle.partitions"] == "16"
+    assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
+    assert conf["spark.databricks.delta.properties.defaults.enableDeletionVectors"] == "false"
+    assert conf["spark.app.name"] == "deltaflow-data-orders"
+    assert "spark.master" not in conf  # on Kubernetes spark-defaults.conf says
+    assert runtime_conf(ingestion, master="local[2]", env={})["spark.master"] == "local[2]"
+
+
+def test_storage_conf_from_spec_and_environment() -> None:
+    ingestion = _ingestion(
+        sink={
+            "tablePath": "s3a://lake/orders",
+            "storage": {
+                "endpoint": "http://minio:9000",
+                "pathStyleAccess": True,
+                "accessKeyId": {"name": "lake", "key": "id"},
+                "secretAccessKey": {"name": "lake", "key": "secret"},
+            },
+        }
+    )
+    env = {"AWS_ACCESS_KEY_ID": "AK", "AWS_SECRET_ACCESS_KEY": "SK"}
+    assert storage_conf(ingestion, env) == {
+        "spark.hadoop.fs.s3a.path.style.access": "true",
+        "spark.hadoop.fs.s3a.endpoint": "http://minio:9000",
+        "spark.hadoop.fs.s3a.access.key": "AK",
+        "spark.hadoop.fs.s3a.secret.key": "SK",
+    }
+
+
+def test_progress_sample_from_a_spark_progress_report() -> None:
+    sample = progress_sample(
+        {
+            "batchId": 7,
+            "numInputRows": 1200,
+            "inputRowsPerSecond": 600.0,
+            "processedRowsPerSecond": 800.5,
+            "durationMs": {"addBatch": 1200, "triggerExecution": 1500, "other": 3},
+        }
+    )
+    assert sample.batch_id == 7
+    assert sample.processed_rows_per_second == 800.5
+    assert sample.durations_ms == {"addBatch": 1200, "triggerExecution": 1500}
+
+
+def test_offset_metrics_lag_and_headroom() -> None:
+    metrics = RuntimeMetrics()
+    metrics.observe_offsets(
+        committed={"t": {0: 150}},
+        earliest={"t": {0: 100, 1: 5}},
+        latest={"t": {0: 400, 1: 5}},
+    )
+    text = generate_latest(metrics.registry).decode()
+    assert 'deltaflow_kafka_lag_records{partition="0",topic="t"} 250.0' in text
+    assert 'deltaflow_kafka_retention_headroom_records{partition="0",topic="t"} 50.0' in text
+    assert 'deltaflow_kafka_retention_headroom_ratio{partition="0",topic="t"} 0.1666' in text
+    # an unread partition counts from the earliest retained offset
+    assert 'deltaflow_kafka_lag_records{partition="1",topic="t"} 0.0' in text
+    assert "deltaflow_kafka_lag_records_sum 250.0" in text
+    assert 'deltaflow_dead_letter_rows_total{reason="malformed_json"} 0.0' in text
