@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from deltaflow_runtime.checkpoint import Checkpoint, TopicOffsets
 from deltaflow_runtime.config import Pipeline, trigger_seconds
@@ -200,15 +200,22 @@ class StreamRunner:
 
     def _observe_progress(self, seen: set[int]) -> None:
         assert self.query is not None
-        for progress in self.query.recentProgress:
-            raw: dict[str, Any] = (
-                json.loads(progress.json) if hasattr(progress, "json") else dict(progress)
-            )
+        # lastProgress, not recentProgress: one report per poll keeps the driver's own cost flat.
+        progress = self.query.lastProgress
+        for raw in [json.loads(progress.json)] if progress is not None else []:
             sample = progress_sample(raw)
             if sample.batch_id in seen:
                 continue
             seen.add(sample.batch_id)
             self.metrics.observe_progress(sample)
+            line = {
+                "event": "batch_progress",
+                "batch": sample.batch_id,
+                "inputRows": sample.input_rows,
+                "processedRowsPerSecond": round(sample.processed_rows_per_second, 1),
+                "durationMs": sample.durations_ms,
+            }
+            log.info("%s", json.dumps(line, separators=(",", ":")))
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until the query ends; raise its failure (a data-loss failure, explained).

@@ -1,7 +1,9 @@
-"""The README's main-job command: Kafka -> Spark Structured Streaming -> Delta, on the local stack.
+"""The README's main-job command: Kafka -> Deltaflow runtime -> Delta, on the local stack.
 
-Brings up a real KRaft broker, produces sample order records, streams them into a Delta table with
-Spark + delta-spark, and prints the row count and a few rows read back with an independent reader.
+Brings up a real KRaft broker, produces sample orders (and a few broken records), writes a
+DeltaIngestion manifest pointing at that broker, runs it with ``deltaflow run -f`` (the same
+runtime the driver pod runs, in Spark local mode), and prints what landed in the table and in the
+dead-letter table, read back with an independent reader (deltalake).
 """
 
 from __future__ import annotations
@@ -10,19 +12,43 @@ import argparse
 import json
 import random
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
 
+import yaml
+
 from devstack.install import REPO_ROOT
 from devstack.kafka import start_kafka
-from devstack.spark import local_spark_conf
+from devstack.process import record_pid
 
 COUNTRIES = ["DE", "FR", "US", "BR", "JP", "IN"]
+BROKEN: list[tuple[bytes | None, bytes | None]] = [
+    (b"bad-1", b'{"id": 1, "amount": '),  # truncated JSON
+    (b"bad-2", b'{"id": "one", "amount": 2.0}'),  # wrong type
+    (b"bad-3", None),  # tombstone
+    (b"bad-4", b'{"id": 4, "country": "\xff\xfe"}'),  # not UTF-8
+]
 
 
 def _say(t0: float, message: str) -> None:
     print(f"[demo {time.monotonic() - t0:5.1f}s] {message}", flush=True)
+
+
+def _manifest(bootstrap: str, out: Path) -> Path:
+    """examples/orders.yaml, pointed at the local broker and a local table."""
+    document = yaml.safe_load((REPO_ROOT / "examples" / "orders.yaml").read_text())
+    spec = document["spec"]
+    spec["source"]["bootstrapServers"] = bootstrap
+    spec["sink"] = {
+        "tablePath": f"file://{out / 'lake' / 'orders'}",
+        "partitionBy": spec["sink"]["partitionBy"],
+    }
+    spec["deadLetter"] = {"tablePath": f"file://{out / 'lake' / 'orders_dead_letter'}"}
+    path = out / "orders.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,10 +58,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "demo-output")
     args = parser.parse_args(argv)
     t0 = time.monotonic()
-    shutil.rmtree(args.out, ignore_errors=True)
+    out = args.out.resolve()
+    shutil.rmtree(out, ignore_errors=True)
 
     _say(t0, "starting Kafka (KRaft, loopback)")
-    broker = start_kafka(args.out / "kafka")
+    broker = start_kafka(out / "kafka")
     try:
         from confluent_kafka import Producer
         from confluent_kafka.admin import AdminClient
@@ -45,7 +72,11 @@ def main(argv: list[str] | None = None) -> int:
         admin.create_topics([NewTopic("orders", num_partitions=3, replication_factor=1)])[
             "orders"
         ].result(timeout=30)
-        _say(t0, f"producing {args.records} orders to topic 'orders' at {broker.bootstrap_servers}")
+        _say(
+            t0,
+            f"producing {args.records} orders and {len(BROKEN)} broken records to 'orders' "
+            f"at {broker.bootstrap_servers}",
+        )
         producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
         rng = random.Random(7)
         for i in range(args.records):
@@ -58,55 +89,47 @@ def main(argv: list[str] | None = None) -> int:
             producer.produce("orders", key=str(i).encode(), value=json.dumps(order).encode())
             if i % 5000 == 0:
                 producer.poll(0)
+        for key, value in BROKEN:
+            producer.produce("orders", key=key, value=value)
         producer.flush(60)
         del producer, admin  # close the clients before the broker goes away
-        _stream(t0, broker.bootstrap_servers, args.out)
+
+        manifest = _manifest(broker.bootstrap_servers, out)
+        command = [
+            str(Path(sys.executable).parent / "deltaflow"),
+            "run",
+            "-f",
+            str(manifest),
+            "--available-now",
+            "--local-dir",
+            str(out / "local"),
+            "--metrics-port",
+            "0",
+        ]
+        _say(t0, f"running the manifest {manifest} with the Deltaflow runtime:")
+        print("    $ deltaflow " + " ".join(command[1:]), flush=True)
+        proc = subprocess.Popen(command, cwd=out)
+        record_pid(proc.pid)
+        if proc.wait() != 0:
+            _say(t0, f"deltaflow run failed (exit {proc.returncode})")
+            return 1
     finally:
         broker.stop()
+    _show(t0, out)
     _say(t0, "done")
     return 0
 
 
-def _stream(t0: float, bootstrap: str, out: Path) -> None:
+def _show(t0: float, out: Path) -> None:
     from deltalake import DeltaTable
-    from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F  # noqa: N812
 
-    _say(t0, "starting Spark (local mode) with delta-spark and the Kafka connector")
-    builder = SparkSession.builder.appName("deltaflow-demo")
-    for key, value in local_spark_conf(out / "spark").items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
-    table, checkpoint = out / "tables" / "orders", out / "checkpoints" / "orders"
-    try:
-        _say(t0, f"streaming 'orders' into the Delta table {table}")
-        query = (
-            spark.readStream.format("kafka")
-            .option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribe", "orders")
-            .option("startingOffsets", "earliest")
-            .load()
-            .select(
-                F.from_json(
-                    F.col("value").cast("string"),
-                    "id BIGINT, amount DOUBLE, ts TIMESTAMP, country STRING",
-                ).alias("r")
-            )
-            .select("r.*")
-            .writeStream.format("delta")
-            .option("checkpointLocation", str(checkpoint))
-            .partitionBy("country")
-            .trigger(availableNow=True)
-            .start(str(table))
-        )
-        query.awaitTermination()
-    finally:
-        spark.stop()
-
-    rows = DeltaTable(str(table)).to_pyarrow_table().sort_by("id")
-    _say(t0, f"the table holds {rows.num_rows} rows (read back with the deltalake reader):")
-    for row in rows.slice(0, 5).to_pylist():
+    table = DeltaTable(str(out / "lake" / "orders")).to_pyarrow_table().sort_by("id")
+    _say(t0, f"the table holds {table.num_rows} rows (read back with the deltalake reader):")
+    for row in table.slice(0, 3).to_pylist():
+        print("   ", row)
+    dead = DeltaTable(str(out / "lake" / "orders_dead_letter")).to_pyarrow_table()
+    _say(t0, f"the dead-letter table holds {dead.num_rows} records, each with its reason:")
+    for row in dead.select(["_kafka_partition", "_kafka_offset", "reason", "detail"]).to_pylist():
         print("   ", row)
 
 

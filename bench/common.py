@@ -1,0 +1,265 @@
+"""Shared pieces of the benchmarks: a broker, fast producing, manifests, and CPU accounting of a
+driver process tree (Python + its Spark JVM) read from /proc.
+
+The benchmarks run on the local stack (devstack), like the tests, and print their figures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+for extra in (REPO / "stack", REPO / "tests" / "integration" / "runtime"):
+    if str(extra) not in sys.path:
+        sys.path.insert(0, str(extra))
+
+import yaml  # noqa: E402
+from confluent_kafka import Producer  # noqa: E402
+from confluent_kafka.admin import AdminClient  # noqa: E402
+from confluent_kafka.cimpl import NewTopic  # noqa: E402
+
+from devstack.process import record_pid  # noqa: E402
+
+SCHEMA = (
+    "id BIGINT, amount DOUBLE, ts TIMESTAMP, country STRING, customer STRING, sku STRING, "
+    "note STRING"
+)
+COUNTRIES = ("DE", "FR", "US", "JP")
+_TEMPLATE = (
+    '{"id":%d,"amount":%d.%02d,"ts":"2026-11-22T12:00:00Z","country":"%s",'
+    '"customer":"customer-%08d","sku":"sku-%06d","note":"%s"}'
+)
+_NOTE = "x" * 150  # ~300-byte records
+
+
+def record_value(i: int) -> bytes:
+    """One ~300-byte JSON order."""
+    text = _TEMPLATE % (i, i % 1000, i % 100, COUNTRIES[i % 4], i % 10**8, i % 10**6, _NOTE)
+    return text.encode()
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """Create a topic and wait for it."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[
+        topic
+    ].result(timeout=30)
+
+
+def produce(bootstrap: str, topic: str, count: int, *, start: int = 0, rate: float = 0) -> float:
+    """Produce ``count`` records (as fast as possible, or at ``rate``/s); returns seconds."""
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 50,
+            "batch.size": 1_000_000,
+            "compression.type": "lz4",
+            "queue.buffering.max.messages": 1_000_000,
+        }
+    )
+    began = time.monotonic()
+    for n in range(count):
+        i = start + n
+        while True:
+            try:
+                producer.produce(topic, key=str(i).encode(), value=record_value(i))
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if n % 1000 == 0:
+            producer.poll(0)
+            if rate:
+                ahead = n / rate - (time.monotonic() - began)
+                if ahead > 0:
+                    time.sleep(ahead)
+    producer.flush(300)
+    return time.monotonic() - began
+
+
+def write_manifest(
+    path: Path,
+    name: str,
+    topic: str,
+    bootstrap: str,
+    root: Path,
+    *,
+    max_offsets: int,
+    trigger: str,
+) -> tuple[Path, Path]:
+    """The DeltaIngestion both jobs run; returns (table dir, checkpoint dir)."""
+    document = {
+        "apiVersion": "deltaflow.io/v1alpha1",
+        "kind": "DeltaIngestion",
+        "metadata": {"name": name, "namespace": "bench"},
+        "spec": {
+            "source": {
+                "bootstrapServers": bootstrap,
+                "topic": topic,
+                "maxOffsetsPerTrigger": max_offsets,
+            },
+            "format": {"type": "json", "schema": SCHEMA},
+            "sink": {"tablePath": str(root / "lake" / name), "partitionBy": ["country"]},
+            "trigger": {"interval": trigger},
+        },
+    }
+    path.write_text(yaml.safe_dump(document))
+    return root / "lake" / name, root / "lake" / "_checkpoints" / "bench" / name
+
+
+def spark_args(work: Path) -> list[str]:
+    """The Spark settings both jobs get on top of the runtime's (identical for both)."""
+    return [
+        "--master",
+        "local[2]",
+        "--conf",
+        f"spark.local.dir={work / 'spark-local'}",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--conf",
+        "spark.driver.memory=2g",
+        "--conf",
+        f"spark.driver.extraJavaOptions=-Dderby.system.home={work / 'derby'}",
+    ]
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+class CpuSampler:
+    """CPU seconds (user + system) of every process in a process group, sampled from /proc.
+
+    Keeps each pid's highest reading, so the total survives processes exiting; what a process
+    burns in its last sampling interval (``interval``) is missed.
+    """
+
+    def __init__(self, pgid: int, interval: float = 0.1) -> None:
+        self.pgid, self.interval = pgid, interval
+        self.per_pid: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            # after "pid (comm)": state ppid pgrp session ... utime(11) stime(12) (0-based)
+            if int(fields[2]) == self.pgid:
+                seconds = (int(fields[11]) + int(fields[12])) / _TICK
+                pid = int(entry)
+                self.per_pid[pid] = max(self.per_pid.get(pid, 0.0), seconds)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+            time.sleep(self.interval)
+
+    def current(self) -> float:
+        """CPU seconds so far."""
+        self._sample()
+        return sum(self.per_pid.values())
+
+    def stop(self) -> float:
+        """Stop sampling; total CPU seconds."""
+        self._sample()
+        self._stop.set()
+        self._thread.join()
+        return sum(self.per_pid.values())
+
+
+@dataclass
+class Run:
+    """One job process: exit code, wall seconds, CPU seconds."""
+
+    code: int
+    wall: float
+    cpu: float
+
+
+class Job:
+    """A job process in its own group, with CPU accounting."""
+
+    def __init__(self, argv: list[str], log: Path, env: dict[str, str] | None = None) -> None:
+        self.started = time.monotonic()
+        with log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env=env,
+                cwd=REPO,
+            )
+        record_pid(self.proc.pid)
+        self.cpu = CpuSampler(self.proc.pid)
+
+    def wait(self, timeout: float) -> Run:
+        """Wait for the exit (SIGKILL the group after ``timeout``)."""
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            code = -9
+        return Run(code, time.monotonic() - self.started, self.cpu.stop())
+
+    def terminate(self, timeout: float = 120) -> Run:
+        """SIGTERM (graceful stop after the in-flight batch), then wait."""
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        return self.wait(timeout)
+
+    def kill(self) -> None:
+        """SIGKILL the group."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+
+def deltaflow_job(
+    config: Path, work: Path, log: Path, *, available_now: bool, port: int = 0
+) -> Job:
+    """``python -m deltaflow_runtime stream`` on a config."""
+    argv = [sys.executable, "-m", "deltaflow_runtime", "stream", "--config", str(config)]
+    argv += ["--metrics-port", str(port), *spark_args(work)]
+    if available_now:
+        argv.append("--available-now")
+    return Job(argv, log)
+
+
+def baseline_job(config: Path, work: Path, log: Path, *, available_now: bool) -> Job:
+    """The minimal hand-written job (bench/baseline_job.py) on the same config."""
+    argv = [sys.executable, str(REPO / "bench" / "baseline_job.py"), "--config", str(config)]
+    argv += spark_args(work)
+    if available_now:
+        argv.append("--available-now")
+    return Job(argv, log)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0..100), nearest rank."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    k = max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def broker(work: Path) -> Any:
+    """Start a KRaft broker for the benchmark (stop it with .stop())."""
+    from devstack.kafka import start_kafka
+
+    return start_kafka(work / "kafka")

@@ -1,0 +1,125 @@
+"""Freshness and file count at a fixed produce rate.
+
+Runs ``deltaflow stream`` (processing-time trigger), produces at a fixed rate for a while, drains,
+then reads the table's own log: for every row, (commit time of the Delta version that added it -
+its Kafka produce timestamp) / trigger interval; and data files per million records.
+
+    bash bench/run.sh freshness [--rate 5000] [--seconds 120] [--trigger 5s]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from common import broker, create_topic, deltaflow_job, percentile, produce, write_manifest
+
+from deltaflow_runtime.config import trigger_seconds
+
+
+def commits(table: Path) -> list[tuple[int, float, list[str]]]:
+    """(version, commit time in s, added data files) of every stream commit (WRITE)."""
+    out = []
+    for log in sorted((table / "_delta_log").glob("*.json")):
+        info: dict[str, object] = {}
+        added = []
+        for line in log.read_text().splitlines():
+            action = json.loads(line)
+            if "commitInfo" in action:
+                info = action["commitInfo"]
+            elif "add" in action and action["add"].get("dataChange", True):
+                added.append(action["add"]["path"])
+        if info.get("operation") == "WRITE":
+            out.append((int(log.name[:20]), float(info["timestamp"]) / 1000, added))  # type: ignore[arg-type]
+    return out
+
+
+def latencies(table: Path) -> tuple[list[float], int, int]:
+    """Per-row (commit - produce) seconds, rows, data files."""
+    import urllib.parse
+
+    import pyarrow.parquet as pq
+
+    values: list[float] = []
+    files = 0
+    for _, committed, added in commits(table):
+        for rel in added:
+            files += 1
+            column = pq.read_table(table / urllib.parse.unquote(rel), columns=["_kafka_timestamp"])
+            stamps = column.column(0).cast("int64").to_pylist()  # microseconds
+            values.extend(committed - s / 1e6 for s in stamps)
+    return values, len(values), files
+
+
+def main() -> int:
+    """Run the benchmark and print its figures."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rate", type=float, default=5000)
+    parser.add_argument("--seconds", type=float, default=120)
+    parser.add_argument("--trigger", default="5s")
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--work", type=Path, default=None)
+    args = parser.parse_args()
+    work = args.work or Path(tempfile.mkdtemp(prefix="deltaflow-fresh-"))
+    work.mkdir(parents=True, exist_ok=True)
+    interval = trigger_seconds(args.trigger)
+    kafka = broker(work)
+    try:
+        create_topic(kafka.bootstrap_servers, "fresh", args.partitions)
+        config = work / "fresh.yaml"
+        table, _ = write_manifest(
+            config,
+            "fresh",
+            "fresh",
+            kafka.bootstrap_servers,
+            work,
+            max_offsets=10_000_000,
+            trigger=args.trigger,
+        )
+        log = work / "fresh.log"
+        job = deltaflow_job(config, work, log, available_now=False)
+        deadline = time.monotonic() + 300
+        while '"stream_starting"' not in log.read_text(errors="replace"):
+            if time.monotonic() > deadline or job.proc.poll() is not None:
+                raise SystemExit(f"the stream did not start: see {log}")
+            time.sleep(0.5)
+        time.sleep(2 * interval)  # past the first (empty) triggers
+        total = int(args.rate * args.seconds)
+        took = produce(kafka.bootstrap_servers, "fresh", total, rate=args.rate)
+        print(f"produced {total} records at {total / took:.0f}/s over {took:.0f}s", flush=True)
+        from deltalake import DeltaTable
+
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if table.exists() and DeltaTable(str(table)).count() >= total:
+                break
+            time.sleep(1)
+        run = job.terminate()
+        print(
+            f"driver stopped (exit {run.code}); cpu {run.cpu:.1f}s over {run.wall:.0f}s", flush=True
+        )
+    finally:
+        kafka.stop()
+    values, rows, files = latencies(table)
+    if rows != total:
+        raise SystemExit(f"the table holds {rows} rows, produced {total}")
+    ratios = [v / interval for v in values]
+    batches = len(commits(table))
+    print(f"\n== freshness at {args.rate:.0f} records/s, trigger {args.trigger}, {batches} commits")
+    print(
+        f"(commit - produce) / trigger interval: p50 {percentile(ratios, 50):.2f}, "
+        f"p99 {percentile(ratios, 99):.2f}  "
+        f"(p50 {percentile(values, 50):.2f}s, p99 {percentile(values, 99):.2f}s)"
+    )
+    print(f"data files per million records: {files / rows * 1e6:.0f} ({files} files, {rows} rows)")
+    if args.work is None:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,118 @@
+"""Fixed cost per batch at a trickle (10 records/s): CPU-seconds and wall time per micro-batch,
+Deltaflow runtime vs the minimal hand-written job, same manifest and Spark settings.
+
+    bash bench/run.sh trickle [--rate 10] [--seconds 120] [--trigger 1s]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from common import (
+    baseline_job,
+    broker,
+    create_topic,
+    deltaflow_job,
+    percentile,
+    produce,
+    write_manifest,
+)
+
+
+def _versions(table: Path) -> int:
+    log = table / "_delta_log"
+    return len(list(log.glob("*.json"))) if log.exists() else 0
+
+
+def _batch_durations(log: Path) -> list[float]:
+    """Spark's triggerExecution of each non-empty batch, from the runtime's progress lines."""
+    durations = []
+    for line in log.read_text(errors="replace").splitlines():
+        if '"batch_progress"' in line:
+            event = json.loads(line.split(": ", 1)[1])
+            if event["inputRows"] > 0 and "triggerExecution" in event["durationMs"]:
+                durations.append(event["durationMs"]["triggerExecution"] / 1000)
+    return durations
+
+
+def main() -> int:
+    """Run the benchmark and print its figures."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rate", type=float, default=10)
+    parser.add_argument("--seconds", type=float, default=120)
+    parser.add_argument("--trigger", default="1s")
+    parser.add_argument("--work", type=Path, default=None)
+    args = parser.parse_args()
+    work = args.work or Path(tempfile.mkdtemp(prefix="deltaflow-trickle-"))
+    work.mkdir(parents=True, exist_ok=True)
+    kafka = broker(work)
+    rows: list[str] = []
+    try:
+        for job_name in ("deltaflow", "baseline"):
+            topic = f"trickle-{job_name}"
+            create_topic(kafka.bootstrap_servers, topic, 2)
+            config = work / f"{topic}.yaml"
+            table, _ = write_manifest(
+                config,
+                topic,
+                topic,
+                kafka.bootstrap_servers,
+                work,
+                max_offsets=100_000,
+                trigger=args.trigger,
+            )
+            if job_name == "baseline":
+                table = table.parent / (table.name + "_baseline")
+            log = work / f"{topic}.log"
+            start = deltaflow_job if job_name == "deltaflow" else baseline_job
+            job = start(config, work, log, available_now=False)
+            # Warm up: the first records, the table created, JIT settled.
+            produce(kafka.bootstrap_servers, topic, 50, rate=args.rate)
+            deadline = time.monotonic() + 300
+            while _versions(table) < 2:
+                if time.monotonic() > deadline or job.proc.poll() is not None:
+                    raise SystemExit(f"{job_name} made no commits: see {log}")
+                time.sleep(0.5)
+            time.sleep(5)
+            cpu0, v0, t0 = job.cpu.current(), _versions(table), time.monotonic()
+            produce(
+                kafka.bootstrap_servers,
+                topic,
+                int(args.rate * args.seconds),
+                start=50,
+                rate=args.rate,
+            )
+            time.sleep(3)
+            cpu1, v1, t1 = job.cpu.current(), _versions(table), time.monotonic()
+            job.kill()
+            batches = v1 - v0
+            durations = _batch_durations(log) if job_name == "deltaflow" else []
+            line = (
+                f"{job_name:9s}: {batches} commits in {t1 - t0:.0f}s, "
+                f"{(cpu1 - cpu0) / max(batches, 1):.3f} cpu-s per batch, "
+                f"{(cpu1 - cpu0) / (t1 - t0):.2f} cores busy on average"
+            )
+            if durations:
+                line += (
+                    f", batch wall time p50 {percentile(durations, 50):.2f}s "
+                    f"p95 {percentile(durations, 95):.2f}s"
+                )
+            print(line, flush=True)
+            rows.append(line)
+    finally:
+        kafka.stop()
+    print(f"\n== fixed cost per batch at {args.rate:g} records/s, trigger {args.trigger}")
+    for line in rows:
+        print(line)
+    if args.work is None:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,350 @@
+"""The crash harness: a real driver process (``python -m deltaflow_runtime stream``) SIGKILLed again
+and again while records are produced, restarted from the same checkpoint each time.
+
+Used by the CI test (small volume) and by ``bench/crash_soak.py`` (>= 1M records). Kills land at a
+random moment, while a batch's data files are being written (before its Delta commit), right after
+the table's commit file appears (before the dead-letter commit and the checkpoint's commit), and
+right after Spark planned a batch. Afterwards one last run drains Kafka and every produced record
+is looked up by (topic, partition, offset) in the table and the dead-letter table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from confluent_kafka import Producer
+
+from devstack.process import record_pid
+
+STRATEGIES = ("random", "mid-write", "after-table-commit", "after-plan")
+
+
+@dataclass
+class Restart:
+    """One driver life: started, recovered (first new table commit), killed."""
+
+    number: int
+    strategy: str
+    recovery_seconds: float
+    killed_at_seconds: float
+    hit: bool  # the kill landed in the window the strategy aims at
+
+
+@dataclass
+class CrashResult:
+    """What the soak found."""
+
+    produced: int
+    in_table: int
+    in_dead_letter: int
+    duplicates: int
+    lost: int
+    unexpected: int
+    restarts: list[Restart] = field(default_factory=list)
+    final_drain_seconds: float = 0.0
+
+    def summary(self) -> str:
+        """Human-readable figures."""
+        lines = [
+            f"produced {self.produced}, table {self.in_table}, dead letters "
+            f"{self.in_dead_letter}, duplicates {self.duplicates}, lost {self.lost}, "
+            f"unexpected {self.unexpected}, final drain {self.final_drain_seconds:.1f}s",
+        ]
+        for r in self.restarts:
+            lines.append(
+                f"  restart {r.number:2d}: recovered in {r.recovery_seconds:5.1f}s "
+                f"(spawn -> first new table commit), killed {r.strategy}"
+                f"{'' if r.hit else ' (window missed: killed on timeout)'} "
+                f"{r.killed_at_seconds:5.1f}s after spawn"
+            )
+        return "\n".join(lines)
+
+
+class Driver:
+    """One ``deltaflow stream`` process in its own process group (the JVM goes with it)."""
+
+    def __init__(self, config: Path, work: Path, log: Path, *, available_now: bool = False):
+        args = [
+            sys.executable,
+            "-m",
+            "deltaflow_runtime",
+            "stream",
+            "--config",
+            str(config),
+            "--master",
+            "local[2]",
+            "--metrics-port",
+            "0",
+            "--conf",
+            f"spark.local.dir={work / 'spark-local'}",
+            "--conf",
+            "spark.ui.enabled=false",
+            "--conf",
+            f"spark.driver.extraJavaOptions=-Dderby.system.home={work / 'derby'}",
+        ]
+        if available_now:
+            args.append("--available-now")
+        self.started = time.monotonic()
+        with log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                args,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        record_pid(self.proc.pid)
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group: the Python driver and its JVM, no goodbye."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def alive(self) -> bool:
+        """Whether it still runs."""
+        return self.proc.poll() is None
+
+
+class TableWatch:
+    """Watches a table and the checkpoint on disk (what a kill strategy waits for)."""
+
+    def __init__(self, table: Path, checkpoint: Path) -> None:
+        self.table = table
+        self.checkpoint = checkpoint
+
+    def version(self) -> int:
+        """Latest committed version (-1: no table yet)."""
+        log = self.table / "_delta_log"
+        if not log.is_dir():
+            return -1
+        versions = [
+            int(n[:20]) for n in os.listdir(log) if n.endswith(".json") and n[:20].isdigit()
+        ]
+        return max(versions, default=-1)
+
+    def data_files(self) -> set[str]:
+        """Every data file on disk (committed or not)."""
+        out = set()
+        for root, dirs, files in os.walk(self.table):
+            dirs[:] = [d for d in dirs if d != "_delta_log"]
+            out.update(os.path.join(root, f) for f in files if f.endswith(".parquet"))
+        return out
+
+    def planned(self) -> int:
+        """Latest batch Spark planned (-1: none)."""
+        offsets = self.checkpoint / "offsets"
+        if not offsets.is_dir():
+            return -1
+        return max((int(n) for n in os.listdir(offsets) if n.isdigit()), default=-1)
+
+
+def _wait(predicate: Callable[[], bool], timeout: float, poll: float = 0.005) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(poll)
+    return False
+
+
+class BackgroundProducer:
+    """Produces at about ``rate``/s until told to stop, and at least ``total`` records: JSON
+    orders, one in ~500 unparseable (so the dead-letter table is written too)."""
+
+    def __init__(self, bootstrap: str, topic: str, total: int, rate: float) -> None:
+        self.bootstrap, self.topic, self.total, self.rate = bootstrap, topic, total, rate
+        self.delivered: list[tuple[str, int, int]] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="producer", daemon=True)
+
+    def start(self) -> None:
+        """Start producing in the background."""
+        self.thread.start()
+
+    def finish(self, timeout: float) -> None:
+        """Stop once ``total`` records are out, and wait until every one is acknowledged."""
+        self._stop.set()
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "the producer did not finish"
+        assert not self.errors, self.errors[:5]
+
+    def _run(self) -> None:
+        producer = Producer(
+            {"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "linger.ms": 20}
+        )
+
+        def delivered(err: Any, msg: Any) -> None:
+            if err is not None:
+                self.errors.append(str(err))
+            else:
+                self.delivered.append((msg.topic(), msg.partition(), msg.offset()))
+
+        countries = ("DE", "FR", "US", "JP")
+        started = time.monotonic()
+        i = -1
+        while i + 1 < self.total or not self._stop.is_set():
+            i += 1
+            if i % 499 == 0:
+                value = b'{"id": ' + str(i).encode() + b', "amount": '  # truncated JSON
+            else:
+                value = json.dumps(
+                    {
+                        "id": i,
+                        "amount": i / 4,
+                        "ts": "2026-11-22T12:00:00Z",
+                        "country": countries[i % 4],
+                    }
+                ).encode()
+            while True:
+                try:
+                    producer.produce(
+                        self.topic, key=str(i).encode(), value=value, on_delivery=delivered
+                    )
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            if i % 1000 == 0:
+                producer.poll(0)
+                ahead = i / self.rate - (time.monotonic() - started)
+                if ahead > 0:
+                    time.sleep(ahead)
+        producer.flush(120)
+
+
+def write_config(
+    path: Path, name: str, topic: str, bootstrap: str, root: Path, *, max_offsets: int
+) -> tuple[Path, Path, Path]:
+    """The DeltaIngestion the drivers run; returns (config, table dir, checkpoint dir)."""
+    document = {
+        "apiVersion": "deltaflow.io/v1alpha1",
+        "kind": "DeltaIngestion",
+        "metadata": {"name": name, "namespace": "crash"},
+        "spec": {
+            "source": {
+                "bootstrapServers": bootstrap,
+                "topic": topic,
+                "maxOffsetsPerTrigger": max_offsets,
+            },
+            "format": {
+                "type": "json",
+                "schema": "id BIGINT NOT NULL, amount DOUBLE, ts TIMESTAMP, country STRING",
+            },
+            "sink": {"tablePath": str(root / "lake" / name), "partitionBy": ["country"]},
+            "trigger": {"interval": "1s"},
+        },
+    }
+    path.write_text(yaml.safe_dump(document))
+    return path, root / "lake" / name, root / "lake" / "_checkpoints" / "crash" / name
+
+
+def crash_soak(
+    bootstrap: str,
+    topic: str,
+    work: Path,
+    *,
+    records: int,
+    kills: int,
+    rate: float,
+    max_offsets: int,
+    seed: int = 7,
+    say: Callable[[str], None] = print,
+) -> CrashResult:
+    """Produce (at least ``records``, and until the last kill) in the background, kill the driver
+    ``kills`` times, drain, count."""
+    from deltalake import DeltaTable
+
+    rng = random.Random(seed)
+    work.mkdir(parents=True, exist_ok=True)
+    config, table, checkpoint = write_config(
+        work / "ingestion.yaml", "soak", topic, bootstrap, work, max_offsets=max_offsets
+    )
+    watch = TableWatch(table, checkpoint)
+    log = work / "driver.log"
+    producer = BackgroundProducer(bootstrap, topic, records, rate)
+    producer.start()
+    restarts: list[Restart] = []
+    driver: Driver | None = None
+    try:
+        for number in range(1, kills + 1):
+            strategy = STRATEGIES[(number - 1) % len(STRATEGIES)]
+            before = watch.version()
+            driver = Driver(config, work, log)
+            if not _wait(lambda: watch.version() > before, 300, poll=0.05):  # noqa: B023
+                raise AssertionError(f"restart {number}: no commit within 300s (see {log})")
+            recovered = time.monotonic() - driver.started
+            hit = _kill_window(strategy, watch, rng)
+            killed_at = time.monotonic() - driver.started
+            assert driver.alive(), f"restart {number}: the driver died by itself (see {log})"
+            driver.kill()
+            restarts.append(Restart(number, strategy, recovered, killed_at, hit))
+            say(
+                f"restart {number}: recovered in {recovered:.1f}s, killed {strategy} "
+                f"at {killed_at:.1f}s{'' if hit else ' (window missed)'}"
+            )
+        producer.finish(timeout=max(600.0, records / rate * 2))
+        started = time.monotonic()
+        driver = Driver(config, work, log, available_now=True)
+        code = driver.proc.wait(timeout=1800)
+        assert code == 0, f"the final drain exited {code} (see {log})"
+        drain_seconds = time.monotonic() - started
+    finally:
+        if driver is not None and driver.alive():
+            driver.kill()
+
+    rows = DeltaTable(str(table)).to_pyarrow_table(
+        columns=["_kafka_topic", "_kafka_partition", "_kafka_offset"]
+    )
+    dead = DeltaTable(str(table) + "_dead_letter").to_pyarrow_table(
+        columns=["_kafka_topic", "_kafka_partition", "_kafka_offset"]
+    )
+
+    def keys(t: Any) -> list[tuple[str, int, int]]:
+        cols = [
+            t.column(c).to_pylist() for c in ("_kafka_topic", "_kafka_partition", "_kafka_offset")
+        ]
+        return list(zip(*cols, strict=True))
+
+    landed = keys(rows) + keys(dead)
+    counts = Counter(landed)
+    produced = set(producer.delivered)
+    return CrashResult(
+        produced=len(producer.delivered),
+        in_table=rows.num_rows,
+        in_dead_letter=dead.num_rows,
+        duplicates=sum(n - 1 for n in counts.values() if n > 1),
+        lost=len(produced - counts.keys()),
+        unexpected=len(counts.keys() - produced),
+        restarts=restarts,
+        final_drain_seconds=drain_seconds,
+    )
+
+
+def _kill_window(strategy: str, watch: TableWatch, rng: random.Random) -> bool:
+    """Wait for the moment a strategy aims at; True if it came (else the caller kills anyway)."""
+    if strategy == "random":
+        time.sleep(rng.uniform(0.1, 4.0))
+        return True
+    if strategy == "mid-write":
+        known = watch.data_files()
+        return _wait(lambda: bool(watch.data_files() - known), 60)
+    if strategy == "after-table-commit":
+        version = watch.version()
+        return _wait(lambda: watch.version() > version, 60, poll=0.002)
+    planned = watch.planned()
+    return _wait(lambda: watch.planned() > planned, 60, poll=0.002)

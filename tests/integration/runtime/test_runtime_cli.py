@@ -1,0 +1,113 @@
+"""``deltaflow run -f`` through the real console script: the example manifest from the local Kafka
+into a local table, and a manifest with a mistake refused by field."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from confluent_kafka.admin import AdminClient
+from runtime_kit import log_end_offsets, order, produce, read_table
+
+from devstack.kafka import KafkaBroker
+from devstack.process import record_pid
+
+REPO = Path(__file__).resolve().parents[3]
+EXAMPLE = REPO / "examples" / "orders.yaml"
+DELTAFLOW = str(Path(sys.executable).parent / "deltaflow")
+
+
+def _run(args: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.Popen(
+        [DELTAFLOW, *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    record_pid(proc.pid)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"deltaflow {' '.join(args)} ran over {timeout}s:\n{out}\n{err}")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@pytest.mark.kafka
+@pytest.mark.spark
+def test_run_brings_the_example_manifest_into_a_local_table(
+    kafka: KafkaBroker, tmp_path: Path
+) -> None:
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    if "orders" not in admin.list_topics(timeout=10).topics:
+        from confluent_kafka.cimpl import NewTopic
+
+        admin.create_topics([NewTopic("orders", num_partitions=3)])["orders"].result(30)
+    produce(
+        kafka.bootstrap_servers,
+        "orders",
+        [(str(i).encode(), order(i, ["DE", "FR"][i % 2])) for i in range(2000)],
+    )
+    held = sum(log_end_offsets(kafka.bootstrap_servers, "orders").values())
+
+    local = tmp_path / "local"
+    result = _run(
+        [
+            "run",
+            "-f",
+            str(EXAMPLE),
+            "--bootstrap-servers",
+            kafka.bootstrap_servers,
+            "--local-dir",
+            str(local),
+            "--available-now",
+            "--metrics-port",
+            "0",
+            "--cores",
+            "2",
+        ],
+        cwd=tmp_path,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    table = local / "lake" / "orders"
+    assert f"table:       file://{table}" in result.stdout
+    assert f"holds {held} rows" in result.stdout
+    rows = read_table(str(table))
+    assert len(rows) == held
+    assert {r["country"] for r in rows} <= {"DE", "FR", "US", "BR", "JP", "IN"}
+    assert (table / "country=DE").is_dir()  # partitionBy from the manifest
+
+
+def test_run_refuses_a_manifest_with_a_mistake_naming_the_field(tmp_path: Path) -> None:
+    document = yaml.safe_load(EXAMPLE.read_text())
+    document["spec"]["scaling"]["minExecutors"] = 10  # above maxExecutors: 8
+    document["spec"]["source"]["startingOffset"] = "earliest"  # misspelt
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(yaml.safe_dump(document))
+    result = _run(["run", "-f", str(broken), "--available-now"], cwd=tmp_path, timeout=120)
+    assert result.returncode == 2
+    assert "spec.scaling.maxExecutors: maxExecutors must be >= minExecutors" in result.stderr
+    assert "spec.source.startingOffset: unknown field" in result.stderr
+    assert not (tmp_path / "deltaflow-local").exists(), "nothing may be started or written"
+
+
+def test_vacuum_under_the_floor_is_refused_before_spark_starts(tmp_path: Path) -> None:
+    document = yaml.safe_load(EXAMPLE.read_text())
+    config = tmp_path / "ingestion.yaml"
+    config.write_text(yaml.safe_dump(document))
+    result = _run(
+        ["vacuum", "--config", str(config), "--retention-hours", "24"], cwd=tmp_path, timeout=120
+    )
+    assert result.returncode == 5
+    assert "allowUnsafeRetention" in result.stderr
+    assert shutil.which(DELTAFLOW)
