@@ -218,8 +218,9 @@ class Job:
         return Run(code, time.monotonic() - self.started, self.cpu.stop())
 
     def terminate(self, timeout: float = 120) -> Run:
-        """SIGTERM (graceful stop after the in-flight batch), then wait."""
-        os.killpg(self.proc.pid, signal.SIGTERM)
+        """SIGTERM to the driver only, as Kubernetes does to a container's main process (the
+        runtime stops after the in-flight batch), then wait."""
+        os.kill(self.proc.pid, signal.SIGTERM)
         return self.wait(timeout)
 
     def kill(self) -> None:

@@ -209,10 +209,25 @@ def check_retention(retention_hours: float, allow_unsafe: bool) -> None:
         )
 
 
+LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
+
+
+def listing_parallelism(spark: SparkSession) -> int:
+    """Tasks for VACUUM's file listing: a few per core. Spark's default (10000) makes VACUUM
+    of a small table run ~170k tasks (25 s instead of 3 s on two cores)."""
+    return max(8, 4 * spark.sparkContext.defaultParallelism)
+
+
 def vacuum_table(
-    spark: SparkSession, path: str, *, retention_hours: float, allow_unsafe: bool
+    spark: SparkSession,
+    path: str,
+    *,
+    retention_hours: float,
+    allow_unsafe: bool,
+    parallelism: int | None = None,
 ) -> MaintenanceReport:
-    """VACUUM one table with Delta's retention check on (off only with the explicit override)."""
+    """VACUUM one table with Delta's retention check on (off only with the explicit override).
+    ``parallelism``: tasks for the file listing (default :func:`listing_parallelism`)."""
     from delta.tables import DeltaTable
 
     check_retention(retention_hours, allow_unsafe)
@@ -222,16 +237,17 @@ def vacuum_table(
     check_key = "spark.databricks.delta.retentionDurationCheck.enabled"
     unsafe = retention_hours < SAFE_RETENTION_HOURS
     if unsafe:
-        log.warning(
-            "VACUUM under %s h: Delta's retention check is off for this run", SAFE_RETENTION_HOURS
-        )
+        log.warning("VACUUM under %s h: Delta's retention check is off", SAFE_RETENTION_HOURS)
         spark.conf.set(check_key, "false")
+    previous = spark.conf.get(LISTING_PARALLELISM)
+    spark.conf.set(LISTING_PARALLELISM, str(parallelism or listing_parallelism(spark)))
     try:
         table = DeltaTable.forPath(spark, path)
         before = _version(spark, path)
         table.vacuum(retention_hours)
     finally:
         spark.conf.set(check_key, "true")
+        spark.conf.set(LISTING_PARALLELISM, str(previous))
     rows = (
         DeltaTable.forPath(spark, path)
         .history()
@@ -287,10 +303,18 @@ def run_vacuum(
     spark: SparkSession, pipeline: Pipeline, retention_hours: float | None = None
 ) -> list[MaintenanceReport]:
     """VACUUM the table and the dead-letter table with the spec's retention."""
-    vac = pipeline.ingestion.spec.maintenance.vacuum
+    spec = pipeline.ingestion.spec
+    vac = spec.maintenance.vacuum
     hours = vac.retention_hours if retention_hours is None else retention_hours
+    chosen = spec.spark_conf.get(LISTING_PARALLELISM)  # the spec's own choice wins
     return [
-        vacuum_table(spark, path, retention_hours=hours, allow_unsafe=vac.allow_unsafe_retention)
+        vacuum_table(
+            spark,
+            path,
+            retention_hours=hours,
+            allow_unsafe=vac.allow_unsafe_retention,
+            parallelism=int(chosen) if chosen else None,
+        )
         for path in (pipeline.identity.table_path, pipeline.identity.dead_letter_table_path)
     ]
 

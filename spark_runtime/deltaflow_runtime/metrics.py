@@ -43,6 +43,20 @@ class ProgressSample:
     processed_rows_per_second: float
     durations_ms: dict[str, int] = field(default_factory=dict)
 
+    def scaled(self, records: int) -> ProgressSample:
+        """The same report with the rates recomputed for ``records`` records (Spark counts
+        rows per source read)."""
+        if self.input_rows <= 0:
+            return self
+        factor = records / self.input_rows
+        return ProgressSample(
+            batch_id=self.batch_id,
+            input_rows=records,
+            input_rows_per_second=self.input_rows_per_second * factor,
+            processed_rows_per_second=self.processed_rows_per_second * factor,
+            durations_ms=dict(self.durations_ms),
+        )
+
 
 def progress_sample(progress: Mapping[str, Any]) -> ProgressSample:
     """Extract a :class:`ProgressSample` from a StreamingQueryProgress (as a dict)."""

@@ -298,7 +298,11 @@ def _metadata() -> list[Column]:
 
 
 def valid_rows(routed: DataFrame, spec: ParseSpec) -> DataFrame:
-    """The table rows: valid records only, value columns then the Kafka metadata columns."""
+    """The table rows: valid records only, value columns then the Kafka metadata columns.
+
+    Pass a routed frame with an ``observe`` on top (see :func:`count_columns`): the observation
+    stops the optimizer from pushing this filter below the parse, which would parse again.
+    """
     from pyspark.sql import functions as F  # noqa: N812
 
     valid = routed.where(F.col(REASON).isNull())
@@ -359,7 +363,10 @@ def _detail(spec: ParseSpec) -> Column:
 
 
 def dead_letter_rows(routed: DataFrame, spec: ParseSpec, batch_id: int) -> DataFrame:
-    """The dead-letter rows: where each refused record came from, its raw bytes and why."""
+    """The dead-letter rows: where each refused record came from, its raw bytes and why.
+
+    As for :func:`valid_rows`, observe the routed frame first (one parse per record).
+    """
     from pyspark.sql import functions as F  # noqa: N812
 
     dead = routed.where(F.col(REASON).isNotNull())
@@ -374,14 +381,36 @@ def dead_letter_rows(routed: DataFrame, spec: ParseSpec, batch_id: int) -> DataF
     )
 
 
-def count_columns() -> list[Column]:
-    """Aggregates over a routed DataFrame: all rows, valid rows and rows per reason
-    (named ``rows``, ``valid`` and each reason's value), for ``DataFrame.observe``."""
+def count_columns(*, dead_keys: bool = False) -> list[Column]:
+    """Aggregates over a routed DataFrame: all rows, valid rows and rows per reason (named
+    ``rows``, ``valid`` and each reason's value), for ``DataFrame.observe``. With ``dead_keys``
+    also ``dead_keys``: the (topic, partition, offset) of every refused record."""
     from pyspark.sql import functions as F  # noqa: N812
 
     reason = F.col(REASON)
-    return [
+    columns = [
         F.count(F.lit(1)).alias("rows"),
         F.count_if(reason.isNull()).alias("valid"),
         *(F.count_if(reason == F.lit(r.value)).alias(r.value) for r in REASONS),
     ]
+    if dead_keys:
+        key = F.struct(F.col("topic"), F.col("partition"), F.col("offset"))
+        columns.append(F.collect_list(F.when(reason.isNotNull(), key)).alias("dead_keys"))
+    return columns
+
+
+def only_records(records: DataFrame, keys: Sequence[tuple[str, int, int]]) -> DataFrame:
+    """The Kafka rows with the given (topic, partition, offset), filtered before any parsing."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    by_partition: dict[tuple[str, int], list[int]] = {}
+    for topic, partition, offset in keys:
+        by_partition.setdefault((topic, partition), []).append(offset)
+    condition = F.lit(False)
+    for (topic, partition), offsets in sorted(by_partition.items()):
+        condition = condition | (
+            (F.col("topic") == topic)
+            & (F.col("partition") == partition)
+            & F.col("offset").isin(sorted(offsets))
+        )
+    return records.where(condition)

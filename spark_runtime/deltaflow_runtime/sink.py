@@ -26,6 +26,7 @@ from deltaflow_runtime.parse import (
     ParseSpec,
     count_columns,
     dead_letter_rows,
+    only_records,
     route,
     valid_rows,
 )
@@ -67,9 +68,31 @@ class BatchReport:
         return json.dumps(body, separators=(",", ":"))
 
 
-def _counts(observed: Mapping[str, Any]) -> tuple[int, int, dict[str, int]]:
-    reasons = {r.value: int(observed.get(r.value) or 0) for r in REASONS}
-    return int(observed["rows"]), int(observed["valid"]), {k: v for k, v in reasons.items() if v}
+# Up to this many refused records per batch, the dead-letter pass re-reads only those records
+# (their keys come back with the table write's observation); above it, it re-routes the batch.
+DEAD_KEYS_LIMIT = 50_000
+
+
+@dataclass(frozen=True)
+class Counts:
+    """What an observed write saw."""
+
+    rows: int
+    valid: int
+    reasons: dict[str, int]
+    dead_keys: list[tuple[str, int, int]] | None = None
+
+    @classmethod
+    def of(cls, observed: Mapping[str, Any]) -> Counts:
+        """From an observation's metrics."""
+        reasons = {r.value: int(observed.get(r.value) or 0) for r in REASONS}
+        keys = observed.get("dead_keys")
+        return cls(
+            rows=int(observed["rows"]),
+            valid=int(observed["valid"]),
+            reasons={k: v for k, v in reasons.items() if v},
+            dead_keys=None if keys is None else [(k[0], int(k[1]), int(k[2])) for k in keys],
+        )
 
 
 class DuplicateWriterError(RuntimeError):
@@ -92,10 +115,10 @@ def _observed(observation: Observation, timeout: float) -> dict[str, Any] | None
 class BatchWriter:
     """The ``foreachBatch`` function of one stream.
 
-    Which batches the tables already hold is read once at start (``table_batch`` and
-    ``dead_letter_batch``, from the Delta logs): Spark replays at most the batch that was in
-    flight when the previous driver died, and within one run this writer is the stream's only
-    writer, so later batches need no look-up (Delta's own txn check still guards every write).
+    Which batches the table already holds is read once at start (``table_batch``, from the
+    Delta log): Spark replays at most the batch that was in flight when the previous driver
+    died, and within one run this writer is the stream's only writer, so later batches need no
+    look-up (Delta's own txn check still guards every write).
     """
 
     def __init__(
@@ -109,7 +132,6 @@ class BatchWriter:
         admin: KafkaAdmin,
         metrics: RuntimeMetrics,
         table_batch: int | None,
-        dead_letter_batch: int | None,
         observation_timeout: float = 60.0,
     ) -> None:
         self.spark = spark
@@ -120,7 +142,9 @@ class BatchWriter:
         self.admin = admin
         self.metrics = metrics
         self.table_batch = -1 if table_batch is None else table_batch
-        self.dead_letter_batch = -1 if dead_letter_batch is None else dead_letter_batch
+        self.replayable = self.table_batch  # batches up to here may be replays of a dead driver's
+        # Read from the dead-letter table's log only if a replay needs it (see _dead_letter_batch).
+        self.dead_letter_batch: int | None = None
         self.observation_timeout = observation_timeout
         self._lock = threading.Lock()
         self._committed: TopicOffsets = {}
@@ -147,7 +171,7 @@ class BatchWriter:
         batch_id: int,
         metadata: str,
         partition_by: list[str],
-    ) -> tuple[int, int, dict[str, int]]:
+    ) -> Counts:
         writer = (
             frame.write.format("delta")
             .mode("append")
@@ -170,7 +194,7 @@ class BatchWriter:
                     "Delta kept the table exactly-once; this driver stops."
                 )
             raise RuntimeError(f"the write of batch {batch_id} to {path} reported no metrics")
-        return _counts(observed)
+        return Counts.of(observed)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         """Write one micro-batch (Spark calls this; a replayed batch is written at most once)."""
@@ -184,7 +208,7 @@ class BatchWriter:
         report.seconds["prepare"] = time.monotonic() - clock
 
         clock = time.monotonic()
-        counts: tuple[int, int, dict[str, int]] | None = None
+        counts: Counts | None = None
         if batch_id <= self.table_batch:
             # Replay after a crash between the Delta commit and the checkpoint commit.
             report.outcome = "replayed"
@@ -192,7 +216,8 @@ class BatchWriter:
             # The observation counts every routed row by reason during the one write, and stops
             # the optimizer from pushing the validity filter into (and re-running) the parse.
             observation = Observation()
-            rows = valid_rows(routed.observe(observation, *count_columns()), self.spec)
+            observed = routed.observe(observation, *count_columns(dead_keys=True))
+            rows = valid_rows(observed, self.spec)
             counts = self._append(
                 rows,
                 observation,
@@ -202,14 +227,21 @@ class BatchWriter:
                 partition_by=self.partition_by,
             )
             self.table_batch = batch_id
-            report.rows, report.written = counts[0], counts[1]
+            report.rows, report.written = counts.rows, counts.valid
         report.seconds["write_table"] = time.monotonic() - clock
 
         clock = time.monotonic()
-        if batch_id > self.dead_letter_batch and (counts is None or counts[0] != counts[1]):
+        if (counts is None or counts.rows != counts.valid) and not self._dead_letters_hold(
+            batch_id
+        ):
+            dead_routed = routed
+            keys = counts.dead_keys if counts is not None else None
+            if keys is not None and len(keys) <= DEAD_KEYS_LIMIT:
+                # Parse again only the refused records, not the whole batch.
+                dead_routed = route(only_records(batch, keys), self.spec)
             observation = Observation()
             frame = dead_letter_rows(
-                routed.observe(observation, *count_columns()), self.spec, batch_id
+                dead_routed.observe(observation, *count_columns()), self.spec, batch_id
             )
             dead_counts = self._append(
                 frame,
@@ -219,9 +251,9 @@ class BatchWriter:
                 metadata=metadata,
                 partition_by=[],
             )
-            self.dead_letter_batch = batch_id
-            report.rows = dead_counts[0]
-            report.dead_letters = dead_counts[2]
+            if counts is None:
+                report.rows = dead_counts.rows
+            report.dead_letters = dead_counts.reasons
         report.seconds["write_dead_letter"] = time.monotonic() - clock
 
         clock = time.monotonic()
@@ -232,6 +264,19 @@ class BatchWriter:
         report.seconds["commit_consumer_group"] = time.monotonic() - clock
         report.table_version = cached_version(self.spark, self.stream.table_path)
         self._record(report)
+
+    def _dead_letters_hold(self, batch_id: int) -> bool:
+        """Whether the dead-letter table already holds this batch. Only a replay of a batch the
+        table already held at start can find them written (the table is written first), so the
+        dead-letter log is read only for such a replay, once."""
+        if batch_id > self.replayable:
+            return False
+        if self.dead_letter_batch is None:
+            state = table_state(
+                self.spark, self.stream.dead_letter_table_path, self.stream.txn_app_id
+            )
+            self.dead_letter_batch = -1 if state.stream_batch is None else state.stream_batch
+        return batch_id <= self.dead_letter_batch
 
     def _commit_group(self, offsets: TopicOffsets) -> None:
         group = self.stream.consumer_group

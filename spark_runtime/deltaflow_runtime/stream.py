@@ -119,7 +119,6 @@ class StreamRunner:
         ingestion, ident = self.pipeline.ingestion, self.pipeline.identity
         spec = parse_spec(self.spark, ingestion.spec.format, ingestion.spec.sink)
         facts, resume = self.preflight()
-        dead_letter = table_state(self.spark, ident.dead_letter_table_path, ident.txn_app_id)
         self.writer = BatchWriter(
             spark=self.spark,
             stream=ident,
@@ -129,7 +128,6 @@ class StreamRunner:
             admin=self.admin,
             metrics=self.metrics,
             table_batch=facts.table.stream_batch,
-            dead_letter_batch=dead_letter.stream_batch,
         )
         self.writer.seed_committed(resume)
         self.metrics.info.labels(ident.txn_app_id, ident.consumer_group, ident.table_path).set(1)
@@ -207,6 +205,11 @@ class StreamRunner:
             if sample.batch_id in seen:
                 continue
             seen.add(sample.batch_id)
+            report = self.writer.last_report if self.writer is not None else None
+            if report is not None and report.batch_id == sample.batch_id and report.rows:
+                # Spark counts a source row once per read; a batch with dead letters reads its
+                # Kafka range twice (table pass, dead-letter pass). Rates are per record.
+                sample = sample.scaled(report.rows)
             self.metrics.observe_progress(sample)
             line = {
                 "event": "batch_progress",
@@ -225,6 +228,7 @@ class StreamRunner:
         assert self.query is not None
         seen: set[int] = set()
         stop_deadline: float | None = None
+        in_flight = -1
         give_up = None if timeout is None else time.monotonic() + timeout
         try:
             while True:
@@ -240,12 +244,24 @@ class StreamRunner:
                 self._observe_progress(seen)
                 if self._stop.is_set():
                     now = time.monotonic()
-                    stop_deadline = stop_deadline or now + self.options.stop_grace_seconds
-                    if not self.query.status["isTriggerActive"] or now > stop_deadline:
+                    if stop_deadline is None:
+                        stop_deadline = now + self.options.stop_grace_seconds
+                        in_flight = self._last_batch()
+                    # Stop between batches, or once the batch in flight when asked committed
+                    # (a batch started after that is cut short and replayed, exactly once).
+                    if (
+                        not self.query.status["isTriggerActive"]
+                        or self._last_batch() != in_flight
+                        or now > stop_deadline
+                    ):
                         self.query.stop()
             self._observe_progress(seen)
         finally:
             self._done.set()
+
+    def _last_batch(self) -> int:
+        report = self.writer.last_report if self.writer is not None else None
+        return -1 if report is None else report.batch_id
 
     def _explain_failure(self, error: Exception) -> None:
         """If the query died because retention deleted unread offsets, say which and how many."""

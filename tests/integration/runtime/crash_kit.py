@@ -56,13 +56,15 @@ class CrashResult:
     unexpected: int
     restarts: list[Restart] = field(default_factory=list)
     final_drain_seconds: float = 0.0
+    graceful_stop_seconds: float = 0.0  # SIGTERM -> exit 0, after the final drain
 
     def summary(self) -> str:
         """Human-readable figures."""
         lines = [
             f"produced {self.produced}, table {self.in_table}, dead letters "
             f"{self.in_dead_letter}, duplicates {self.duplicates}, lost {self.lost}, "
-            f"unexpected {self.unexpected}, final drain {self.final_drain_seconds:.1f}s",
+            f"unexpected {self.unexpected}, final drain {self.final_drain_seconds:.1f}s, "
+            f"graceful stop (SIGTERM -> exit 0) {self.graceful_stop_seconds:.1f}s",
         ]
         for r in self.restarts:
             lines.append(
@@ -114,6 +116,12 @@ class Driver:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=30)
+
+    def terminate(self, timeout: float) -> int:
+        """SIGTERM the driver process only (what Kubernetes sends a container's main process)
+        and wait for its exit code."""
+        os.kill(self.proc.pid, signal.SIGTERM)
+        return self.proc.wait(timeout=timeout)
 
     def alive(self) -> bool:
         """Whether it still runs."""
@@ -298,11 +306,17 @@ def crash_soak(
                 f"at {killed_at:.1f}s{'' if hit else ' (window missed)'}"
             )
         producer.finish(timeout=max(600.0, records / rate * 2))
+        # The last life drains Kafka (the consumer group reaches the log end), then stops
+        # gracefully: SIGTERM lets the in-flight batch finish and the driver exits 0.
         started = time.monotonic()
-        driver = Driver(config, work, log, available_now=True)
-        code = driver.proc.wait(timeout=1800)
-        assert code == 0, f"the final drain exited {code} (see {log})"
+        driver = Driver(config, work, log)
+        if not _wait(lambda: _drained(bootstrap, topic, config), 1800, poll=1.0):
+            raise AssertionError(f"the final run did not drain Kafka (see {log})")
         drain_seconds = time.monotonic() - started
+        stopping = time.monotonic()
+        code = driver.terminate(timeout=120)
+        assert code == 0, f"SIGTERM: the driver exited {code} (see {log})"
+        graceful = time.monotonic() - stopping
     finally:
         if driver is not None and driver.alive():
             driver.kill()
@@ -332,7 +346,19 @@ def crash_soak(
         unexpected=len(counts.keys() - produced),
         restarts=restarts,
         final_drain_seconds=drain_seconds,
+        graceful_stop_seconds=graceful,
     )
+
+
+def _drained(bootstrap: str, topic: str, config: Path) -> bool:
+    """Whether the stream's consumer group sits at the log end on every partition."""
+    from deltaflow_runtime.config import Pipeline, load_ingestion
+    from deltaflow_runtime.offsets import KafkaAdmin
+
+    group = Pipeline.of(load_ingestion(config)).identity.consumer_group
+    admin = KafkaAdmin({"bootstrap.servers": bootstrap})
+    latest = admin.latest_offsets(admin.partitions([topic]))
+    return bool(latest) and admin.group_offsets(group) == latest
 
 
 def _kill_window(strategy: str, watch: TableWatch, rng: random.Random) -> bool:

@@ -3,6 +3,7 @@ into a local table, and a manifest with a mistake refused by field."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -86,6 +87,21 @@ def test_run_brings_the_example_manifest_into_a_local_table(
     assert len(rows) == held
     assert {r["country"] for r in rows} <= {"DE", "FR", "US", "BR", "JP", "IN"}
     assert (table / "country=DE").is_dir()  # partitionBy from the manifest
+
+    # The maintenance command the CronJob runs, on the same (local) pipeline: JSON events.
+    local_manifest = yaml.safe_load(EXAMPLE.read_text())
+    local_manifest["spec"]["sink"] = {"tablePath": f"file://{table}", "partitionBy": ["country"]}
+    local_manifest["spec"]["deadLetter"] = {"tablePath": f"file://{table}_dead_letter"}
+    config = tmp_path / "ingestion.yaml"
+    config.write_text(yaml.safe_dump(local_manifest))
+    optimized = _run(["optimize", "--config", str(config), "--master", "local[2]"], tmp_path, 600)
+    assert optimized.returncode == 0, optimized.stderr[-4000:]
+    events = [json.loads(line) for line in optimized.stdout.splitlines() if line.startswith("{")]
+    assert [(e["event"], e["operation"]) for e in events] == [("maintenance", "optimize")] * 2
+    assert events[0]["reason"] == "OptimizeCompleted"
+    assert events[0]["filesRemoved"] >= events[0]["filesAdded"]
+    assert events[1]["reason"] == "OptimizeSkipped"  # no dead letters, no dead-letter table
+    assert len(read_table(str(table))) == held
 
 
 def test_run_refuses_a_manifest_with_a_mistake_naming_the_field(tmp_path: Path) -> None:

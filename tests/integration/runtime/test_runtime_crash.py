@@ -1,7 +1,8 @@
 """Exactly once across crashes: SIGKILL a real driver process 10 times while records arrive.
 
-CI size: 150k records (one in ~500 unparseable, so dead-letter commits happen too). The >= 1M
-record soak is ``bench/run.sh crash``; it runs the same harness (crash_kit).
+CI size: >= 60k records at ~300/s for the whole kill phase (one in ~500 unparseable, so dead-letter
+commits happen too), then a last life drains and stops on SIGTERM (exit 0). The >= 1M record soak
+is ``bash bench/run.sh crash``: the same harness (crash_kit) at full size.
 """
 
 from __future__ import annotations
@@ -36,10 +37,10 @@ def test_sigkill_the_driver_ten_times_loses_and_duplicates_nothing(
         kafka.bootstrap_servers,
         topic,
         tmp_path / "soak",
-        records=150_000,
+        records=60_000,
         kills=10,
-        rate=700,
-        max_offsets=20_000,
+        rate=300,
+        max_offsets=5_000,
     )
     print(result.summary())
     for restart in result.restarts:
@@ -49,7 +50,7 @@ def test_sigkill_the_driver_ten_times_loses_and_duplicates_nothing(
     assert result.duplicates == 0
     assert result.lost == 0
     assert result.unexpected == 0
-    assert result.produced >= 150_000
+    assert result.produced >= 60_000
     assert result.in_table + result.in_dead_letter == result.produced
     # The kills that matter most landed where they aim: mid-write and right after the commit.
     hits = {r.strategy for r in result.restarts if r.hit}

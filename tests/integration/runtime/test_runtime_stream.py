@@ -271,10 +271,12 @@ def test_avro_and_raw_formats(
         ["malformed_avro", "malformed_avro", "malformed_avro", "tombstone"]
     )
 
+    # raw, read through a topic pattern
     raw_topic = unique("raw")
     create_topic(bootstrap, raw_topic, partitions=1)
     raw_sent = produce(bootstrap, raw_topic, [(b"a", b"line one"), (None, b"two"), (b"c", b"\xff")])
     doc = manifest(unique("raw"), raw_topic, bootstrap, tmp_path, format_={"type": "raw"})
+    doc["spec"]["source"] = {"bootstrapServers": bootstrap, "topicPattern": f"{raw_topic[:-4]}.*"}
     ident = drain(runtime_spark, doc).pipeline.identity
     rows = read_table(ident.table_path)
     assert sorted(((r["key"], r["value"]) for r in rows), key=str) == sorted(
@@ -394,7 +396,7 @@ def test_offsets_lost_to_retention_fail_loudly(
     # them fails in Spark, and the runtime says which partition lost how many.
     topic2 = unique("loss-live")
     create_topic(bootstrap, topic2, partitions=1)
-    produce(bootstrap, topic2, [(b"k", order(i)) for i in range(100)])
+    produce(bootstrap, topic2, [(b"k", order(i)) for i in range(30)])
     doc2 = manifest(
         unique("loss-live"), topic2, bootstrap, tmp_path, source={"maxOffsetsPerTrigger": 10}
     )
@@ -403,12 +405,12 @@ def test_offsets_lost_to_retention_fail_loudly(
     writer = runner.writer
     assert writer is not None
     wait_for(lambda: writer.last_report is not None, 120, "the first batch")
-    produce(bootstrap, topic2, [(b"k", order(i)) for i in range(100, 200)])
-    _delete_records(bootstrap, topic2, 0, 150)
+    produce(bootstrap, topic2, [(b"k", order(i)) for i in range(30, 130)])
+    _delete_records(bootstrap, topic2, 0, 80)
     with pytest.raises(DataLossError) as live:
         runner.wait(timeout=240)
-    assert f"{topic2} partition 0: the stream resumes at offset 100" in str(live.value)
-    assert "earliest retained offset is 150 (50 records lost)" in str(live.value)
+    assert f"{topic2} partition 0: the stream resumes at offset 30" in str(live.value)
+    assert "earliest retained offset is 80 (50 records lost)" in str(live.value)
 
 
 # --- maintenance next to the running stream ------------------------------------------------------
@@ -504,7 +506,7 @@ def _vacuum_then_keep_streaming(
 ) -> None:
     """With the override (and the stream idle: nothing in flight) VACUUM removes the compacted
     files; the stream keeps running and both readers read the table correctly."""
-    from deltaflow_runtime.maintenance import vacuum_table
+    from deltaflow_runtime.maintenance import optimize_table, vacuum_table
 
     path = runner.pipeline.identity.table_path
     topic = runner.pipeline.ingestion.spec.source.topic
@@ -517,6 +519,10 @@ def _vacuum_then_keep_streaming(
     assert unsafe.files_removed >= compacted
     assert spark.conf.get("spark.databricks.delta.retentionDurationCheck.enabled") == "true"
 
+    # Compact everything, then write one partition only (JP) for the recent-partitions OPTIMIZE.
+    optimize_table(
+        spark, path, partition_by=["country"], z_order_by=[], recent_partitions_only=False
+    )
     sent.extend(produce(bootstrap, topic, [(b"k", order(10**6 + i, "JP")) for i in range(500)]))
     wait_for(lambda: _drained(bootstrap, runner), 120, "the stream to drain again")
     assert query.isActive
@@ -526,6 +532,15 @@ def _vacuum_then_keep_streaming(
     assert duplicates(rows) == []
     assert sorted(rows) == sorted(s.tpo for s in sent)
     assert sorted(spark_tpos(spark, path)) == sorted(rows)
+
+    # Only the partitions written since the last OPTIMIZE (JP), Z-ORDERed by id.
+    recent = optimize_table(
+        spark, path, partition_by=["country"], z_order_by=["id"], recent_partitions_only=True
+    )
+    assert recent.reason == "OptimizeCompleted"
+    assert recent.details["scope"] == "1 partition(s) written since the last OPTIMIZE"
+    assert "Z-ORDER by id" in recent.message
+    assert sorted(tpos(read_table(path))) == sorted(rows)
 
 
 def _versions_or(path: str) -> int:
