@@ -213,14 +213,15 @@ def operator_identity(chart_installed: KubeControlPlane, stack_dir: Path) -> Pat
     return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def operator(
     chart_installed: KubeControlPlane,
     operator_identity: Path,
     stack_dir: Path,
     request: pytest.FixtureRequest,
 ) -> Iterator[OperatorUnderTest]:
-    """One running operator replica, leading."""
+    """One running operator replica, leading, for the e2e package only: left running, its
+    1 s reconcile timer would take CPU from the Spark tests that follow."""
     under_test = OperatorUnderTest(chart_installed, operator_identity, stack_dir / "operator", [])
     under_test.wait_leading(under_test.start())
     yield under_test
