@@ -4,6 +4,11 @@ Same Spark settings as ``deltaflow stream`` (the runtime's conf for the same man
 command-line conf), same Kafka options, same parse (from_json with the manifest's schema), same
 Kafka metadata columns and partitioning; Delta's own streaming sink. No dead letters, no
 validation, no guards, no consumer-group commits, no metrics: what a first version usually is.
+
+With ``--validate`` it also routes every record through the runtime's own validity checks
+(``deltaflow_runtime.parse``) and writes only the valid ones, still with Delta's streaming sink:
+the difference between that and the runtime is the cost of the runtime's own machinery
+(exactly-once writes, dead-letter table, guards, consumer-group commits, metrics).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ def main() -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--conf", action="append", default=[])
     parser.add_argument("--available-now", action="store_true")
+    parser.add_argument("--validate", action="store_true", help="apply the runtime's checks")
     args = parser.parse_args()
     pipeline = Pipeline.of(load_ingestion(args.config))
     spec = pipeline.ingestion.spec
@@ -37,19 +43,22 @@ def main() -> int:
     from pyspark.sql import functions as F  # noqa: N812
 
     options = spark_kafka_options(spec.source, KafkaSecrets())
-    writer = (
-        spark.readStream.format("kafka")
-        .options(**options)
-        .load()
-        .select(
+    records = spark.readStream.format("kafka").options(**options).load()
+    if args.validate:
+        from deltaflow_runtime.parse import parse_spec, route, table_pass_columns, valid_rows
+
+        parse = parse_spec(spark, spec.format, spec.sink)
+        rows = valid_rows(route(records, parse).observe("valid", *table_pass_columns()), parse)
+    else:
+        rows = records.select(
             F.from_json(F.col("value").cast("string"), str(spec.format.schema_)).alias("r"),
             F.col("topic").alias("_kafka_topic"),
             F.col("partition").alias("_kafka_partition"),
             F.col("offset").alias("_kafka_offset"),
             F.col("timestamp").alias("_kafka_timestamp"),
-        )
-        .select("r.*", "_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp")
-        .writeStream.format("delta")
+        ).select("r.*", "_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp")
+    writer = (
+        rows.writeStream.format("delta")
         .option("checkpointLocation", pipeline.identity.checkpoint_path + "_baseline")
         .partitionBy(*spec.sink.partition_by)
     )

@@ -241,12 +241,17 @@ def deltaflow_job(
     return Job(argv, log)
 
 
-def baseline_job(config: Path, work: Path, log: Path, *, available_now: bool) -> Job:
-    """The minimal hand-written job (bench/baseline_job.py) on the same config."""
+def baseline_job(
+    config: Path, work: Path, log: Path, *, available_now: bool, validate: bool = False
+) -> Job:
+    """The minimal hand-written job (bench/baseline_job.py) on the same config; ``validate``
+    adds the runtime's validity checks to it."""
     argv = [sys.executable, str(REPO / "bench" / "baseline_job.py"), "--config", str(config)]
     argv += spark_args(work)
     if available_now:
         argv.append("--available-now")
+    if validate:
+        argv.append("--validate")
     return Job(argv, log)
 
 

@@ -249,7 +249,9 @@ def route(records: DataFrame, spec: ParseSpec) -> DataFrame:
         text = F.col(TEXT)
         malformed = (
             F.col(PARSED).isNull()
-            | ~F.endswith(F.rtrim(text), F.lit("}"))  # Spark ignores text after the object
+            # Spark ignores text after the object. Most records end with "}" exactly: only the
+            # others pay for rtrim's copy.
+            | ~(F.endswith(text, F.lit("}")) | F.endswith(F.rtrim(text), F.lit("}")))
             | (_field(CORRUPT).isNotNull() & F.json_object_keys(text).isNull())
         )
         reason = (
@@ -300,7 +302,7 @@ def _metadata() -> list[Column]:
 def valid_rows(routed: DataFrame, spec: ParseSpec) -> DataFrame:
     """The table rows: valid records only, value columns then the Kafka metadata columns.
 
-    Pass a routed frame with an ``observe`` on top (see :func:`count_columns`): the observation
+    Pass a routed frame with an ``observe`` on top (see :func:`table_pass_columns`): the observation
     stops the optimizer from pushing this filter below the parse, which would parse again.
     """
     from pyspark.sql import functions as F  # noqa: N812
@@ -381,22 +383,32 @@ def dead_letter_rows(routed: DataFrame, spec: ParseSpec, batch_id: int) -> DataF
     )
 
 
-def count_columns(*, dead_keys: bool = False) -> list[Column]:
-    """Aggregates over a routed DataFrame: all rows, valid rows and rows per reason (named
-    ``rows``, ``valid`` and each reason's value), for ``DataFrame.observe``. With ``dead_keys``
-    also ``dead_keys``: the (topic, partition, offset) of every refused record."""
+def table_pass_columns() -> list[Column]:
+    """Aggregates for ``DataFrame.observe`` on the table pass, kept to what it needs on every row:
+    ``rows``, ``valid`` and ``dead_keys`` (the (topic, partition, offset) of each refused record).
+    The counts per reason come from the dead-letter pass, which sees only refused records."""
     from pyspark.sql import functions as F  # noqa: N812
 
     reason = F.col(REASON)
-    columns = [
+    key = F.struct(F.col("topic"), F.col("partition"), F.col("offset"))
+    return [
+        F.count(F.lit(1)).alias("rows"),
+        F.count_if(reason.isNull()).alias("valid"),
+        F.collect_list(F.when(reason.isNotNull(), key)).alias("dead_keys"),
+    ]
+
+
+def count_columns() -> list[Column]:
+    """Aggregates over a routed DataFrame: all rows, valid rows and rows per reason (named
+    ``rows``, ``valid`` and each reason's value), for ``DataFrame.observe``."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    reason = F.col(REASON)
+    return [
         F.count(F.lit(1)).alias("rows"),
         F.count_if(reason.isNull()).alias("valid"),
         *(F.count_if(reason == F.lit(r.value)).alias(r.value) for r in REASONS),
     ]
-    if dead_keys:
-        key = F.struct(F.col("topic"), F.col("partition"), F.col("offset"))
-        columns.append(F.collect_list(F.when(reason.isNotNull(), key)).alias("dead_keys"))
-    return columns
 
 
 def only_records(records: DataFrame, keys: Sequence[tuple[str, int, int]]) -> DataFrame:

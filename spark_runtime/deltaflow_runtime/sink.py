@@ -28,6 +28,7 @@ from deltaflow_runtime.parse import (
     dead_letter_rows,
     only_records,
     route,
+    table_pass_columns,
     valid_rows,
 )
 from deltaflow_runtime.table import cached_version, commit_metadata, table_state
@@ -213,10 +214,11 @@ class BatchWriter:
             # Replay after a crash between the Delta commit and the checkpoint commit.
             report.outcome = "replayed"
         else:
-            # The observation counts every routed row by reason during the one write, and stops
-            # the optimizer from pushing the validity filter into (and re-running) the parse.
+            # The observation counts the rows and collects the refused records' keys during the
+            # one write, and stops the optimizer from pushing the validity filter into (and
+            # re-running) the parse.
             observation = Observation()
-            observed = routed.observe(observation, *count_columns(dead_keys=True))
+            observed = routed.observe(observation, *table_pass_columns())
             rows = valid_rows(observed, self.spec)
             counts = self._append(
                 rows,
