@@ -183,11 +183,12 @@ class CpuSampler:
 
 @dataclass
 class Run:
-    """One job process: exit code, wall seconds, CPU seconds."""
+    """One job process: exit code, wall seconds, CPU seconds (all, and the Python driver's)."""
 
     code: int
     wall: float
     cpu: float
+    python_cpu: float = 0.0
 
 
 class Job:
@@ -215,7 +216,9 @@ class Job:
         except subprocess.TimeoutExpired:
             self.kill()
             code = -9
-        return Run(code, time.monotonic() - self.started, self.cpu.stop())
+        cpu = self.cpu.stop()
+        python_cpu = self.cpu.per_pid.get(self.proc.pid, 0.0)
+        return Run(code, time.monotonic() - self.started, cpu, python_cpu)
 
     def terminate(self, timeout: float = 120) -> Run:
         """SIGTERM to the driver only, as Kubernetes does to a container's main process (the

@@ -75,7 +75,8 @@ def main() -> int:
                 rows = _rows(out)
                 results.append((job, run, rows))
                 print(
-                    f"{job:9s} run {rep}: {rows} rows, wall {run.wall:6.1f}s, cpu {run.cpu:6.1f}s, "
+                    f"{job:9s} run {rep}: {rows} rows, wall {run.wall:6.1f}s, cpu {run.cpu:6.1f}s "
+                    f"(python {run.python_cpu:4.1f}s), "
                     f"{rows / run.cpu:9.0f} records/cpu-s, {rows / run.wall:9.0f} records/s",
                     flush=True,
                 )
