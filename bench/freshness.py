@@ -42,6 +42,7 @@ def latencies(table: Path) -> tuple[list[float], int, int]:
     """Per-row (commit - produce) seconds, rows, data files."""
     import urllib.parse
 
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     values: list[float] = []
@@ -50,7 +51,9 @@ def latencies(table: Path) -> tuple[list[float], int, int]:
         for rel in added:
             files += 1
             column = pq.read_table(table / urllib.parse.unquote(rel), columns=["_kafka_timestamp"])
-            stamps = column.column(0).cast("int64").to_pylist()  # microseconds
+            # Spark may write INT96 (read back as ns) or INT64 micros: normalise to micros.
+            micros = column.column(0).cast(pa.timestamp("us", tz="UTC"), safe=False)
+            stamps = micros.cast(pa.int64()).to_pylist()
             values.extend(committed - s / 1e6 for s in stamps)
     return values, len(values), files
 
