@@ -67,6 +67,8 @@ def produce(bootstrap: str, topic: str, count: int, *, start: int = 0, rate: flo
         }
     )
     began = time.monotonic()
+    # Pace every ~0.1 s worth of records (every record at a trickle), not in bursts of 1000.
+    every = max(1, min(1000, int(rate / 10))) if rate else 1000
     for n in range(count):
         i = start + n
         while True:
@@ -75,7 +77,7 @@ def produce(bootstrap: str, topic: str, count: int, *, start: int = 0, rate: flo
                 break
             except BufferError:
                 producer.poll(0.05)
-        if n % 1000 == 0:
+        if n % every == 0:
             producer.poll(0)
             if rate:
                 ahead = n / rate - (time.monotonic() - began)

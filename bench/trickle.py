@@ -29,15 +29,32 @@ def _versions(table: Path) -> int:
     return len(list(log.glob("*.json"))) if log.exists() else 0
 
 
-def _batch_durations(log: Path) -> list[float]:
-    """Spark's triggerExecution of each non-empty batch, from the runtime's progress lines."""
-    durations = []
+def _batch_phases(log: Path) -> dict[str, list[float]]:
+    """Seconds per phase of each non-empty batch: Spark's durationMs (triggerExecution,
+    addBatch, walCommit, ...) and the runtime's own (sink.prepare, sink.write_table, ...)."""
+    phases: dict[str, list[float]] = {}
     for line in log.read_text(errors="replace").splitlines():
         if '"batch_progress"' in line:
             event = json.loads(line.split(": ", 1)[1])
-            if event["inputRows"] > 0 and "triggerExecution" in event["durationMs"]:
-                durations.append(event["durationMs"]["triggerExecution"] / 1000)
-    return durations
+            if event["inputRows"] > 0:
+                for name, ms in event["durationMs"].items():
+                    phases.setdefault(name, []).append(ms / 1000)
+        elif '"batch_committed"' in line:
+            event = json.loads(line.split(": ", 1)[1])
+            if event.get("rows"):
+                for name, seconds in event["seconds"].items():
+                    phases.setdefault(f"sink.{name}", []).append(seconds)
+    return phases
+
+
+def _breakdown(log: Path, before: dict[str, int]) -> str:
+    """Median seconds of each phase over the batches after ``before`` (counts per phase)."""
+    parts = []
+    for name, values in sorted(_batch_phases(log).items()):
+        measured = values[before.get(name, 0) :]
+        if measured:
+            parts.append(f"{name} p50 {percentile(measured, 50):.3f}s")
+    return ", ".join(parts)
 
 
 def main() -> int:
@@ -71,37 +88,34 @@ def main() -> int:
             log = work / f"{topic}.log"
             start = deltaflow_job if job_name == "deltaflow" else baseline_job
             job = start(config, work, log, available_now=False)
-            # Warm up: the first records, the table created, JIT settled.
-            produce(kafka.bootstrap_servers, topic, 50, rate=args.rate)
+            # Warm up at the same rate: the table created, a few batches, JIT settled.
             deadline = time.monotonic() + 300
-            while _versions(table) < 2:
+            warm = 0
+            while _versions(table) < 4:
                 if time.monotonic() > deadline or job.proc.poll() is not None:
-                    raise SystemExit(f"{job_name} made no commits: see {log}")
-                time.sleep(0.5)
-            time.sleep(5)
+                    raise SystemExit(f"{job_name} made fewer than 4 commits: see {log}")
+                produce(kafka.bootstrap_servers, topic, 10, start=warm, rate=args.rate)
+                warm += 10
+            phases_before = {k: len(v) for k, v in _batch_phases(log).items()}
             cpu0, v0, t0 = job.cpu.current(), _versions(table), time.monotonic()
             produce(
                 kafka.bootstrap_servers,
                 topic,
                 int(args.rate * args.seconds),
-                start=50,
+                start=warm,
                 rate=args.rate,
             )
             time.sleep(3)
             cpu1, v1, t1 = job.cpu.current(), _versions(table), time.monotonic()
             job.kill()
             batches = v1 - v0
-            durations = _batch_durations(log) if job_name == "deltaflow" else []
             line = (
                 f"{job_name:9s}: {batches} commits in {t1 - t0:.0f}s, "
                 f"{(cpu1 - cpu0) / max(batches, 1):.3f} cpu-s per batch, "
                 f"{(cpu1 - cpu0) / (t1 - t0):.2f} cores busy on average"
             )
-            if durations:
-                line += (
-                    f", batch wall time p50 {percentile(durations, 50):.2f}s "
-                    f"p95 {percentile(durations, 95):.2f}s"
-                )
+            if job_name == "deltaflow":  # the baseline logs no progress
+                line += "\n           per batch: " + _breakdown(log, phases_before)
             print(line, flush=True)
             rows.append(line)
     finally:
