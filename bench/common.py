@@ -6,7 +6,6 @@ The benchmarks run on the local stack (devstack), like the tests, and print thei
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -26,8 +25,7 @@ import yaml  # noqa: E402
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 from confluent_kafka.cimpl import NewTopic  # noqa: E402
-
-from devstack.process import record_pid  # noqa: E402
+from crash_kit import ProcessGroup, local_spark_args, stream_argv  # noqa: E402
 
 SCHEMA = (
     "id BIGINT, amount DOUBLE, ts TIMESTAMP, country STRING, customer STRING, sku STRING, "
@@ -119,18 +117,7 @@ def write_manifest(
 
 def spark_args(work: Path) -> list[str]:
     """The Spark settings both jobs get on top of the runtime's (identical for both)."""
-    return [
-        "--master",
-        "local[2]",
-        "--conf",
-        f"spark.local.dir={work / 'spark-local'}",
-        "--conf",
-        "spark.ui.enabled=false",
-        "--conf",
-        "spark.driver.memory=2g",
-        "--conf",
-        f"spark.driver.extraJavaOptions=-Dderby.system.home={work / 'derby'}",
-    ]
+    return [*local_spark_args(work), "--conf", "spark.driver.memory=2g"]
 
 
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -193,22 +180,11 @@ class Run:
     python_cpu: float = 0.0
 
 
-class Job:
+class Job(ProcessGroup):
     """A job process in its own group, with CPU accounting."""
 
-    def __init__(self, argv: list[str], log: Path, env: dict[str, str] | None = None) -> None:
-        self.started = time.monotonic()
-        with log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                argv,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                env=env,
-                cwd=REPO,
-            )
-        record_pid(self.proc.pid)
+    def __init__(self, argv: list[str], log: Path) -> None:
+        super().__init__(argv, log, cwd=REPO)
         self.cpu = CpuSampler(self.proc.pid)
 
     def wait(self, timeout: float) -> Run:
@@ -222,28 +198,19 @@ class Job:
         python_cpu = self.cpu.per_pid.get(self.proc.pid, 0.0)
         return Run(code, time.monotonic() - self.started, cpu, python_cpu)
 
-    def terminate(self, timeout: float = 120) -> Run:
+    def stop(self, timeout: float = 120) -> Run:
         """SIGTERM to the driver only, as Kubernetes does to a container's main process (the
         runtime stops after the in-flight batch), then wait."""
         os.kill(self.proc.pid, signal.SIGTERM)
         return self.wait(timeout)
-
-    def kill(self) -> None:
-        """SIGKILL the group."""
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=30)
 
 
 def deltaflow_job(
     config: Path, work: Path, log: Path, *, available_now: bool, port: int = 0
 ) -> Job:
     """``python -m deltaflow_runtime stream`` on a config."""
-    argv = [sys.executable, "-m", "deltaflow_runtime", "stream", "--config", str(config)]
-    argv += ["--metrics-port", str(port), *spark_args(work)]
-    if available_now:
-        argv.append("--available-now")
-    return Job(argv, log)
+    argv = stream_argv(config, work, available_now=available_now, port=port)
+    return Job([*argv, "--conf", "spark.driver.memory=2g"], log)
 
 
 def baseline_job(

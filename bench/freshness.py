@@ -101,7 +101,7 @@ def main() -> int:
             if table.exists() and DeltaTable(str(table)).count() >= total:
                 break
             time.sleep(1)
-        run = job.terminate()
+        run = job.stop()
         print(
             f"driver stopped (exit {run.code}); cpu {run.cpu:.1f}s over {run.wall:.0f}s", flush=True
         )

@@ -76,38 +76,42 @@ class CrashResult:
         return "\n".join(lines)
 
 
-class Driver:
-    """One ``deltaflow stream`` process in its own process group (the JVM goes with it)."""
+def local_spark_args(work: Path) -> list[str]:
+    """The Spark settings of a local driver process: local[2], scratch space under ``work``."""
+    return [
+        "--master",
+        "local[2]",
+        "--conf",
+        f"spark.local.dir={work / 'spark-local'}",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--conf",
+        f"spark.driver.extraJavaOptions=-Dderby.system.home={work / 'derby'}",
+    ]
 
-    def __init__(self, config: Path, work: Path, log: Path, *, available_now: bool = False):
-        args = [
-            sys.executable,
-            "-m",
-            "deltaflow_runtime",
-            "stream",
-            "--config",
-            str(config),
-            "--master",
-            "local[2]",
-            "--metrics-port",
-            "0",
-            "--conf",
-            f"spark.local.dir={work / 'spark-local'}",
-            "--conf",
-            "spark.ui.enabled=false",
-            "--conf",
-            f"spark.driver.extraJavaOptions=-Dderby.system.home={work / 'derby'}",
-        ]
-        if available_now:
-            args.append("--available-now")
+
+def stream_argv(config: Path, work: Path, *, available_now: bool, port: int = 0) -> list[str]:
+    """``python -m deltaflow_runtime stream`` on a config, run locally."""
+    argv = [sys.executable, "-m", "deltaflow_runtime", "stream", "--config", str(config)]
+    argv += ["--metrics-port", str(port), *local_spark_args(work)]
+    if available_now:
+        argv.append("--available-now")
+    return argv
+
+
+class ProcessGroup:
+    """A process in its own process group (a driver's JVM goes with it), output to ``log``."""
+
+    def __init__(self, argv: list[str], log: Path, cwd: Path | None = None) -> None:
         self.started = time.monotonic()
         with log.open("ab") as out:
             self.proc = subprocess.Popen(
-                args,
+                argv,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
+                cwd=cwd,
             )
         record_pid(self.proc.pid)
 
@@ -126,6 +130,13 @@ class Driver:
     def alive(self) -> bool:
         """Whether it still runs."""
         return self.proc.poll() is None
+
+
+class Driver(ProcessGroup):
+    """One ``deltaflow stream`` process."""
+
+    def __init__(self, config: Path, work: Path, log: Path, *, available_now: bool = False):
+        super().__init__(stream_argv(config, work, available_now=available_now), log)
 
 
 class TableWatch:
