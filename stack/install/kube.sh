@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kube-controller-manager and kubectl from the Go module proxy.
+# Builds the control plane (kube-apiserver, kube-controller-manager, kube-scheduler), the node
+# (kubelet, kube-proxy) and kubectl from the Go module proxy.
 #
 # `go install k8s.io/kubernetes/cmd/...` cannot work: k8s.io/kubernetes points its staging modules
 # (k8s.io/api, client-go, ...) at ./staging through replace directives, which Go ignores in a
@@ -35,7 +36,7 @@ build() {
   done
   log "downloading modules (cached in $GOMODCACHE)"
   (cd "$wrap" && GOFLAGS="$GOFLAGS -mod=mod" go mod download k8s.io/kubernetes) || return 1
-  for cmd in kube-apiserver kube-controller-manager kubectl; do
+  for cmd in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl; do
     log "compiling $cmd (the first build takes several minutes on 2 cores)"
     (cd "$wrap" && CGO_ENABLED=0 GOFLAGS="$GOFLAGS -mod=mod" \
       go build -trimpath -ldflags "$ld" -o "$out/bin/$cmd" "k8s.io/kubernetes/cmd/$cmd") || return 1
@@ -45,7 +46,7 @@ build() {
 }
 
 if is_complete "$DEST"; then
-  log "kube-apiserver, kube-controller-manager, kubectl v$V already built ($DEST)"
+  log "Kubernetes v$V binaries already built ($DEST)"
 else
   log "building Kubernetes v$V binaries into $DEST"
   build_entry "$DEST" build
