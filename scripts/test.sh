@@ -36,5 +36,6 @@ if [ -n "$left" ]; then
 else
   echo "all $started processes the stack started are gone"
 fi
+PYTHONPATH=stack .venv/bin/python -m devstack.leftovers || rc=1
 step "done in $((SECONDS - t0))s, exit $rc"
 exit "$rc"

@@ -1,9 +1,11 @@
-"""The README's main-job command: Kafka -> Deltaflow runtime -> Delta, on the local stack.
+"""The README's main job: the whole loop on a local cluster whose pods really run.
 
-Brings up a real KRaft broker, produces sample orders (and a few broken records), writes a
-DeltaIngestion manifest pointing at that broker, runs it with ``deltaflow run -f`` (the same
-runtime the driver pod runs, in Spark local mode), and prints what landed in the table and in the
-dead-letter table, read back with an independent reader (deltalake).
+Starts a real KRaft broker and a real Kubernetes cluster (control plane + a containerd/kubelet
+node running the project's image, built from its Dockerfile), installs the operator with the Helm
+chart, applies a DeltaIngestion, produces sample orders with a few broken records, and shows as it
+goes: the driver pod and the executor pods Spark creates running, `kubectl get deltaingestions`,
+the rows in the Delta table and the dead letters (read back with the independent deltalake
+reader), and the resource's Events. Everything is stopped and removed at the end.
 """
 
 from __future__ import annotations
@@ -12,16 +14,18 @@ import argparse
 import json
 import random
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
+from devstack.cluster import install_operator, lake_volume, start_cluster, stop_cluster
 from devstack.install import REPO_ROOT
-from devstack.kafka import start_kafka
-from devstack.process import record_pid
+from devstack.kafka import KafkaBroker, start_kafka
+from devstack.kube import KubeControlPlane
+from devstack.network import create_bridge, remove_bridge
 
 COUNTRIES = ["DE", "FR", "US", "BR", "JP", "IN"]
 BROKEN: list[tuple[bytes | None, bytes | None]] = [
@@ -30,107 +34,234 @@ BROKEN: list[tuple[bytes | None, bytes | None]] = [
     (b"bad-3", None),  # tombstone
     (b"bad-4", b'{"id": 4, "country": "\xff\xfe"}'),  # not UTF-8
 ]
+NAMESPACE = "data"
+LAKE_MOUNT = "/lake"
 
 
-def _say(t0: float, message: str) -> None:
-    print(f"[demo {time.monotonic() - t0:5.1f}s] {message}", flush=True)
+class Clock:
+    """Progress lines with the time since the start."""
+
+    def __init__(self) -> None:
+        self.t0 = time.monotonic()
+
+    def now(self) -> float:
+        """Seconds since the start."""
+        return time.monotonic() - self.t0
+
+    def say(self, message: str) -> None:
+        """Print one progress line."""
+        print(f"[demo {self.now():6.1f}s] {message}", flush=True)
 
 
-def _manifest(bootstrap: str, out: Path) -> Path:
-    """examples/orders.yaml, pointed at the local broker and a local table."""
-    document = yaml.safe_load((REPO_ROOT / "examples" / "orders.yaml").read_text())
+def create_topic(broker: KafkaBroker, topic: str, partitions: int) -> None:
+    """Create ``topic`` with ``partitions`` partitions."""
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[
+        topic
+    ].result(timeout=30)
+
+
+def produce_orders(
+    broker: KafkaBroker, topic: str, count: int, first_id: int = 0, broken: bool = True
+) -> int:
+    """Produce ``count`` valid JSON orders (ids from ``first_id``) and, if asked, the broken
+    records of :data:`BROKEN`; returns the number of records produced."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 20})
+    rng = random.Random(first_id)
+    for i in range(first_id, first_id + count):
+        order = {
+            "id": i,
+            "amount": round(rng.uniform(1, 500), 2),
+            "ts": "2026-11-22T12:00:00Z",
+            "country": rng.choice(COUNTRIES),
+        }
+        producer.produce(topic, key=str(i).encode(), value=json.dumps(order).encode())
+        if i % 5000 == 0:
+            producer.poll(0)
+    if broken:
+        for key, value in BROKEN:
+            producer.produce(topic, key=key, value=value)
+    if producer.flush(60) != 0:
+        raise RuntimeError("records still unsent after 60 s")
+    return count + (len(BROKEN) if broken else 0)
+
+
+def cluster_manifest(
+    name: str,
+    bootstrap: str,
+    *,
+    topic: str = "orders",
+    trigger: str = "5s",
+    executors: int = 1,
+    namespace: str = NAMESPACE,
+) -> dict[str, Any]:
+    """examples/orders.yaml for the local cluster: the broker's pod listener, tables on the
+    ``lake`` claim, and CPU requests that fit a 2-core node (Spark still runs 1 core each)."""
+    document: dict[str, Any] = yaml.safe_load((REPO_ROOT / "examples" / "orders.yaml").read_text())
+    document["metadata"].update(name=name, namespace=namespace)
     spec = document["spec"]
     spec["source"]["bootstrapServers"] = bootstrap
+    spec["source"]["topic"] = topic
+    spec["source"]["maxOffsetsPerTrigger"] = 20000
     spec["sink"] = {
-        "tablePath": f"file://{out / 'lake' / 'orders'}",
+        "tablePath": f"file://{LAKE_MOUNT}/{name}",
         "partitionBy": spec["sink"]["partitionBy"],
     }
-    spec["deadLetter"] = {"tablePath": f"file://{out / 'lake' / 'orders_dead_letter'}"}
-    path = out / "orders.yaml"
-    path.write_text(yaml.safe_dump(document, sort_keys=False))
-    return path
+    spec["deadLetter"] = {"tablePath": f"file://{LAKE_MOUNT}/{name}_dead_letter"}
+    spec["volumes"] = [{"name": "lake", "claimName": "lake", "mountPath": LAKE_MOUNT}]
+    spec["trigger"] = {"interval": trigger}
+    spec["scaling"] = {"minExecutors": executors, "maxExecutors": max(executors, 2)}
+    spec["driver"] = {"cores": 1, "coreRequest": "300m", "memory": "768m"}
+    spec["executor"] = {"cores": 1, "coreRequest": "300m", "memory": "768m"}
+    return document
+
+
+def table_rows(path: Path) -> int:
+    """Rows in the Delta table at ``path`` (0 before its first commit), read with deltalake."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return int(DeltaTable(str(path)).to_pyarrow_dataset().count_rows())
+    except TableNotFoundError:
+        return 0
+
+
+def pods(plane: KubeControlPlane, namespace: str, selector: str) -> list[dict[str, Any]]:
+    """Pods matching a label selector."""
+    return list(plane.kubectl_json("-n", namespace, "get", "pods", "-l", selector)["items"])
+
+
+def running(pod: dict[str, Any]) -> bool:
+    """The pod runs and every container is ready."""
+    status = pod.get("status", {})
+    return status.get("phase") == "Running" and all(
+        c.get("ready") for c in status.get("containerStatuses", [])
+    )
+
+
+def wait(clock: Clock, what: str, probe: Any, timeout: float = 300, interval: float = 1.0) -> Any:
+    """Poll ``probe`` until it returns something truthy; raise naming ``what`` on timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            clock.say(f"{what}: yes")
+            return value
+        time.sleep(interval)
+    raise TimeoutError(f"{what}: not within {timeout:.0f}s")
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the demo end to end; returns a process exit code."""
+    """Run the whole loop; returns a process exit code."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--records", type=int, default=10_000)
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "demo-output")
     args = parser.parse_args(argv)
-    t0 = time.monotonic()
+    clock = Clock()
     out = args.out.resolve()
     shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
 
-    _say(t0, "starting Kafka (KRaft, loopback)")
-    broker = start_kafka(out / "kafka")
+    clock.say("creating the pod network (bridge dflow0, never routed off this machine)")
+    net = create_bridge()
+    broker: KafkaBroker | None = None
+    plane: KubeControlPlane | None = None
     try:
-        from confluent_kafka import Producer
-        from confluent_kafka.admin import AdminClient
-        from confluent_kafka.cimpl import NewTopic
-
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
-        admin.create_topics([NewTopic("orders", num_partitions=3, replication_factor=1)])[
-            "orders"
-        ].result(timeout=30)
-        _say(
-            t0,
-            f"producing {args.records} orders and {len(BROKEN)} broken records to 'orders' "
-            f"at {broker.bootstrap_servers}",
-        )
-        producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
-        rng = random.Random(7)
-        for i in range(args.records):
-            order = {
-                "id": i,
-                "amount": round(rng.uniform(1, 500), 2),
-                "ts": "2026-11-22T12:00:00Z",
-                "country": rng.choice(COUNTRIES),
-            }
-            producer.produce("orders", key=str(i).encode(), value=json.dumps(order).encode())
-            if i % 5000 == 0:
-                producer.poll(0)
-        for key, value in BROKEN:
-            producer.produce("orders", key=key, value=value)
-        producer.flush(60)
-        del producer, admin  # close the clients before the broker goes away
-
-        manifest = _manifest(broker.bootstrap_servers, out)
-        command = [
-            str(Path(sys.executable).parent / "deltaflow"),
-            "run",
-            "-f",
-            str(manifest),
-            "--available-now",
-            "--local-dir",
-            str(out / "local"),
-            "--metrics-port",
-            "0",
-        ]
-        _say(t0, f"running the manifest {manifest} with the Deltaflow runtime:")
-        print("    $ deltaflow " + " ".join(command[1:]), flush=True)
-        proc = subprocess.Popen(command, cwd=out)
-        record_pid(proc.pid)
-        if proc.wait() != 0:
-            _say(t0, f"deltaflow run failed (exit {proc.returncode})")
-            return 1
+        clock.say("starting Kafka (KRaft), listening on loopback and for pods")
+        broker = start_kafka(out / "kafka", pod_address=net.gateway)
+        clock.say("starting the cluster (first run: the image was just built from the Dockerfile)")
+        plane = start_cluster(out / "cluster", net)
+        _run_loop(clock, broker, plane, out, args.records)
     finally:
-        broker.stop()
-    _show(t0, out)
-    _say(t0, "done")
+        clock.say("stopping the cluster and Kafka, removing the node's mounts, links and rules")
+        if plane is not None:
+            stop_cluster(plane)
+        if broker is not None:
+            broker.stop()
+        remove_bridge()
+    clock.say("done")
     return 0
 
 
-def _show(t0: float, out: Path) -> None:
+def _run_loop(
+    clock: Clock, broker: KafkaBroker, plane: KubeControlPlane, out: Path, records: int
+) -> None:
+    clock.say(f"helm install deltaflow charts/deltaflow (image {plane.image}), --wait")
+    install_operator(plane)
+    operator_pods = _pod_line(plane, "deltaflow-system", "app.kubernetes.io/name=deltaflow")
+    clock.say(f"operator pods: {operator_pods}")
+    plane.kubectl("create", "namespace", NAMESPACE)
+    plane.kubectl("label", "namespace", NAMESPACE, "pod-security.kubernetes.io/enforce=restricted")
+    lake_volume(plane, NAMESPACE, out / "lake")
+    create_topic(broker, "orders", 3)
+    assert broker.pod_bootstrap_servers is not None
+    manifest = cluster_manifest("orders", broker.pod_bootstrap_servers)
+    (out / "orders.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
+    clock.say(f"kubectl apply -f {out / 'orders.yaml'}")
+    applied = clock.now()
+    plane.kubectl("apply", "-f", str(out / "orders.yaml"))
+    produced = produce_orders(broker, "orders", records)
+    clock.say(f"produced {records} orders and {len(BROKEN)} broken records")
+    table = out / "lake" / "orders"
+    driver = "app.kubernetes.io/instance=orders,app.kubernetes.io/component=driver"
+    wait(clock, "driver pod Running", lambda: any(map(running, pods(plane, NAMESPACE, driver))))
+    t_driver = clock.now() - applied
+    wait(
+        clock,
+        "executor pods (created by Spark) Running",
+        lambda: any(map(running, pods(plane, NAMESPACE, "spark-role=executor"))),
+    )
+    t_exec = clock.now() - applied
+    wait(clock, "first batch committed to the table", lambda: table_rows(table) > 0)
+    t_batch = clock.now() - applied
+    wait(clock, f"all {records} orders in the table", lambda: table_rows(table) == records)
+    ready = "jsonpath={.status.conditions[?(@.type=='Ready')].status}"
+    wait(
+        clock,
+        "READY=True",
+        lambda: plane.kubectl("-n", NAMESPACE, "get", "di", "orders", "-o", ready).stdout == "True",
+    )
+    print(plane.kubectl("-n", NAMESPACE, "get", "pods", "-o", "wide").stdout, flush=True)
+    print(plane.kubectl("-n", NAMESPACE, "get", "deltaingestions").stdout, flush=True)
+    _show(clock, out, produced)
+    events = plane.kubectl(
+        "-n", NAMESPACE, "get", "events", "--field-selector", "involvedObject.kind=DeltaIngestion"
+    )
+    print(events.stdout, flush=True)
+    clock.say(
+        f"from kubectl apply: driver Running {t_driver:.0f}s, executors Running {t_exec:.0f}s, "
+        f"first batch committed {t_batch:.0f}s"
+    )
+
+
+def _pod_line(plane: KubeControlPlane, namespace: str, selector: str) -> str:
+    return ", ".join(
+        f"{p['metadata']['name']} {p['status'].get('phase')}"
+        for p in pods(plane, namespace, selector)
+    )
+
+
+def _show(clock: Clock, out: Path, produced: int) -> None:
     from deltalake import DeltaTable
 
     table = DeltaTable(str(out / "lake" / "orders")).to_pyarrow_table().sort_by("id")
-    _say(t0, f"the table holds {table.num_rows} rows (read back with the deltalake reader):")
+    clock.say(f"the table holds {table.num_rows} rows (read back with the deltalake reader):")
     for row in table.slice(0, 3).to_pylist():
         print("   ", row)
     dead = DeltaTable(str(out / "lake" / "orders_dead_letter")).to_pyarrow_table()
-    _say(t0, f"the dead-letter table holds {dead.num_rows} records, each with its reason:")
+    clock.say(f"the dead-letter table holds {dead.num_rows} records, each with its reason:")
     for row in dead.select(["_kafka_partition", "_kafka_offset", "reason", "detail"]).to_pylist():
         print("   ", row)
+    clock.say(
+        f"{table.num_rows} + {dead.num_rows} = {table.num_rows + dead.num_rows} "
+        f"of {produced} produced"
+    )
 
 
 if __name__ == "__main__":

@@ -32,22 +32,34 @@ class KafkaBroker:
 
     bootstrap_servers: str
     service: Service
+    # The listener pods use (on the pod network's gateway); None without a pod network.
+    pod_bootstrap_servers: str | None = None
 
     def stop(self) -> None:
         """Stop the broker (its data directory goes with the run's temp dir)."""
         self.service.stop()
 
 
-def _server_properties(data_dir: Path, port: int, controller_port: int) -> str:
+def _server_properties(
+    data_dir: Path, port: int, controller_port: int, pod_listener: str | None
+) -> str:
+    listeners = f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}"
+    advertised = f"PLAINTEXT://127.0.0.1:{port}"
+    protocols = "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
+    if pod_listener is not None:
+        # A second listener for pods: each client is told the address of the listener it used.
+        listeners += f",PODS://{pod_listener}"
+        advertised += f",PODS://{pod_listener}"
+        protocols += ",PODS:PLAINTEXT"
     props = {
         "process.roles": "broker,controller",
         "node.id": "1",
         "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
-        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "listeners": listeners,
+        "advertised.listeners": advertised,
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "listener.security.protocol.map": protocols,
         "log.dirs": str(data_dir / "log"),
         "num.partitions": "1",
         # One node: every internal topic must fit on it.
@@ -65,13 +77,19 @@ def _server_properties(data_dir: Path, port: int, controller_port: int) -> str:
     return "".join(f"{k}={v}\n" for k, v in props.items())
 
 
-def start_kafka(work_dir: Path, timeout: float = 90.0) -> KafkaBroker:
-    """Format storage and start a KRaft broker; return once it answers metadata requests."""
+def start_kafka(
+    work_dir: Path, pod_address: str | None = None, timeout: float = 90.0
+) -> KafkaBroker:
+    """Format storage and start a KRaft broker; return once it answers metadata requests.
+
+    With ``pod_address`` (the pod network's gateway) the broker also listens there for pods.
+    """
     libs = installed_path("kafka")
     work_dir.mkdir(parents=True, exist_ok=True)
     port, controller_port = free_port(), free_port()
+    pod_listener = f"{pod_address}:{free_port()}" if pod_address else None
     config = work_dir / "server.properties"
-    config.write_text(_server_properties(work_dir, port, controller_port))
+    config.write_text(_server_properties(work_dir, port, controller_port, pod_listener))
     (work_dir / "log4j2.properties").write_text(_LOG4J2)
     java = [
         "java",
@@ -108,4 +126,4 @@ def start_kafka(work_dir: Path, timeout: float = 90.0) -> KafkaBroker:
     except ServiceError:
         service.stop()
         raise
-    return KafkaBroker(bootstrap, service)
+    return KafkaBroker(bootstrap, service, pod_listener)

@@ -1,7 +1,8 @@
-"""A Kubernetes control plane without containers: etcd, kube-apiserver, kube-controller-manager.
+"""The Kubernetes control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler.
 
-This is the envtest approach: no scheduler and no kubelet, so pods are stored but never run; tests
-assert on what the API server holds. RBAC and the PodSecurity admission plugin stay on.
+The API server listens on the pod network's gateway (see devstack.network), so pods reach it
+through the `kubernetes` Service and the host's clients through the same address. RBAC and the
+PodSecurity admission plugin stay on. The node that runs the pods is devstack.node.
 """
 
 from __future__ import annotations
@@ -13,13 +14,16 @@ import subprocess
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from devstack.install import installed_path
+from devstack.network import GATEWAY, KUBERNETES_SERVICE_IP, SERVICE_CIDR, PodNetwork
 from devstack.process import Service, ServiceError, free_port
 
+if TYPE_CHECKING:
+    from devstack.node import Node
+
 ADMIN_TOKEN_FILE = "admin.token"
-SERVICE_CIDR = "10.0.0.0/24"
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -28,8 +32,25 @@ def _openssl(*args: str, cwd: Path) -> None:
         raise ServiceError(f"openssl {' '.join(args)} failed:\n{proc.stderr}")
 
 
+def _signed_cert(pki: Path, name: str, subject: str, san: str | None = None) -> None:
+    """A key and a certificate signed by the test CA (``san``: subjectAltName, for servers)."""
+    _openssl(
+        "req", "-newkey", "rsa:2048", "-nodes", "-subj", subject,
+        "-keyout", f"{name}.key", "-out", f"{name}.csr", cwd=pki,
+    )  # fmt: skip
+    extra: list[str] = []
+    if san is not None:
+        (pki / f"{name}.ext").write_text(f"subjectAltName={san}\n")
+        extra = ["-extfile", f"{name}.ext"]
+    _openssl(
+        "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+        "-CAcreateserial", "-days", "3", *extra, "-out", f"{name}.crt", cwd=pki,
+    )  # fmt: skip
+
+
 def make_certs(pki: Path) -> None:
-    """A throwaway CA, a serving certificate for 127.0.0.1 and a service-account signing key."""
+    """A throwaway CA, serving certificates (API server, kubelet), the API server's client
+    certificate towards the kubelet, and a service-account signing key."""
     pki.mkdir(parents=True, exist_ok=True)
     _openssl(
         "req",
@@ -47,40 +68,16 @@ def make_certs(pki: Path) -> None:
         "ca.crt",
         cwd=pki,
     )
-    _openssl(
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-subj",
+    _signed_cert(
+        pki,
+        "apiserver",
         "/CN=kube-apiserver",
-        "-keyout",
-        "apiserver.key",
-        "-out",
-        "apiserver.csr",
-        cwd=pki,
+        f"IP:127.0.0.1,IP:{GATEWAY},IP:{KUBERNETES_SERVICE_IP},DNS:localhost,"
+        "DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc",
     )
-    (pki / "san.ext").write_text(
-        "subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes.default.svc\n"
-    )
-    _openssl(
-        "x509",
-        "-req",
-        "-in",
-        "apiserver.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-days",
-        "3",
-        "-extfile",
-        "san.ext",
-        "-out",
-        "apiserver.crt",
-        cwd=pki,
-    )
+    # `kubectl logs/exec` go API server -> kubelet: the kubelet trusts this client certificate.
+    _signed_cert(pki, "apiserver-kubelet-client", "/O=system:masters/CN=kube-apiserver-kubelet")
+    _signed_cert(pki, "kubelet", "/CN=deltaflow-node", f"IP:{GATEWAY},DNS:deltaflow-node")
     _openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
     _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
 
@@ -120,6 +117,9 @@ class KubeControlPlane:
     helm_bin: Path
     work_dir: Path
     services: list[Service] = field(default_factory=list)
+    # Set once the node runs (devstack.node): the image its pods run, and the node itself.
+    image: str = ""
+    node: Node | None = None
 
     @property
     def kubectl_bin(self) -> Path:
@@ -180,7 +180,10 @@ class KubeControlPlane:
         return proc
 
     def stop(self) -> None:
-        """Stop the controller manager, the API server and etcd, in that order."""
+        """Stop the node (if any), then the scheduler, controller manager, API server, etcd."""
+        if self.node is not None:
+            self.node.stop()
+            self.node = None
         for service in reversed(self.services):
             service.stop()
 
@@ -194,8 +197,14 @@ def _https_ok(url: str, ca: Path | None, token: str | None) -> bool:
         return bool(resp.status == 200)
 
 
-def start_control_plane(work_dir: Path, timeout: float = 120.0) -> KubeControlPlane:
-    """Start etcd, kube-apiserver and kube-controller-manager on free loopback ports."""
+def start_control_plane(
+    work_dir: Path, net: PodNetwork, timeout: float = 120.0
+) -> KubeControlPlane:
+    """Start etcd, kube-apiserver, kube-controller-manager and kube-scheduler.
+
+    etcd and the controllers listen on loopback; the API server on the pod network's gateway
+    (``net`` must exist), where pods and the host's clients both reach it.
+    """
     bin_dir = installed_path("kube")
     etcd_bin = installed_path("etcd") / "etcd"
     helm_bin = installed_path("helm") / "helm"
@@ -215,15 +224,18 @@ def start_control_plane(work_dir: Path, timeout: float = 120.0) -> KubeControlPl
         work_dir=work_dir,
     )
     try:
-        _start_etcd_and_apiserver(plane, etcd_bin, timeout)
+        _start_etcd_and_apiserver(plane, etcd_bin, net, timeout)
         _start_controller_manager(plane, timeout)
+        _start_scheduler(plane, timeout)
     except BaseException:
         plane.stop()
         raise
     return plane
 
 
-def _start_etcd_and_apiserver(plane: KubeControlPlane, etcd_bin: Path, timeout: float) -> None:
+def _start_etcd_and_apiserver(
+    plane: KubeControlPlane, etcd_bin: Path, net: PodNetwork, timeout: float
+) -> None:
     work, pki = plane.work_dir, plane.work_dir / "pki"
     client_port, peer_port = free_port(), free_port()
     etcd_url = f"http://127.0.0.1:{client_port}"
@@ -248,25 +260,29 @@ def _start_etcd_and_apiserver(plane: KubeControlPlane, etcd_bin: Path, timeout: 
     etcd.wait_ready(lambda: _https_ok(f"{etcd_url}/health", None, None), timeout, "healthy")
 
     port = free_port()
-    plane.server = f"https://127.0.0.1:{port}"
+    plane.server = f"https://{net.gateway}:{port}"
     apiserver = Service(
         "kube-apiserver",
         [
             str(plane.bin_dir / "kube-apiserver"),
             f"--etcd-servers={etcd_url}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            f"--bind-address={net.gateway}",
+            # Published as the endpoint of the `kubernetes` Service (lease reconciler): the
+            # address in-cluster clients reach through the Service's ClusterIP.
+            f"--advertise-address={net.gateway}",
             f"--secure-port={port}",
             f"--tls-cert-file={pki / 'apiserver.crt'}",
             f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--client-ca-file={pki / 'ca.crt'}",
             f"--token-auth-file={pki / 'tokens.csv'}",
             "--authorization-mode=RBAC",  # kept on: the RBAC tests depend on it
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--service-cluster-ip-range={net.service_cidr}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
-            "--endpoint-reconciler-type=none",  # no routable address to publish for `kubernetes`
+            f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
+            "--kubelet-preferred-address-types=InternalIP",
             "--allow-privileged=false",
             f"--cert-dir={work / 'apiserver-certs'}",
         ],
@@ -306,6 +322,33 @@ def _start_controller_manager(plane: KubeControlPlane, timeout: float) -> None:
     plane.services.append(kcm)
     kcm.start()
     kcm.wait_ready(
+        lambda: _https_ok(f"https://127.0.0.1:{port}/healthz", None, None),
+        timeout,
+        "healthy (/healthz)",
+    )
+
+
+def _start_scheduler(plane: KubeControlPlane, timeout: float) -> None:
+    work = plane.work_dir
+    port = free_port()
+    scheduler = Service(
+        "kube-scheduler",
+        [
+            str(plane.bin_dir / "kube-scheduler"),
+            f"--kubeconfig={plane.kubeconfig}",
+            f"--authentication-kubeconfig={plane.kubeconfig}",
+            f"--authorization-kubeconfig={plane.kubeconfig}",
+            "--leader-elect=false",
+            "--authentication-skip-lookup=true",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+            f"--cert-dir={work / 'scheduler-certs'}",
+        ],
+        work / "kube-scheduler.log",
+    )
+    plane.services.append(scheduler)
+    scheduler.start()
+    scheduler.wait_ready(
         lambda: _https_ok(f"https://127.0.0.1:{port}/healthz", None, None),
         timeout,
         "healthy (/healthz)",

@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from devstack.cluster import start_cluster, stop_cluster
 from devstack.kafka import KafkaBroker, start_kafka
-from devstack.kube import KubeControlPlane, start_control_plane
+from devstack.kube import KubeControlPlane
+from devstack.network import PodNetwork, create_bridge, remove_bridge
 from devstack.process import Service, record_pid, tail
 from devstack.spark import local_spark_conf
 
@@ -36,9 +38,16 @@ def stack_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def kafka(stack_dir: Path) -> Iterator[KafkaBroker]:
-    """A real single-node KRaft broker on loopback."""
-    broker = start_kafka(stack_dir / "kafka")
+def pod_network() -> Iterator[PodNetwork]:
+    """The node's bridge: set up before Kafka and the API server bind to its gateway."""
+    yield create_bridge()
+    remove_bridge()
+
+
+@pytest.fixture(scope="session")
+def kafka(stack_dir: Path, pod_network: PodNetwork) -> Iterator[KafkaBroker]:
+    """A real single-node KRaft broker on loopback, with a second listener for pods."""
+    broker = start_kafka(stack_dir / "kafka", pod_address=pod_network.gateway)
     _running.append(broker.service)
     yield broker
     broker.stop()
@@ -46,13 +55,15 @@ def kafka(stack_dir: Path) -> Iterator[KafkaBroker]:
 
 
 @pytest.fixture(scope="session")
-def kube(stack_dir: Path) -> Iterator[KubeControlPlane]:
-    """A real etcd + kube-apiserver + kube-controller-manager on loopback (no kubelet)."""
-    plane = start_control_plane(stack_dir / "kube")
-    _running.extend(plane.services)
+def kube(stack_dir: Path, pod_network: PodNetwork) -> Iterator[KubeControlPlane]:
+    """A real cluster: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and a node
+    (containerd + kubelet + kube-proxy) that runs the project's image, built from its Dockerfile."""
+    plane = start_cluster(stack_dir / "kube", pod_network)
+    services = [*plane.services, *(plane.node.services if plane.node else [])]
+    _running.extend(services)
     yield plane
-    plane.stop()
-    for service in plane.services:
+    stop_cluster(plane)
+    for service in services:
         _running.remove(service)
 
 

@@ -1,0 +1,131 @@
+"""The whole local cluster in one call: control plane, then a node running the project's image."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from devstack.install import installed_path
+from devstack.kube import KubeControlPlane, start_control_plane
+from devstack.network import PodNetwork
+from devstack.node import record_container_pids, start_node
+
+
+def image_env() -> dict[str, str]:
+    """``image.env`` of the image build (stack/install/image.sh): image names to run."""
+    folder = installed_path("image")
+    pairs = (line.split("=", 1) for line in (folder / "image.env").read_text().splitlines())
+    return {k.strip(): v.strip() for k, v in pairs if k.strip()}
+
+
+def start_cluster(work_dir: Path, net: PodNetwork, progress: bool = True) -> KubeControlPlane:
+    """Start the control plane and the node; the node's containerd holds the project's image."""
+    t0 = time.monotonic()
+
+    def say(what: str) -> None:
+        if progress:
+            print(f"[cluster {time.monotonic() - t0:5.0f}s] {what}", flush=True)
+
+    images = installed_path("image")
+    names = image_env()
+    say("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler")
+    plane = start_control_plane(work_dir, net)
+    try:
+        say(
+            "starting the node (containerd, kubelet, kube-proxy); importing "
+            + names["DELTAFLOW_IMAGE"]
+        )
+        plane.node = start_node(
+            plane,
+            net,
+            work_dir / "node",
+            images=[images / "pause.tar", images / "deltaflow.tar"],
+            pause_image=names["PAUSE_IMAGE"],
+        )
+        plane.image = names["DELTAFLOW_IMAGE"]
+    except BaseException:
+        plane.stop()
+        raise
+    say("cluster ready: node Ready, Service rules programmed")
+    return plane
+
+
+def stop_cluster(plane: KubeControlPlane) -> None:
+    """Record the pods' processes for the leftover check, then stop node and control plane."""
+    if plane.node is not None:
+        record_container_pids(plane.node)
+    plane.stop()
+
+
+def lake_volume(
+    plane: KubeControlPlane, namespace: str, host_dir: Path, claim: str = "lake"
+) -> None:
+    """A PersistentVolume on ``host_dir`` bound to the claim ``claim`` in ``namespace``.
+
+    The node is this machine, so a hostPath volume is shared storage: driver, executors and
+    maintenance jobs see one table, and the tests read it back from ``host_dir``. Pods run as UID
+    185 (the image's user), which owns the folder. The pods mount the claim, which the restricted
+    Pod Security Standard allows (a hostPath in the pod spec it would not).
+    """
+    import json
+    import os
+
+    host_dir.mkdir(parents=True, exist_ok=True)
+    os.chown(host_dir, 185, 185)
+    host_dir.chmod(0o775)
+    pv_name = f"{namespace}-{claim}"
+    manifests = [
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": pv_name},
+            "spec": {
+                "capacity": {"storage": "10Gi"},
+                "accessModes": ["ReadWriteMany"],
+                "persistentVolumeReclaimPolicy": "Retain",  # never delete the tables
+                "storageClassName": "",
+                "hostPath": {"path": str(host_dir), "type": "Directory"},
+                "claimRef": {"namespace": namespace, "name": claim},
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": claim, "namespace": namespace},
+            "spec": {
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": "",
+                "volumeName": pv_name,
+                "resources": {"requests": {"storage": "10Gi"}},
+            },
+        },
+    ]
+    plane.kubectl(
+        "apply",
+        "-f",
+        "-",
+        stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests}),
+    )
+
+
+def install_operator(
+    plane: KubeControlPlane,
+    namespace: str = "deltaflow-system",
+    values: dict[str, str] | None = None,
+    timeout: str = "5m",
+) -> None:
+    """``helm install --wait`` of charts/deltaflow with the image the node holds."""
+    from devstack.install import REPO_ROOT
+
+    repository, tag = plane.image.rsplit(":", 1)
+    settings = {
+        "image.repository": repository,
+        "image.tag": tag,
+        "image.pullPolicy": "IfNotPresent",
+    }
+    settings.update(values or {})
+    args = [f"--set={k}={v}" for k, v in settings.items()]
+    plane.helm(
+        "install", "deltaflow", str(REPO_ROOT / "charts" / "deltaflow"),
+        "--namespace", namespace, "--create-namespace", "--wait", f"--timeout={timeout}", *args,
+    )  # fmt: skip

@@ -1,0 +1,449 @@
+"""A real Kubernetes node on this machine: containerd + runc + CNI, kubelet and kube-proxy.
+
+Everything the node makes lives under its work directory (containerd root and state, kubelet
+root, pod logs, CNI state) or is recorded before it is made (network namespaces, iptables rules,
+the sysctls the kubelet sets), and :meth:`Node.stop` takes all of it away again: container
+processes, mounts, network namespaces, the bridge, iptables chains, cgroups. Only one node can
+run on a machine at a time (kube-proxy's iptables chains are global): a lock file says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from devstack.kube import KubeControlPlane
+from devstack.network import PodNetwork, remove_bridge
+from devstack.process import Service, ServiceError, free_port, record_pid, tail
+
+NODE_NAME = "deltaflow-node"
+LOCK_FILE = Path("/run/lock/deltaflow-node.lock")
+NETNS_DIR = Path("/run/netns")
+CNI_BIN_DIR = "/usr/lib/cni"
+# The kubelet sets these unless told not to; they are put back as they were when the node stops.
+KUBELET_SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def _run(*argv: str, check: bool = True, stdin: bytes | None = None) -> str:
+    proc = subprocess.run(argv, input=stdin, capture_output=True, check=False)
+    if check and proc.returncode != 0:
+        raise ServiceError(
+            f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.decode(errors='replace')}"
+        )
+    return proc.stdout.decode(errors="replace")
+
+
+def _containerd_config(work: Path, pause_image: str) -> str:
+    cri = 'plugins."io.containerd.grpc.v1.cri"'
+    return f"""\
+version = 2
+root = "{work}/containerd/root"
+state = "{work}/containerd/state"
+[grpc]
+  address = "{work}/containerd.sock"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{work}/containerd/opt"
+[{cri}]
+  sandbox_image = "{pause_image}"
+  # Without this every sandbox fails here: runc cannot write a negative oom_score_adj (the
+  # machine lacks CAP_SYS_RESOURCE), "can't get final child's PID from pipe: EOF".
+  restrict_oom_score_adj = true
+  enable_selinux = false
+  # Network namespaces under our state dir, not /run/netns: all the node makes stays in one place.
+  netns_mounts_under_state_dir = true
+[{cri}.containerd]
+  snapshotter = "overlayfs"
+  default_runtime_name = "runc"
+[{cri}.containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+[{cri}.containerd.runtimes.runc.options]
+  SystemdCgroup = false
+  Root = "{work}/containerd/runc"
+[{cri}.cni]
+  bin_dir = "{CNI_BIN_DIR}"
+  conf_dir = "{work}/cni/net.d"
+"""
+
+
+def _cni_config(work: Path, net: PodNetwork) -> dict[str, Any]:
+    return {
+        "cniVersion": "0.4.0",
+        "name": "deltaflow",
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": net.bridge,
+                "isGateway": True,
+                # No masquerade (and IP forwarding stays off): pods reach the host and each
+                # other, never anything beyond the machine.
+                "ipMasq": False,
+                "hairpinMode": True,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": net.pod_cidr, "gateway": net.gateway}]],
+                    "routes": [{"dst": "0.0.0.0/0"}],
+                    "dataDir": str(work / "cni" / "ipam"),
+                },
+            }
+        ],
+    }
+
+
+def _kubelet_config(work: Path, plane: KubeControlPlane, net: PodNetwork) -> dict[str, Any]:
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "failCgroupV1": False,  # this machine has cgroup v1 only
+        "cgroupDriver": "cgroupfs",  # no systemd here
+        "containerRuntimeEndpoint": f"unix://{work}/containerd.sock",
+        "address": net.gateway,
+        "port": free_port(),
+        "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1",
+        "healthzPort": free_port(),
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": False},
+            "x509": {"clientCAFile": str(plane.ca_file)},
+        },
+        "authorization": {"mode": "AlwaysAllow"},  # only the API server holds a client cert
+        "tlsCertFile": str(plane.work_dir / "pki" / "kubelet.crt"),
+        "tlsPrivateKeyFile": str(plane.work_dir / "pki" / "kubelet.key"),
+        "podCIDR": net.pod_cidr,
+        "maxPods": 40,
+        "serializeImagePulls": False,
+        "podLogsDir": str(work / "pod-logs"),
+        "volumePluginDir": str(work / "volume-plugins"),
+        # Local images only, none can be pulled again: never garbage-collect them, and never
+        # evict pods for disk or memory a test machine is short of.
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
+        "evictionHard": {
+            "memory.available": "50Mi",
+            "nodefs.available": "1%",
+            "imagefs.available": "1%",
+            "nodefs.inodesFree": "1%",
+        },
+        "protectKernelDefaults": False,
+        "nodeStatusUpdateFrequency": "5s",
+        "syncFrequency": "10s",
+        "fileCheckFrequency": "5s",
+        "shutdownGracePeriod": "0s",
+        "resolvConf": "/etc/resolv.conf",
+    }
+
+
+def _kube_proxy_config(work: Path, kubeconfig: Path, net: PodNetwork) -> dict[str, Any]:
+    return {
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "clientConnection": {"kubeconfig": str(kubeconfig)},
+        "mode": "iptables",  # no IPVS on this machine
+        "hostnameOverride": NODE_NAME,
+        "clusterCIDR": net.pod_cidr,
+        "bindAddress": net.gateway,
+        "healthzBindAddress": f"127.0.0.1:{free_port()}",
+        "metricsBindAddress": f"127.0.0.1:{free_port()}",
+        # Leave the machine's conntrack settings alone (kube-proxy would otherwise raise them).
+        "conntrack": {
+            "maxPerCore": 0,
+            "min": 0,
+            "tcpEstablishedTimeout": "0s",
+            "tcpCloseWaitTimeout": "0s",
+        },
+        "iptables": {"localhostNodePorts": False, "masqueradeAll": False},
+        "nodePortAddresses": [f"{net.gateway}/32"],
+    }
+
+
+@dataclass
+class HostSnapshot:
+    """What the node changes on the host that it cannot keep under its own directory."""
+
+    iptables: dict[str, str]
+    sysctls: dict[str, str]
+    netns: set[str]
+
+    @classmethod
+    def take(cls) -> HostSnapshot:
+        """Record iptables rules, the kubelet's sysctls and the existing network namespaces."""
+        rules = {tool: _run(f"{tool}-save") for tool in ("iptables", "ip6tables")}
+        sysctls = {k: Path("/proc/sys", k).read_text().strip() for k in KUBELET_SYSCTLS}
+        netns = set(os.listdir(NETNS_DIR)) if NETNS_DIR.exists() else set()
+        return cls(rules, sysctls, netns)
+
+    def restore(self) -> None:
+        """Put iptables rules and sysctls back as they were."""
+        for tool, rules in self.iptables.items():
+            _run(f"{tool}-restore", stdin=rules.encode(), check=False)
+        for key, value in self.sysctls.items():
+            with contextlib.suppress(OSError):
+                Path("/proc/sys", key).write_text(value)
+
+
+@dataclass
+class Node:
+    """A running node: its services, its work directory and how to undo everything it did."""
+
+    name: str
+    work_dir: Path
+    snapshot: HostSnapshot
+    lock: IO[str]
+    services: list[Service] = field(default_factory=list)
+
+    @property
+    def containerd_socket(self) -> Path:
+        """containerd's CRI and API socket."""
+        return self.work_dir / "containerd.sock"
+
+    def ctr(self, *args: str, stdin: bytes | None = None) -> str:
+        """Run ``ctr`` against this node's containerd, in the kubelet's namespace."""
+        return _run("ctr", "-a", str(self.containerd_socket), "-n", "k8s.io", *args, stdin=stdin)
+
+    def import_image(self, tarball: Path) -> None:
+        """Load a docker-save/OCI archive into the kubelet's image store."""
+        self.ctr("images", "import", "--all-platforms", str(tarball))
+
+    def stop(self) -> None:
+        """Stop the node and remove every process, mount, namespace, link and rule it made."""
+        by_name = {s.name: s for s in self.services}
+        for name in ("kube-proxy", "kubelet"):
+            if name in by_name:
+                by_name[name].stop()
+        _kill_containers(self.work_dir)
+        if "containerd" in by_name:
+            by_name["containerd"].stop()
+        _unmount_under(self.work_dir)
+        for ns in _new_netns(self.snapshot.netns):
+            with contextlib.suppress(OSError):
+                _run("umount", "-l", str(NETNS_DIR / ns), check=False)
+                (NETNS_DIR / ns).unlink()
+        remove_bridge()
+        _remove_cgroups()
+        self.snapshot.restore()
+        with contextlib.suppress(OSError):
+            fcntl.flock(self.lock, fcntl.LOCK_UN)
+            self.lock.close()
+
+
+def _new_netns(before: set[str]) -> list[str]:
+    if not NETNS_DIR.exists():
+        return []
+    return [n for n in os.listdir(NETNS_DIR) if n not in before and n.startswith("cni-")]
+
+
+def _descendants(pid: int) -> list[int]:
+    children: list[int] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == pid:
+            children.append(int(entry.name))
+    return [d for c in children for d in (*_descendants(c), c)]
+
+
+def _shim_pids(work_dir: Path) -> list[int]:
+    socket = str(work_dir / "containerd.sock")
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"containerd-shim-runc-v2") and socket.encode() in argv:
+            pids.append(int(entry.name))
+    return pids
+
+
+def _kill_containers(work_dir: Path) -> None:
+    """SIGKILL every container process and shim of this node's containerd (shims outlive it)."""
+    for _ in range(3):
+        shims = _shim_pids(work_dir)
+        if not shims:
+            return
+        for shim in shims:
+            for pid in (*_descendants(shim), shim):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        time.sleep(0.5)
+
+
+def _mountpoints() -> list[str]:
+    points = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = line.split()[4].replace("\\040", " ")
+        points.append(point)
+    return points
+
+
+def _unmount_under(root: Path) -> None:
+    prefix = str(root.resolve()) + "/"
+    for _ in range(3):
+        points = sorted((p for p in _mountpoints() if p.startswith(prefix)), key=len, reverse=True)
+        if not points:
+            return
+        for point in points:
+            _run("umount", "-l", point, check=False)
+
+
+def _remove_cgroups() -> None:
+    """Remove the kubepods cgroups the kubelet made in every v1 hierarchy (deepest first)."""
+    if not CGROUP_ROOT.exists():
+        return
+    for hierarchy in CGROUP_ROOT.iterdir():
+        top = hierarchy / "kubepods"
+        if not top.is_dir():
+            continue
+        dirs = sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
+        for d in [*dirs, top]:
+            with contextlib.suppress(OSError):
+                d.rmdir()
+
+
+def _take_lock() -> IO[str]:
+    LOCK_FILE.parent.mkdir(parents=True, exist_ok=True)
+    lock = LOCK_FILE.open("a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        owner = lock.read().strip()
+        lock.close()
+        raise ServiceError(
+            f"another Deltaflow node is running on this machine ({owner}); one node at a time "
+            "(kube-proxy's iptables chains are machine-wide): stop it first"
+        ) from None
+    lock.truncate(0)
+    lock.write(f"pid {os.getpid()}\n")
+    lock.flush()
+    return lock
+
+
+def start_node(
+    plane: KubeControlPlane,
+    net: PodNetwork,
+    work_dir: Path,
+    *,
+    images: list[Path],
+    pause_image: str,
+    timeout: float = 120.0,
+) -> Node:
+    """Start containerd, import ``images``, start the kubelet and kube-proxy; wait for Ready."""
+    if os.geteuid() != 0:
+        raise ServiceError("the local node needs root (containerd, network namespaces, iptables)")
+    lock = _take_lock()
+    work_dir.mkdir(parents=True, exist_ok=True)
+    node = Node(NODE_NAME, work_dir, HostSnapshot.take(), lock)
+    try:
+        _start_containerd(node, pause_image, net, timeout)
+        for image in images:
+            t0 = time.monotonic()
+            node.import_image(image)
+            print(f"[node] imported {image.name} in {time.monotonic() - t0:.0f}s", flush=True)
+        _start_kubelet(node, plane, net, timeout)
+        _start_kube_proxy(node, plane, net, timeout)
+    except BaseException:
+        node.stop()
+        raise
+    return node
+
+
+def _start_containerd(node: Node, pause_image: str, net: PodNetwork, timeout: float) -> None:
+    work = node.work_dir
+    (work / "cni" / "net.d").mkdir(parents=True, exist_ok=True)
+    (work / "cni" / "net.d" / "10-deltaflow.conflist").write_text(
+        json.dumps(_cni_config(work, net), indent=2)
+    )
+    config = work / "containerd.toml"
+    config.write_text(_containerd_config(work, pause_image))
+    containerd = Service(
+        "containerd", ["containerd", "--config", str(config)], work / "containerd.log"
+    )
+    node.services.append(containerd)
+    containerd.start()
+    containerd.wait_ready(
+        lambda: "Server:" in _run("ctr", "-a", str(node.containerd_socket), "version"),
+        timeout,
+        "serving",
+    )
+
+
+def _start_kubelet(node: Node, plane: KubeControlPlane, net: PodNetwork, timeout: float) -> None:
+    work = node.work_dir
+    config = work / "kubelet.yaml"
+    config.write_text(json.dumps(_kubelet_config(work, plane, net), indent=2))
+    kubelet = Service(
+        "kubelet",
+        [
+            str(plane.bin_dir / "kubelet"),
+            f"--config={config}",
+            f"--kubeconfig={plane.kubeconfig}",
+            f"--root-dir={work / 'kubelet'}",
+            f"--cert-dir={work / 'kubelet-pki'}",
+            f"--node-ip={net.gateway}",
+            f"--hostname-override={node.name}",
+            "--v=1",
+        ],
+        work / "kubelet.log",
+    )
+    node.services.append(kubelet)
+    kubelet.start()
+
+    def node_ready() -> bool:
+        out = plane.kubectl(
+            "get",
+            "node",
+            node.name,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type=='Ready')].status}",
+            check=False,
+        )
+        return out.stdout.strip() == "True"
+
+    kubelet.wait_ready(node_ready, timeout, f"registered node {node.name} as Ready")
+
+
+def _start_kube_proxy(node: Node, plane: KubeControlPlane, net: PodNetwork, timeout: float) -> None:
+    work = node.work_dir
+    config = work / "kube-proxy.yaml"
+    proxy_config = _kube_proxy_config(work, plane.kubeconfig, net)
+    config.write_text(json.dumps(proxy_config, indent=2))
+    proxy = Service(
+        "kube-proxy",
+        [str(plane.bin_dir / "kube-proxy"), f"--config={config}", "--v=1"],
+        work / "kube-proxy.log",
+    )
+    node.services.append(proxy)
+    proxy.start()
+
+    def programmed() -> bool:
+        # The `kubernetes` Service's ClusterIP has its DNAT rule: in-cluster clients work.
+        return "KUBE-SVC-" in _run("iptables-save", "-t", "nat", check=False)
+
+    proxy.wait_ready(programmed, timeout, "programming Service rules")
+
+
+def record_container_pids(node: Node) -> None:
+    """Record every container process pid, so the run's leftover check covers them too."""
+    for shim in _shim_pids(node.work_dir):
+        record_pid(shim)
+        for pid in _descendants(shim):
+            record_pid(pid)
+
+
+__all__ = ["Node", "start_node", "tail"]
