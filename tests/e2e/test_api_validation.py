@@ -66,6 +66,16 @@ def test_checkpoint_breaking_updates_are_rejected(
 
 # --- both judges on generated manifests ----------------------------------------------------------
 
+
+def _volume(name: str, mount: str, read_only: bool = False) -> dict[str, Any]:
+    return {
+        "name": name,
+        "claimName": f"{name.lower()}-pvc",
+        "mountPath": mount,
+        "readOnly": read_only,
+    }
+
+
 _FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "metadata.name": st.sampled_from(["orders", "a" * 47, "a" * 48, "1abc", "a-b", "x9"]),
     "spec.suspend": st.sampled_from([True, False]),
@@ -93,6 +103,34 @@ _FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "spec.scaling.maxExecutors": st.integers(-1, 1002),
     "spec.scaling.targetLagSeconds": st.sampled_from([0, 1, 60, 86_400, 86_401]),
     "spec.driver.cores": st.integers(-1, 66),
+    "spec.driver.coreRequest": st.sampled_from(
+        [None, "250m", "0.5", "1", "2", "0", "0m", "0.0", "1.5m", "1e3", "99999m", "100000m"]
+    ),
+    "spec.executor.coreRequest": st.sampled_from([None, "500m", "0.001", "0.0001", "64", "2Gi"]),
+    "spec.volumes": st.sampled_from(
+        [
+            [],
+            [_volume("lake", "/lake")],
+            [_volume("lake", "/lake", read_only=True), _volume("ref", "/data/ref")],
+            [_volume("lake", "/lake"), _volume("lake", "/lake2")],
+            [_volume("lake", "/lake"), _volume("lake2", "/lake")],
+            [_volume("lake", "/tmp")],
+            [_volume("lake", "/tmp/lake")],
+            [_volume("lake", "/tmpdata")],
+            [_volume("lake", "/etc")],
+            [_volume("lake", "/etc/deltaflow/x")],
+            [_volume("lake", "/etc/lake")],
+            [_volume("lake", "/")],
+            [_volume("lake", "lake")],
+            [_volume("lake", "/lake/")],
+            [_volume("lake", "/lake/../tmp")],
+            [_volume("config", "/lake")],
+            [_volume("spark-local", "/lake")],
+            [_volume("Lake", "/lake")],
+            [_volume(f"v{i}", f"/v{i}") for i in range(8)],
+            [_volume(f"v{i}", f"/v{i}") for i in range(9)],
+        ]
+    ),
     "spec.executor.memory": st.sampled_from(
         [
             "512m",

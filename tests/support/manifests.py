@@ -64,6 +64,10 @@ def _delete(path: str) -> Callable[[Manifest], None]:
     return apply
 
 
+def _volume(name: str = "lake", mount: str = "/lake") -> dict[str, Any]:
+    return {"name": name, "claimName": f"{name}-pvc", "mountPath": mount}
+
+
 @dataclass(frozen=True)
 class InvalidCase:
     """One mistake: how to make it, and the field path the error must name."""
@@ -161,6 +165,12 @@ INVALID_CASES: list[InvalidCase] = [
     _case("negative-driver-cores", "spec.driver.cores", _set("spec.driver.cores", -1)),
     _case("absurd-executor-cores", "spec.executor.cores", _set("spec.executor.cores", 1000)),
     _case("memory-unit-typo", "spec.executor.memory", _set("spec.executor.memory", "2gb")),
+    _case(
+        "core-request-not-a-quantity",
+        "spec.executor.coreRequest",
+        _set("spec.executor.coreRequest", "half"),
+    ),
+    _case("core-request-zero", "spec.driver.coreRequest", _set("spec.driver.coreRequest", "0m")),
     _case("absurd-executor-memory", "spec.executor.memory", _set("spec.executor.memory", "9000g")),
     _case("tiny-driver-memory", "spec.driver.memory", _set("spec.driver.memory", "100m")),
     _case(
@@ -199,6 +209,39 @@ INVALID_CASES: list[InvalidCase] = [
     ),
     _case(
         "spark-conf-not-spark", "spec.sparkConf", _set("spec.sparkConf", {"fs.s3a.endpoint": "x"})
+    ),
+    _case(
+        "duplicate-volume-names",
+        "spec.volumes",
+        _set("spec.volumes", [_volume("lake", "/lake"), _volume("lake", "/lake2")]),
+    ),
+    _case(
+        "duplicate-volume-mount-paths",
+        "spec.volumes",
+        _set("spec.volumes", [_volume("lake", "/lake"), _volume("lake2", "/lake")]),
+    ),
+    _case(
+        "volume-mounted-on-tmp",
+        "spec.volumes[0].mountPath",
+        _set("spec.volumes", [_volume(mount="/tmp")]),
+    ),
+    _case(
+        "volume-mounted-over-config",
+        "spec.volumes[0].mountPath",
+        _set("spec.volumes", [_volume(mount="/etc")]),
+    ),
+    _case(
+        "volume-relative-mount-path",
+        "spec.volumes[0].mountPath",
+        _set("spec.volumes", [_volume(mount="lake")]),
+    ),
+    _case(
+        "volume-name-taken", "spec.volumes[0].name", _set("spec.volumes", [_volume(name="config")])
+    ),
+    _case(
+        "volume-without-claim",
+        "spec.volumes[0].claimName",
+        _set("spec.volumes", [{"name": "lake", "mountPath": "/lake"}]),
     ),
     _case("image-with-space", "spec.image", _set("spec.image", "deltaflow: latest")),
     _case("suspend-not-bool", "spec.suspend", _set("spec.suspend", "yes")),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -70,3 +71,89 @@ def test_topic_pattern_alone_is_valid() -> None:
     del m["spec"]["source"]["topic"]
     m["spec"]["source"]["topicPattern"] = "orders-.*"
     assert DeltaIngestion.model_validate(m).spec.source.topic_pattern == "orders-.*"
+
+
+def _with(**spec: object) -> dict[str, Any]:
+    m = valid_manifest()
+    m["spec"].update(spec)
+    return m
+
+
+def test_core_request_is_optional_and_kept_as_written() -> None:
+    spec = DeltaIngestion.model_validate(
+        _with(driver={"cores": 1, "coreRequest": "250m"}, executor={"cores": 2})
+    ).spec
+    assert spec.driver.core_request == "250m"
+    assert spec.executor.core_request is None  # the request then follows cores
+
+
+@pytest.mark.parametrize("quantity", ["250m", "1m", "99999m", "0.5", "0.05", "0.001", "1", "2.25"])
+def test_core_request_takes_kubernetes_cpu_quantities(quantity: str) -> None:
+    spec = DeltaIngestion.model_validate(_with(executor={"coreRequest": quantity})).spec
+    assert spec.executor.core_request == quantity
+
+
+@pytest.mark.parametrize(
+    "quantity", ["0", "0m", "0.0", "0.000", "1.5m", "-1", "1e3", "500M", "1.2345", "100000m", ""]
+)
+def test_core_request_refuses_what_is_not_a_positive_cpu_quantity(quantity: str) -> None:
+    with pytest.raises(ValidationError) as err:
+        DeltaIngestion.model_validate(_with(executor={"coreRequest": quantity}))
+    assert any(line.startswith("spec.executor.coreRequest:") for line in describe(err.value))
+
+
+def test_volumes_default_to_none_and_read_write() -> None:
+    assert DeltaIngestion.model_validate(valid_manifest()).spec.volumes == []
+    volumes = DeltaIngestion.model_validate(
+        _with(
+            volumes=[
+                {"name": "lake", "claimName": "lake-pvc", "mountPath": "/lake"},
+                {"name": "ref", "claimName": "ref", "mountPath": "/data/ref", "readOnly": True},
+            ]
+        )
+    ).spec.volumes
+    assert [(v.name, v.claim_name, v.mount_path, v.read_only) for v in volumes] == [
+        ("lake", "lake-pvc", "/lake", False),
+        ("ref", "ref", "/data/ref", True),
+    ]
+
+
+@pytest.mark.parametrize(
+    "path", ["/lake", "/data/lake", "/etc/lake", "/tmpdata", "/mnt/tmp", "/etc/deltaflow2", "/a.b"]
+)
+def test_mount_paths_outside_the_reserved_ones_are_fine(path: str) -> None:
+    m = _with(volumes=[{"name": "lake", "claimName": "lake", "mountPath": path}])
+    assert DeltaIngestion.model_validate(m).spec.volumes[0].mount_path == path
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/",
+        "/tmp",
+        "/tmp/lake",
+        "/etc",  # above /etc/deltaflow: would hide the config
+        "/etc/deltaflow",
+        "/etc/deltaflow/kafka-ca",
+        "lake",
+        "./lake",
+        "/lake/",  # one spelling per directory: "/tmp/" must not slip through
+        "//tmp",
+        "/lake/../tmp",
+        "/tmp/./x",
+        "/la ke",
+    ],
+)
+def test_reserved_relative_or_unnormalized_mount_paths_are_refused(path: str) -> None:
+    m = _with(volumes=[{"name": "lake", "claimName": "lake", "mountPath": path}])
+    with pytest.raises(ValidationError) as err:
+        DeltaIngestion.model_validate(m)
+    assert any(line.startswith("spec.volumes[0].mountPath:") for line in describe(err.value))
+
+
+def test_volume_list_is_bounded() -> None:
+    volumes = [{"name": f"v{i}", "claimName": "c", "mountPath": f"/v{i}"} for i in range(9)]
+    with pytest.raises(ValidationError) as err:
+        DeltaIngestion.model_validate(_with(volumes=volumes))
+    assert any(line.startswith("spec.volumes:") for line in describe(err.value))
+    assert len(DeltaIngestion.model_validate(_with(volumes=volumes[:8])).spec.volumes) == 8

@@ -55,6 +55,29 @@ def test_cross_field_rules_are_in_the_crd() -> None:
         assert rule in text
 
 
+def test_volume_and_cpu_rules_reach_the_api_server() -> None:
+    spec = crd.openapi_schema()["properties"]["spec"]
+    spec_rules = [r["rule"] for r in spec["x-kubernetes-validations"]]
+    for field in ("name", "mountPath"):
+        unique = f"self.volumes.all(a, self.volumes.exists_one(b, b.{field} == a.{field}))"
+        assert any(unique in rule for rule in spec_rules), field
+    volumes = spec["properties"]["volumes"]
+    assert volumes["maxItems"] == 8
+    item = volumes["items"]
+    assert item["required"] == ["name", "claimName", "mountPath"]
+    assert item["properties"]["readOnly"]["default"] is False
+    rules = {r["fieldPath"]: r["rule"] for r in item["x-kubernetes-validations"]}
+    for reserved in ("/", "/tmp", "/etc/deltaflow"):  # the same list the Python check reads
+        assert f"self.mountPath == '{reserved}'" in rules[".mountPath"]
+    assert "'config'" in rules[".name"]
+    assert "'kafka-ca'" in rules[".name"]
+    for side in ("driver", "executor"):
+        core_request = spec["properties"][side]["properties"]["coreRequest"]
+        assert core_request["type"] == "string"
+        assert "pattern" in core_request
+        assert "coreRequest" not in spec["properties"][side].get("required", [])
+
+
 def test_crd_has_status_subresource_and_columns() -> None:
     version = yaml.safe_load(crd.render())["spec"]["versions"][0]
     assert version["subresources"] == {"status": {}}

@@ -60,6 +60,53 @@ MEMORY_MIB_CEL = (
 )
 
 
+def unique_cel(items: str, field: str) -> str:
+    """CEL: no two elements of the list ``items`` share ``field``."""
+    return f"{items}.all(a, {items}.exists_one(b, b.{field} == a.{field}))"
+
+
+# Volume names the pods already use for their own volumes (Spark's start with "spark-").
+RESERVED_VOLUME_NAMES = ("config", "tmp", "kafka-ca")
+RESERVED_VOLUME_PREFIX = "spark-"
+
+
+def volume_name_allowed(name: str) -> bool:
+    """A user volume must not collide with the pods' own volumes."""
+    return name not in RESERVED_VOLUME_NAMES and not name.startswith(RESERVED_VOLUME_PREFIX)
+
+
+def volume_name_allowed_cel(name: str) -> str:
+    """:func:`volume_name_allowed` in CEL, for the expression ``name``."""
+    listed = ", ".join(f"'{n}'" for n in RESERVED_VOLUME_NAMES)
+    return f"!({name} in [{listed}]) && !{name}.startsWith('{RESERVED_VOLUME_PREFIX}')"
+
+
+# Where the pods keep their root, scratch space and config: no volume on them, above or below.
+RESERVED_MOUNT_PATHS = ("/", "/tmp", "/etc/deltaflow")
+
+
+def mount_path_allowed(path: str) -> bool:
+    """False for a reserved path, a path under one (except under ``/``) or a directory above
+    one (``/etc`` would hide ``/etc/deltaflow``). ``path`` is absolute without a trailing '/'."""
+    for reserved in RESERVED_MOUNT_PATHS:
+        if path == reserved:
+            return False
+        if reserved != "/" and (path.startswith(f"{reserved}/") or reserved.startswith(f"{path}/")):
+            return False
+    return True
+
+
+def mount_path_allowed_cel(path: str) -> str:
+    """:func:`mount_path_allowed` in CEL, for the expression ``path``."""
+    blocked = []
+    for reserved in RESERVED_MOUNT_PATHS:
+        blocked.append(f"{path} == '{reserved}'")
+        if reserved != "/":
+            blocked.append(f"{path}.startsWith('{reserved}/')")
+            blocked.append(f"'{reserved}'.startsWith({path} + '/')")
+    return f"!({' || '.join(blocked)})"
+
+
 class RuleViolationError(ValueError):
     """Rules an object breaks; keeps each rule so errors can name the exact field."""
 

@@ -13,7 +13,20 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from deltaflow_operator.api.rules import MEMORY_MIB_CEL, Rule, check_rules, immutable, memory_mib
+from deltaflow_operator.api.rules import (
+    MEMORY_MIB_CEL,
+    RESERVED_MOUNT_PATHS,
+    RESERVED_VOLUME_NAMES,
+    Rule,
+    check_rules,
+    immutable,
+    memory_mib,
+    mount_path_allowed,
+    mount_path_allowed_cel,
+    unique_cel,
+    volume_name_allowed,
+    volume_name_allowed_cel,
+)
 
 GROUP = "deltaflow.io"
 VERSION = "v1alpha1"
@@ -32,6 +45,15 @@ COLUMN_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 K8S_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]{1,253}$"
 IMAGE_PATTERN = r"^[^\s]{1,512}$"
+# A Kubernetes CPU quantity, as the API server and Spark's request.cores both take it: millicores
+# ("250m") or cores with up to three decimals ("0.5", "1", "2.25"); zero is no request.
+CPU_QUANTITY_PATTERN = (
+    r"^([1-9][0-9]{0,4}m|[1-9][0-9]?(\.[0-9]{1,3})?|0\.([1-9][0-9]{0,2}|0[1-9][0-9]?|00[1-9]))$"
+)
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+# Absolute, no trailing '/', no empty, '.' or '..' segments: one spelling per directory, so the
+# reserved-path rule cannot be dodged with "/tmp/" or "/etc//deltaflow".
+MOUNT_PATH_PATTERN = r"^(/[A-Za-z0-9_-][A-Za-z0-9._-]*)+$"
 
 
 def _cron_pattern() -> str:
@@ -267,7 +289,18 @@ class Scaling(ApiModel):
 class Resources(ApiModel):
     """CPU and memory of one Spark JVM (driver or executor)."""
 
-    cores: Annotated[int, Field(ge=1, le=64)] = 1
+    cores: Annotated[
+        int, Field(ge=1, le=64, description="Spark cores (task slots); the CPU request by default.")
+    ] = 1
+    core_request: Annotated[
+        str | None,
+        Field(
+            pattern=CPU_QUANTITY_PATTERN,
+            max_length=8,
+            description="Kubernetes CPU request of the pod (250m, 0.5, 2), when it should differ "
+            "from cores: Spark still runs `cores` tasks at once.",
+        ),
+    ] = None
     memory: Annotated[
         str, Field(pattern=MEMORY_PATTERN, max_length=8, description="Spark form: 512m, 2g.")
     ] = "1g"
@@ -277,6 +310,48 @@ class Resources(ApiModel):
             message="memory must be between 512m and 256g",
             check=lambda v: 512 <= memory_mib(str(v.get("memory", "1g"))) <= 262144,
             field_path=".memory",
+        ),
+    )
+
+
+class Volume(ApiModel):
+    """A PersistentVolumeClaim mounted at one path in the driver, executors and maintenance jobs."""
+
+    name: Annotated[
+        str, Field(pattern=DNS_LABEL_PATTERN, max_length=63, description="A DNS label.")
+    ]
+    claim_name: Annotated[
+        str,
+        Field(
+            pattern=K8S_NAME_PATTERN,
+            max_length=253,
+            description="PersistentVolumeClaim in the resource's namespace.",
+        ),
+    ]
+    mount_path: Annotated[
+        str,
+        Field(
+            pattern=MOUNT_PATH_PATTERN,
+            max_length=512,
+            description="Absolute path, the same in every pod; not /, /tmp, /etc/deltaflow, "
+            "a directory above them or under them.",
+        ),
+    ]
+    read_only: bool = False
+    rules = (
+        Rule(
+            cel=volume_name_allowed_cel("self.name"),
+            message=f"volume names {', '.join(RESERVED_VOLUME_NAMES)} and spark-* are taken by "
+            "the pods' own volumes: choose another name",
+            check=lambda v: volume_name_allowed(str(v.get("name", ""))),
+            field_path=".name",
+        ),
+        Rule(
+            cel=mount_path_allowed_cel("self.mountPath"),
+            message=f"mountPath must not be {', '.join(RESERVED_MOUNT_PATHS)}, a directory above "
+            "them or under them: the pods keep their config and scratch space there",
+            check=lambda v: mount_path_allowed(str(v.get("mountPath", ""))),
+            field_path=".mountPath",
         ),
     )
 
@@ -339,7 +414,27 @@ class DeltaIngestionSpec(ApiModel):
     executor: Resources = Resources(memory="2g")
     spark_conf: Annotated[dict[str, str], Field(max_length=64)] = {}
     maintenance: Maintenance = Maintenance()
+    volumes: Annotated[
+        list[Volume],
+        Field(
+            max_length=8,
+            description="PersistentVolumeClaims mounted into the driver, the executors and the "
+            "maintenance jobs (e.g. for file:// tables).",
+        ),
+    ] = []
     rules = (
+        Rule(
+            cel=f"!has(self.volumes) || {unique_cel('self.volumes', 'name')}",
+            message="volume names must be unique",
+            check=lambda v: _unique([str(x.get("name")) for x in v.get("volumes") or []]),
+            field_path=".volumes",
+        ),
+        Rule(
+            cel=f"!has(self.volumes) || {unique_cel('self.volumes', 'mountPath')}",
+            message="volume mountPaths must be unique",
+            check=lambda v: _unique([str(x.get("mountPath")) for x in v.get("volumes") or []]),
+            field_path=".volumes",
+        ),
         Rule(
             cel="!has(self.sparkConf) || self.sparkConf.all(k, k.startsWith('spark.') && "
             "!k.startsWith('spark.kubernetes.') && !k.startsWith('spark.dynamicAllocation.') && "
@@ -355,6 +450,10 @@ class DeltaIngestionSpec(ApiModel):
             field_path=".sparkConf",
         ),
     )
+
+
+def _unique(values: list[str]) -> bool:
+    return len(set(values)) == len(values)
 
 
 class StatusModel(ApiModel):
