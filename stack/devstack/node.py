@@ -165,6 +165,47 @@ def _kube_proxy_config(work: Path, kubeconfig: Path, net: PodNetwork) -> dict[st
     }
 
 
+BUILTIN_CHAINS = {
+    "filter": ("INPUT", "FORWARD", "OUTPUT"),
+    "nat": ("PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"),
+    "mangle": ("PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"),
+    "raw": ("PREROUTING", "OUTPUT"),
+    "security": ("INPUT", "FORWARD", "OUTPUT"),
+}
+
+
+def _tables(save_output: str) -> dict[str, str]:
+    """iptables-save output split into its tables: name -> "*name ... COMMIT" text."""
+    tables: dict[str, str] = {}
+    current: list[str] = []
+    for line in save_output.splitlines():
+        if line.startswith("*"):
+            current = [line]
+        elif current:
+            current.append(line)
+            if line == "COMMIT":
+                tables[current[0][1:]] = "\n".join(current) + "\n"
+                current = []
+    return tables
+
+
+def _tables_as_before(before: str, now: str) -> str:
+    """An iptables-restore input that sets every table present now back to ``before``.
+
+    A table that did not exist before is restored empty (built-in chains, ACCEPT): restoring a
+    table replaces its rules and deletes its other chains, the ones kube-proxy and CNI made.
+    """
+    old = _tables(before)
+    parts = []
+    for table in _tables(now):
+        if table in old:
+            parts.append(old[table])
+        else:
+            chains = "".join(f":{c} ACCEPT [0:0]\n" for c in BUILTIN_CHAINS.get(table, ()))
+            parts.append(f"*{table}\n{chains}COMMIT\n")
+    return "".join(parts)
+
+
 @dataclass
 class HostSnapshot:
     """What the node changes on the host that it cannot keep under its own directory."""
@@ -183,8 +224,10 @@ class HostSnapshot:
 
     def restore(self) -> None:
         """Put iptables rules and sysctls back as they were."""
-        for tool, rules in self.iptables.items():
-            _run(f"{tool}-restore", stdin=rules.encode(), check=False)
+        for tool, before in self.iptables.items():
+            restore = _tables_as_before(before, _run(f"{tool}-save", check=False))
+            if restore:
+                _run(f"{tool}-restore", stdin=restore.encode(), check=False)
         for key, value in self.sysctls.items():
             with contextlib.suppress(OSError):
                 Path("/proc/sys", key).write_text(value)
