@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from deltaflow_runtime.config import ConfigError, Pipeline, load_ingestion, localize
+from deltaflow_runtime.session import InClusterConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -184,6 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _dispatch(args, pipeline)
     except ConfigError as error:
         return _fail(EXIT_CONFIG, "InvalidSpec", error.render())
+    except InClusterConfigError as error:
+        return _fail(EXIT_FAILED, "NoKubernetesMaster", str(error))
 
 
 def _dispatch(args: argparse.Namespace, pipeline: Pipeline) -> int:

@@ -1,8 +1,11 @@
 """The SparkSession: Delta enabled, tables kept readable by every Delta reader, object-store access
 from the spec, and (for local runs) the Delta/Kafka/Avro jars found without any download.
 
-On Kubernetes the operator's ``spark-defaults.conf`` (``SPARK_CONF_DIR``) sets the master and the
-executors; this module adds only what the data plane itself depends on.
+On Kubernetes the operator's ``spark-defaults.conf`` (``SPARK_CONF_DIR``) sets the executors; this
+module adds what the data plane itself depends on, and what only the driver pod knows (no cluster
+DNS needed): the master, made from ``KUBERNETES_SERVICE_HOST``/``KUBERNETES_SERVICE_PORT`` when
+``DELTAFLOW_SPARK_MASTER`` is ``k8s://in-cluster``, and ``spark.driver.host``, the pod's IP from
+``DELTAFLOW_POD_IP``, which executors connect to.
 """
 
 from __future__ import annotations
@@ -19,6 +22,13 @@ if TYPE_CHECKING:
 
 ENV_SPARK_JARS = "DELTAFLOW_SPARK_JARS"
 ENV_CACHE = "DELTAFLOW_CACHE"
+# Set on the driver pod by the operator (deltaflow_operator.builders.driver holds the same names).
+ENV_POD_IP = "DELTAFLOW_POD_IP"
+ENV_SPARK_MASTER = "DELTAFLOW_SPARK_MASTER"
+IN_CLUSTER_MASTER = "k8s://in-cluster"
+# Set by the kubelet in every container: the API server's Service address, as an IP.
+ENV_K8S_HOST = "KUBERNETES_SERVICE_HOST"
+ENV_K8S_PORT = "KUBERNETES_SERVICE_PORT"
 JAR_PREFIXES = ("delta-spark_", "spark-sql-kafka-0-10_", "spark-avro_")
 
 # What the data plane's correctness rests on; spec.sparkConf cannot turn these off.
@@ -50,6 +60,44 @@ class JarsNotFoundError(Exception):
     """The Delta/Kafka jars for a local run could not be found."""
 
 
+class InClusterConfigError(Exception):
+    """The driver was told to use the in-cluster master but the pod lacks what makes it."""
+
+
+def url_host(host: str) -> str:
+    """``host`` as it goes into a URL or host:port: an IPv6 address gets brackets."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def in_cluster_master(env: Mapping[str, str]) -> str:
+    """``k8s://https://<host>:<port>`` of the API server, from the variables the kubelet sets:
+    an IP, so it works without cluster DNS (unlike ``kubernetes.default.svc``)."""
+    host, port = env.get(ENV_K8S_HOST, "").strip(), env.get(ENV_K8S_PORT, "").strip()
+    if not host or not port.isdigit():
+        raise InClusterConfigError(
+            f"{ENV_SPARK_MASTER}={IN_CLUSTER_MASTER} but {ENV_K8S_HOST}/{ENV_K8S_PORT} are "
+            f"{host or 'unset'}/{port or 'unset'}: the kubelet sets them in every pod; outside "
+            "Kubernetes pass --master instead"
+        )
+    return f"k8s://https://{url_host(host)}:{port}"
+
+
+def pod_conf(env: Mapping[str, str]) -> dict[str, str]:
+    """The master and the driver's address, from the driver pod's environment; empty elsewhere
+    (local runs, maintenance jobs)."""
+    conf: dict[str, str] = {}
+    master = env.get(ENV_SPARK_MASTER, "").strip()
+    if master == IN_CLUSTER_MASTER:
+        conf["spark.master"] = in_cluster_master(env)
+    elif master:
+        conf["spark.master"] = master
+    pod_ip = env.get(ENV_POD_IP, "").strip()
+    if pod_ip:
+        # Spark's own default for this (Utils.localHostName) brackets IPv6 addresses too.
+        conf["spark.driver.host"] = url_host(pod_ip)
+    return conf
+
+
 def storage_conf(ingestion: DeltaIngestion, env: Mapping[str, str]) -> dict[str, str]:
     """Hadoop s3a settings from spec.sink.storage; keys come from the environment (set by the
     operator from the Secrets) and go into the Hadoop conf so executors' tasks get them too."""
@@ -75,13 +123,15 @@ def runtime_conf(
     extra: Mapping[str, str] | None = None,
     env: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """Spark properties for the stream or a maintenance job (``extra`` wins, then the spec)."""
+    """Spark properties for the stream or a maintenance job (``master`` wins, then ``extra``,
+    then the pod's master and address, then the spec)."""
     e = os.environ if env is None else env
     conf = {
         "spark.app.name": f"deltaflow-{ingestion.namespace}-{ingestion.name}",
         **DEFAULT_CONF,
         **storage_conf(ingestion, e),
         **ingestion.spec.spark_conf,
+        **pod_conf(e),
         **(extra or {}),
         **PINNED_CONF,
     }

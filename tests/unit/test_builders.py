@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -14,6 +15,7 @@ from deltaflow_operator.settings import Settings
 from support.manifests import valid_manifest
 
 SETTINGS = Settings(image="deltaflow:1.2.3")
+REPO = Path(__file__).resolve().parents[2]
 
 
 def ingestion(**spec_changes: Any) -> DeltaIngestion:
@@ -104,12 +106,10 @@ def test_secrets_only_by_reference() -> None:
 
 def test_spark_conf_runs_client_mode_against_kubernetes() -> None:
     conf = b.spark_conf(ingestion(sparkConf={"spark.sql.shuffle.partitions": "16"}), SETTINGS)
-    assert conf["spark.master"] == "k8s://https://kubernetes.default.svc:443"
     assert conf["spark.submit.deployMode"] == "client"
     assert (
         conf["spark.kubernetes.driver.pod.name"] == "orders-driver"
     )  # executors owned by the driver
-    assert conf["spark.driver.host"] == "orders-driver.data.svc"
     assert conf["spark.executor.memory"] == "2g"
     assert conf["spark.executor.instances"] == "1"
     assert conf["spark.sql.shuffle.partitions"] == "16"
@@ -171,3 +171,233 @@ def test_maintenance_cronjobs_follow_schedule_and_suspend() -> None:
     vacuum = maintenance_cronjob(ingestion(suspend=True), SETTINGS, "vacuum")
     assert vacuum["spec"]["schedule"] == "30 3 * * *"
     assert vacuum["spec"]["suspend"] is True
+
+
+# --- pods that work on a real node -------------------------------------------------------------
+
+SASL_AUTH = {
+    "securityProtocol": "SASL_SSL",
+    "saslMechanism": "SCRAM-SHA-512",
+    "username": {"name": "kc", "key": "u"},
+    "password": {"name": "kc", "key": "p"},
+    "caCertificate": {"name": "kca", "key": "ca.pem"},
+}
+VOLUMES = [
+    {"name": "lake", "claimName": "lake-pvc", "mountPath": "/lake"},
+    {"name": "ref", "claimName": "ref-data", "mountPath": "/data/ref", "readOnly": True},
+]
+# Volume types the "restricted" Pod Security Standard allows.
+RESTRICTED_VOLUME_TYPES = {
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+}
+
+
+def _pod_specs(ing: DeltaIngestion) -> dict[str, dict[str, Any]]:
+    """Every pod spec the operator makes for ``ing``: driver, executors, maintenance jobs."""
+    return {
+        "driver": b.driver_pod(ing, SETTINGS)["spec"],
+        "executor": b.executor_pod_template(ing)["spec"],
+        **{
+            job: maintenance_cronjob(ing, SETTINGS, job)["spec"]["jobTemplate"]["spec"]["template"][
+                "spec"
+            ]
+            for job in ("optimize", "vacuum")
+        },
+    }
+
+
+def _mounts(pod_spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {m["name"]: m for m in pod_spec["containers"][0]["volumeMounts"]}
+
+
+def _volumes(pod_spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {v["name"]: v for v in pod_spec["volumes"]}
+
+
+def test_cpu_request_is_core_request_or_cores() -> None:
+    default = b.driver_pod(ingestion(), SETTINGS)["spec"]["containers"][0]["resources"]
+    assert default["requests"]["cpu"] == "1"
+    ing = ingestion(
+        driver={"cores": 1, "coreRequest": "250m"},
+        executor={"cores": 2, "coreRequest": "0.5", "memory": "2g"},
+    )
+    driver = b.driver_pod(ing, SETTINGS)["spec"]["containers"][0]["resources"]
+    assert driver["requests"]["cpu"] == "250m"
+    assert "cpu" not in driver["limits"]  # CPU is never capped
+    conf = b.spark_conf(ing, SETTINGS)
+    assert conf["spark.kubernetes.executor.request.cores"] == "0.5"
+    assert conf["spark.executor.cores"] == "2"  # task slots stay as asked
+    assert conf["spark.driver.cores"] == "1"
+    # The maintenance jobs are sized like the driver.
+    for job in ("optimize", "vacuum"):
+        pod = _pod_specs(ing)[job]
+        assert pod["containers"][0]["resources"]["requests"]["cpu"] == "250m"
+    # Without coreRequest, Spark's default (the executor's cores) applies.
+    assert "spark.kubernetes.executor.request.cores" not in b.spark_conf(ingestion(), SETTINGS)
+
+
+def test_a_two_core_node_fits_the_operator_a_driver_and_two_executors() -> None:
+    from decimal import Decimal
+
+    def cores(quantity: str) -> Decimal:
+        return Decimal(quantity[:-1]) / 1000 if quantity.endswith("m") else Decimal(quantity)
+
+    ing = ingestion(
+        driver={"cores": 1, "coreRequest": "500m", "memory": "1g"},
+        executor={"cores": 1, "coreRequest": "500m", "memory": "1g"},
+        scaling={"minExecutors": 2, "maxExecutors": 2},
+    )
+    conf = b.spark_conf(ing, SETTINGS)
+    driver = cores(
+        b.driver_pod(ing, SETTINGS)["spec"]["containers"][0]["resources"]["requests"]["cpu"]
+    )
+    executors = int(conf["spark.executor.instances"]) * cores(
+        conf["spark.kubernetes.executor.request.cores"]
+    )
+    values = yaml.safe_load((REPO / "charts/deltaflow/values.yaml").read_text())
+    operator = values["replicaCount"] * cores(values["resources"]["requests"]["cpu"])
+    assert driver + executors + operator <= 2
+
+
+def test_pvc_volumes_are_mounted_at_the_same_path_in_every_pod() -> None:
+    specs = _pod_specs(ingestion(volumes=VOLUMES))
+    for kind, pod in specs.items():
+        volumes, mounts = _volumes(pod), _mounts(pod)
+        assert volumes["lake"] == {
+            "name": "lake",
+            "persistentVolumeClaim": {"claimName": "lake-pvc"},
+        }
+        assert volumes["ref"]["persistentVolumeClaim"] == {
+            "claimName": "ref-data",
+            "readOnly": True,
+        }
+        assert mounts["lake"] == {"name": "lake", "mountPath": "/lake"}, kind  # writable
+        assert mounts["ref"] == {"name": "ref", "mountPath": "/data/ref", "readOnly": True}, kind
+        assert len(volumes) == len(pod["volumes"]), f"{kind}: duplicate volume names"
+        assert set(mounts) <= set(volumes), kind
+    # Without spec.volumes no pod gets a claim.
+    for pod in _pod_specs(ingestion()).values():
+        assert not any("persistentVolumeClaim" in v for v in pod["volumes"])
+
+
+def test_every_pod_uses_only_volume_types_the_restricted_standard_allows() -> None:
+    ing = ingestion(
+        volumes=VOLUMES,
+        source={**valid_manifest()["spec"]["source"], "auth": SASL_AUTH},
+    )
+    for kind, pod in _pod_specs(ing).items():
+        for volume in pod["volumes"]:
+            types = set(volume) - {"name"}
+            assert types <= RESTRICTED_VOLUME_TYPES, (kind, volume)
+        _restricted(pod["containers"][0]["securityContext"], pod["securityContext"])
+
+
+def test_volumes_replace_the_driver_when_they_change() -> None:
+    base = b.driver_spec_hash(ingestion(volumes=VOLUMES), SETTINGS)
+    assert b.driver_spec_hash(ingestion(volumes=VOLUMES[:1]), SETTINGS) != base
+    assert b.driver_spec_hash(ingestion(executor={"coreRequest": "500m"}), SETTINGS) != (
+        b.driver_spec_hash(ingestion(), SETTINGS)
+    )
+
+
+def test_executors_get_the_kafka_ca_and_credentials_the_driver_has() -> None:
+    ing = ingestion(source={**valid_manifest()["spec"]["source"], "auth": SASL_AUTH})
+    driver, executor = b.driver_pod(ing, SETTINGS)["spec"], b.executor_pod_template(ing)["spec"]
+    # The CA bundle: same Secret, same key, same path (the Kafka consumers run on executors and
+    # read ssl.truststore.location from the options the driver built).
+    assert _volumes(executor)["kafka-ca"] == _volumes(driver)["kafka-ca"]
+    assert _mounts(executor)["kafka-ca"] == _mounts(driver)["kafka-ca"]
+    assert _mounts(executor)["kafka-ca"]["mountPath"] == "/etc/deltaflow/kafka-ca"
+    # SASL username and password: by reference, like the driver's environment.
+    conf = b.spark_conf(ing, SETTINGS)
+    assert conf["spark.kubernetes.executor.secretKeyRef.DELTAFLOW_KAFKA_USERNAME"] == "kc:u"
+    assert conf["spark.kubernetes.executor.secretKeyRef.DELTAFLOW_KAFKA_PASSWORD"] == "kc:p"
+    driver_env = {
+        e["name"]: e["valueFrom"]["secretKeyRef"]
+        for e in driver["containers"][0]["env"]
+        if "secretKeyRef" in e.get("valueFrom", {})
+    }
+    executor_env = {
+        key.rsplit(".", 1)[1]: dict(zip(("name", "key"), value.split(":"), strict=True))
+        for key, value in conf.items()
+        if key.startswith("spark.kubernetes.executor.secretKeyRef.")
+    }
+    assert executor_env == driver_env
+    # No CA, no SASL: executors get neither.
+    plain = ingestion()
+    assert "kafka-ca" not in _volumes(b.executor_pod_template(plain)["spec"])
+    assert not any("secretKeyRef" in k for k in b.spark_conf(plain, SETTINGS))
+
+
+def test_the_runtime_finds_the_ca_where_executors_mount_it() -> None:
+    from deltaflow_operator.api.v1alpha1 import KafkaSource
+    from deltaflow_runtime.source import KafkaSecrets, spark_kafka_options
+
+    ing = ingestion(source={**valid_manifest()["spec"]["source"], "auth": SASL_AUTH})
+    source: KafkaSource = ing.spec.source
+    env = {"DELTAFLOW_KAFKA_USERNAME": "u", "DELTAFLOW_KAFKA_PASSWORD": "p"}
+    options = spark_kafka_options(source, KafkaSecrets.from_env(source, env))
+    ca_file = options["kafka.ssl.truststore.location"]
+    template = b.executor_pod_template(ing)["spec"]
+    ca_mount = _mounts(template)["kafka-ca"]
+    item = _volumes(template)["kafka-ca"]["secret"]["items"][0]
+    assert ca_file == f"{ca_mount['mountPath']}/{item['path']}"
+
+
+def test_config_map_holds_no_secret_values_and_no_address_needing_dns() -> None:
+    ing = ingestion(source={**valid_manifest()["spec"]["source"], "auth": SASL_AUTH})
+    defaults = b.config_map(ing, SETTINGS)["data"]["spark-defaults.conf"]
+    settings_lines = [line for line in defaults.splitlines() if not line.startswith("#")]
+    keys = {line.split(" ", 1)[0] for line in settings_lines}
+    assert "spark.master" not in keys  # the runtime makes it in the pod
+    assert "spark.driver.host" not in keys  # the pod's IP, known only in the pod
+    assert ".svc" not in defaults
+    assert "kubernetes.default" not in defaults
+    assert "spark.kubernetes.executor.secretKeyRef.DELTAFLOW_KAFKA_PASSWORD kc:p" in settings_lines
+    assert "sasl.jaas.config" not in defaults
+
+
+def test_driver_pod_carries_its_ip_and_the_in_cluster_master_marker() -> None:
+    from deltaflow_runtime import session
+
+    container = b.driver_pod(ingestion(), SETTINGS)["spec"]["containers"][0]
+    env = {e["name"]: e for e in container["env"]}
+    assert env[session.ENV_POD_IP]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert env[session.ENV_SPARK_MASTER]["value"] == session.IN_CLUSTER_MASTER
+    # The runtime reads the names the builder writes.
+    assert (b.ENV_POD_IP, b.ENV_SPARK_MASTER, b.IN_CLUSTER_MASTER) == (
+        session.ENV_POD_IP,
+        session.ENV_SPARK_MASTER,
+        session.IN_CLUSTER_MASTER,
+    )
+
+
+def test_driver_pod_in_a_pod_resolves_master_and_host_without_dns() -> None:
+    """What the kubelet gives the driver container, fed to the runtime's Spark conf."""
+    from deltaflow_runtime import session
+
+    ing = ingestion()
+    container = b.driver_pod(ing, SETTINGS)["spec"]["containers"][0]
+    field_values = {"status.podIP": "10.88.0.17"}
+    env = {
+        e["name"]: e["value"]
+        if "value" in e
+        else field_values[e["valueFrom"]["fieldRef"]["fieldPath"]]
+        for e in container["env"]
+        if "value" in e or "fieldRef" in e.get("valueFrom", {})
+    }
+    env |= {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+    conf = session.runtime_conf(ing, env=env)
+    assert conf["spark.master"] == "k8s://https://10.96.0.1:443"
+    assert conf["spark.driver.host"] == "10.88.0.17"
+    # The maintenance jobs run Spark locally: no marker, no Kubernetes master.
+    job = maintenance_cronjob(ing, SETTINGS, "vacuum")["spec"]["jobTemplate"]["spec"]["template"]
+    job_env = {e["name"] for e in job["spec"]["containers"][0]["env"]}
+    assert session.ENV_SPARK_MASTER not in job_env

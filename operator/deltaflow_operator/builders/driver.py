@@ -3,6 +3,13 @@
 The driver runs the runtime in client mode against Spark's Kubernetes backend: Spark itself
 creates the executor pods (owned by the driver pod, so they go when it goes) from a restricted
 pod template.
+
+Nothing here depends on cluster DNS: the ConfigMap's spark-defaults.conf names neither the master
+nor the driver's address. The driver pod carries its own IP (downward API, ``DELTAFLOW_POD_IP``)
+and the marker ``DELTAFLOW_SPARK_MASTER=k8s://in-cluster``; at start the runtime
+(``deltaflow_runtime.session``) makes the master from ``KUBERNETES_SERVICE_HOST`` and
+``KUBERNETES_SERVICE_PORT`` (set by the kubelet in every pod) and gives executors the pod IP as
+``spark.driver.host``.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ from typing import Any
 import yaml
 
 from deltaflow_operator.api import DeltaIngestion
-from deltaflow_operator.api.v1alpha1 import Resources, SecretKeyRef
+from deltaflow_operator.api.v1alpha1 import Resources, SecretKeyRef, Volume
 from deltaflow_operator.builders.common import (
     CONFIG_MOUNT,
     SPEC_HASH_ANNOTATION,
@@ -40,6 +47,11 @@ ENV_KAFKA_USERNAME = "DELTAFLOW_KAFKA_USERNAME"
 ENV_KAFKA_PASSWORD = "DELTAFLOW_KAFKA_PASSWORD"
 ENV_STORAGE_KEY_ID = "AWS_ACCESS_KEY_ID"
 ENV_STORAGE_SECRET = "AWS_SECRET_ACCESS_KEY"
+# The driver's own address and master, resolved by the runtime at start (deltaflow_runtime.session
+# holds the same names).
+ENV_POD_IP = "DELTAFLOW_POD_IP"
+ENV_SPARK_MASTER = "DELTAFLOW_SPARK_MASTER"
+IN_CLUSTER_MASTER = "k8s://in-cluster"
 
 
 def memory_with_overhead_mib(resources: Resources) -> int:
@@ -50,11 +62,16 @@ def memory_with_overhead_mib(resources: Resources) -> int:
     return heap + max(384, heap // 10)
 
 
+def cpu_request(resources: Resources) -> str:
+    """The pod's CPU request: ``coreRequest`` when given, else the Spark cores."""
+    return resources.core_request or str(resources.cores)
+
+
 def container_resources(resources: Resources) -> dict[str, Any]:
     """Requests and limits: memory is capped (no surprise OOM kills of neighbours), CPU is not."""
     memory = f"{memory_with_overhead_mib(resources)}Mi"
     return {
-        "requests": {"cpu": str(resources.cores), "memory": memory},
+        "requests": {"cpu": cpu_request(resources), "memory": memory},
         "limits": {"memory": memory},
     }
 
@@ -95,33 +112,38 @@ def _secret_env(name: str, ref: SecretKeyRef) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
 
 
-def secret_env(ingestion: DeltaIngestion) -> list[dict[str, Any]]:
-    """Environment variables filled from Secrets by the kubelet: values never pass the operator."""
-    env = []
+def secret_env_refs(ingestion: DeltaIngestion) -> list[tuple[str, SecretKeyRef]]:
+    """(environment variable, Secret key) pairs the runtime reads its credentials from."""
+    refs: list[tuple[str, SecretKeyRef]] = []
     auth = ingestion.spec.source.auth
     if auth is not None and auth.username is not None and auth.password is not None:
-        env += [
-            _secret_env(ENV_KAFKA_USERNAME, auth.username),
-            _secret_env(ENV_KAFKA_PASSWORD, auth.password),
-        ]
+        refs += [(ENV_KAFKA_USERNAME, auth.username), (ENV_KAFKA_PASSWORD, auth.password)]
     storage = ingestion.spec.sink.storage
     if (
         storage is not None
         and storage.access_key_id is not None
         and storage.secret_access_key is not None
     ):
-        env += [
-            _secret_env(ENV_STORAGE_KEY_ID, storage.access_key_id),
-            _secret_env(ENV_STORAGE_SECRET, storage.secret_access_key),
+        refs += [
+            (ENV_STORAGE_KEY_ID, storage.access_key_id),
+            (ENV_STORAGE_SECRET, storage.secret_access_key),
         ]
-    return env
+    return refs
+
+
+def secret_env(ingestion: DeltaIngestion) -> list[dict[str, Any]]:
+    """Environment variables filled from Secrets by the kubelet: values never pass the operator."""
+    return [_secret_env(name, ref) for name, ref in secret_env_refs(ingestion)]
 
 
 def spark_conf(ingestion: DeltaIngestion, settings: Settings) -> dict[str, str]:
-    """Spark properties for the driver in client mode against the Kubernetes backend."""
+    """Spark properties for the driver in client mode against the Kubernetes backend.
+
+    No ``spark.master`` and no ``spark.driver.host``: both are only known in the pod (see the
+    module docstring), so the ConfigMap stays the same for every incarnation of the driver.
+    """
     name, ns, spec = ingestion.name, ingestion.namespace, ingestion.spec
     conf = {
-        "spark.master": "k8s://https://kubernetes.default.svc:443",
         "spark.submit.deployMode": "client",
         "spark.app.name": f"deltaflow-{ns}-{name}",
         "spark.kubernetes.namespace": ns,
@@ -136,7 +158,6 @@ def spark_conf(ingestion: DeltaIngestion, settings: Settings) -> dict[str, str]:
         # No PVC handling: the driver's Role grants no access to PersistentVolumeClaims.
         "spark.kubernetes.driver.ownPersistentVolumeClaim": "false",
         "spark.kubernetes.driver.reusePersistentVolumeClaim": "false",
-        "spark.driver.host": f"{driver_service_name(name)}.{ns}.svc",
         "spark.driver.bindAddress": "0.0.0.0",
         "spark.driver.port": str(DRIVER_PORT),
         "spark.driver.blockManager.port": str(BLOCK_MANAGER_PORT),
@@ -150,33 +171,81 @@ def spark_conf(ingestion: DeltaIngestion, settings: Settings) -> dict[str, str]:
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     }
+    if spec.executor.core_request is not None:
+        # The pod asks the scheduler for less (or more) CPU than the task slots Spark runs.
+        conf["spark.kubernetes.executor.request.cores"] = spec.executor.core_request
     for key, value in labels(ingestion, "executor").items():
         conf[f"spark.kubernetes.executor.label.{key}"] = value
-    storage = spec.sink.storage
-    if (
-        storage is not None
-        and storage.access_key_id is not None
-        and storage.secret_access_key is not None
-    ):
-        # Executors write the table files, so they need the keys too; Spark injects them from
-        # the Secret by reference.
-        conf[f"spark.kubernetes.executor.secretKeyRef.{ENV_STORAGE_KEY_ID}"] = (
-            f"{storage.access_key_id.name}:{storage.access_key_id.key}"
-        )
-        conf[f"spark.kubernetes.executor.secretKeyRef.{ENV_STORAGE_SECRET}"] = (
-            f"{storage.secret_access_key.name}:{storage.secret_access_key.key}"
-        )
+    # Executors run the Kafka consumers and write the table files, so they get the same
+    # credentials as the driver; Spark injects them from the Secrets by reference.
+    for env_name, ref in secret_env_refs(ingestion):
+        conf[f"spark.kubernetes.executor.secretKeyRef.{env_name}"] = f"{ref.name}:{ref.key}"
     conf.update(spec.spark_conf)  # validated: users cannot override the keys above that matter
     return conf
 
 
+SPARK_DEFAULTS_HEADER = (
+    "# Written by the Deltaflow operator. The runtime sets at start: spark.master from\n"
+    f"# KUBERNETES_SERVICE_HOST/PORT ({ENV_SPARK_MASTER}={IN_CLUSTER_MASTER}), and\n"
+    f"# spark.driver.host to the pod's IP ({ENV_POD_IP}).\n"
+)
+
+
 def render_spark_defaults(conf: dict[str, str]) -> str:
     """spark-defaults.conf text (read by spark-submit through SPARK_CONF_DIR)."""
-    return "".join(f"{key} {value}\n" for key, value in sorted(conf.items()))
+    return SPARK_DEFAULTS_HEADER + "".join(
+        f"{key} {value}\n" for key, value in sorted(conf.items())
+    )
+
+
+def _pvc_volume(volume: Volume) -> dict[str, Any]:
+    source: dict[str, Any] = {"claimName": volume.claim_name}
+    if volume.read_only:
+        source["readOnly"] = True
+    return {"name": volume.name, "persistentVolumeClaim": source}
+
+
+def _pvc_mount(volume: Volume) -> dict[str, Any]:
+    mount: dict[str, Any] = {"name": volume.name, "mountPath": volume.mount_path}
+    if volume.read_only:
+        mount["readOnly"] = True
+    return mount
+
+
+def data_volumes(ingestion: DeltaIngestion) -> list[dict[str, Any]]:
+    """The pod volumes of ``spec.volumes`` (PersistentVolumeClaims: allowed by "restricted")."""
+    return [_pvc_volume(v) for v in ingestion.spec.volumes]
+
+
+def data_volume_mounts(ingestion: DeltaIngestion) -> list[dict[str, Any]]:
+    """The container mounts of ``spec.volumes``, at the same paths in every pod."""
+    return [_pvc_mount(v) for v in ingestion.spec.volumes]
+
+
+def kafka_ca_volumes(ingestion: DeltaIngestion) -> list[dict[str, Any]]:
+    """The Kafka CA bundle (spec.source.auth.caCertificate) as a volume, if the spec has one."""
+    auth = ingestion.spec.source.auth
+    if auth is None or auth.ca_certificate is None:
+        return []
+    ref = auth.ca_certificate
+    return [
+        {
+            "name": "kafka-ca",
+            "secret": {"secretName": ref.name, "items": [{"key": ref.key, "path": "ca.crt"}]},
+        }
+    ]
+
+
+def kafka_ca_mounts(ingestion: DeltaIngestion) -> list[dict[str, Any]]:
+    """Where the runtime's Kafka clients find the CA bundle (KAFKA_CA_DIR/ca.crt), if any."""
+    if not kafka_ca_volumes(ingestion):
+        return []
+    return [{"name": "kafka-ca", "mountPath": KAFKA_CA_DIR, "readOnly": True}]
 
 
 def executor_pod_template(ingestion: DeltaIngestion) -> Manifest:
-    """Pod template Spark uses for executors: restricted, no API token, writable /tmp only."""
+    """Pod template Spark uses for executors: restricted, no API token, writable /tmp, the
+    Kafka CA bundle at the driver's path (the Kafka consumers run here) and spec.volumes."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -189,10 +258,18 @@ def executor_pod_template(ingestion: DeltaIngestion) -> Manifest:
                 {
                     "name": EXECUTOR_CONTAINER,
                     "securityContext": restricted_container_security(),
-                    "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+                    "volumeMounts": [
+                        {"name": "tmp", "mountPath": "/tmp"},
+                        *kafka_ca_mounts(ingestion),
+                        *data_volume_mounts(ingestion),
+                    ],
                 }
             ],
-            "volumes": [{"name": "tmp", "emptyDir": {}}],
+            "volumes": [
+                {"name": "tmp", "emptyDir": {}},
+                *kafka_ca_volumes(ingestion),
+                *data_volumes(ingestion),
+            ],
         },
     }
 
@@ -243,31 +320,17 @@ def config_volume(ingestion: DeltaIngestion) -> dict[str, Any]:
     }
 
 
-def _ca_volume(ingestion: DeltaIngestion) -> list[dict[str, Any]]:
-    auth = ingestion.spec.source.auth
-    if auth is None or auth.ca_certificate is None:
-        return []
-    ref = auth.ca_certificate
-    return [
-        {
-            "name": "kafka-ca",
-            "secret": {"secretName": ref.name, "items": [{"key": ref.key, "path": "ca.crt"}]},
-        }
-    ]
-
-
 def driver_pod(ingestion: DeltaIngestion, settings: Settings) -> Manifest:
     """The driver Pod: runs ``deltaflow stream`` with the pipeline config mounted read-only."""
     name = ingestion.name
     meta = metadata(ingestion, driver_pod_name(name), "driver")
     meta["annotations"] = {SPEC_HASH_ANNOTATION: driver_spec_hash(ingestion, settings)}
-    ca = _ca_volume(ingestion)
     mounts = [
         {"name": "config", "mountPath": CONFIG_MOUNT, "readOnly": True},
         {"name": "tmp", "mountPath": "/tmp"},
+        *kafka_ca_mounts(ingestion),
+        *data_volume_mounts(ingestion),
     ]
-    if ca:
-        mounts.append({"name": "kafka-ca", "mountPath": KAFKA_CA_DIR, "readOnly": True})
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -291,6 +354,12 @@ def driver_pod(ingestion: DeltaIngestion, settings: Settings) -> Manifest:
                             "value": str(settings.runtime_metrics_port),
                         },
                         {"name": "HOME", "value": "/tmp"},
+                        # Executors connect to this IP: no cluster DNS needed.
+                        {
+                            "name": ENV_POD_IP,
+                            "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
+                        },
+                        {"name": ENV_SPARK_MASTER, "value": IN_CLUSTER_MASTER},
                         *secret_env(ingestion),
                     ],
                     "ports": [
@@ -304,13 +373,19 @@ def driver_pod(ingestion: DeltaIngestion, settings: Settings) -> Manifest:
                     "volumeMounts": mounts,
                 }
             ],
-            "volumes": [config_volume(ingestion), {"name": "tmp", "emptyDir": {}}, *ca],
+            "volumes": [
+                config_volume(ingestion),
+                {"name": "tmp", "emptyDir": {}},
+                *kafka_ca_volumes(ingestion),
+                *data_volumes(ingestion),
+            ],
         },
     }
 
 
 def driver_service(ingestion: DeltaIngestion, settings: Settings) -> Manifest:
-    """Headless Service: a stable DNS name for executors to reach the driver, and for scraping."""
+    """Headless Service: the driver's endpoints for discovery and metrics scraping (executors
+    reach the driver by its pod IP, without DNS)."""
     selector = labels(ingestion, "driver")
     return {
         "apiVersion": "v1",

@@ -14,7 +14,13 @@ from deltaflow_operator.builders.common import (
     restricted_container_security,
     restricted_pod_security,
 )
-from deltaflow_operator.builders.driver import config_volume, container_resources, secret_env
+from deltaflow_operator.builders.driver import (
+    config_volume,
+    container_resources,
+    data_volume_mounts,
+    data_volumes,
+    secret_env,
+)
 from deltaflow_operator.settings import Settings
 
 Job = Literal["optimize", "vacuum"]
@@ -71,10 +77,15 @@ def maintenance_cronjob(ingestion: DeltaIngestion, settings: Settings, job: Job)
                                             "readOnly": True,
                                         },
                                         {"name": "tmp", "mountPath": "/tmp"},
+                                        *data_volume_mounts(ingestion),
                                     ],
                                 }
                             ],
-                            "volumes": [config_volume(ingestion), {"name": "tmp", "emptyDir": {}}],
+                            "volumes": [
+                                config_volume(ingestion),
+                                {"name": "tmp", "emptyDir": {}},
+                                *data_volumes(ingestion),
+                            ],
                         },
                     },
                 },

@@ -1,0 +1,96 @@
+"""The driver's master and address come from its pod, not from cluster DNS."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from deltaflow_operator.api import DeltaIngestion
+from deltaflow_runtime.session import (
+    IN_CLUSTER_MASTER,
+    InClusterConfigError,
+    in_cluster_master,
+    pod_conf,
+    runtime_conf,
+    url_host,
+)
+
+POD = {
+    "DELTAFLOW_SPARK_MASTER": IN_CLUSTER_MASTER,
+    "DELTAFLOW_POD_IP": "10.88.0.17",
+    "KUBERNETES_SERVICE_HOST": "10.96.0.1",
+    "KUBERNETES_SERVICE_PORT": "443",
+}
+
+
+def _ingestion(**spec: Any) -> DeltaIngestion:
+    return DeltaIngestion.model_validate(
+        {
+            "metadata": {"name": "orders", "namespace": "data"},
+            "spec": {
+                "source": {"bootstrapServers": "k:9092", "topic": "orders"},
+                "format": {"type": "raw"},
+                "sink": {"tablePath": "file:///lake/orders"},
+                **spec,
+            },
+        }
+    )
+
+
+def test_in_cluster_master_is_the_api_servers_ip_from_the_kubelets_variables() -> None:
+    assert in_cluster_master(POD) == "k8s://https://10.96.0.1:443"
+    assert in_cluster_master({**POD, "KUBERNETES_SERVICE_PORT": "6443"}).endswith(":6443")
+
+
+def test_ipv6_hosts_get_brackets() -> None:
+    env = {**POD, "KUBERNETES_SERVICE_HOST": "fd00:10:96::1", "DELTAFLOW_POD_IP": "fd00:10:88::5"}
+    conf = pod_conf(env)
+    assert conf["spark.master"] == "k8s://https://[fd00:10:96::1]:443"
+    assert conf["spark.driver.host"] == "[fd00:10:88::5]"
+    assert url_host("[fd00::1]") == "[fd00::1]"  # already bracketed: left alone
+    assert url_host("10.0.0.1") == "10.0.0.1"
+
+
+@pytest.mark.parametrize(
+    "missing",
+    [
+        {"KUBERNETES_SERVICE_HOST": ""},
+        {"KUBERNETES_SERVICE_PORT": ""},
+        {"KUBERNETES_SERVICE_PORT": "https"},
+    ],
+)
+def test_the_marker_without_the_kubelets_variables_fails_saying_what_is_missing(
+    missing: dict[str, str],
+) -> None:
+    env = {k: v for k, v in {**POD, **missing}.items() if v}
+    with pytest.raises(InClusterConfigError, match="KUBERNETES_SERVICE_HOST"):
+        pod_conf(env)
+
+
+def test_without_the_marker_the_runtime_sets_no_master() -> None:
+    # Local runs and the maintenance jobs (Spark local mode) even inside a pod, where the
+    # kubelet sets KUBERNETES_SERVICE_HOST too.
+    env = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+    assert pod_conf(env) == {}
+    assert "spark.master" not in runtime_conf(_ingestion(), env=env)
+    # Any other master given through the variable is used as it is.
+    assert pod_conf({"DELTAFLOW_SPARK_MASTER": "local[2]"}) == {"spark.master": "local[2]"}
+
+
+def test_the_driver_pod_gets_master_and_host_and_they_win_over_the_spec() -> None:
+    ingestion = _ingestion(sparkConf={"spark.driver.host": "orders-driver.data.svc"})
+    conf = runtime_conf(ingestion, env=POD)
+    assert conf["spark.master"] == "k8s://https://10.96.0.1:443"
+    assert conf["spark.driver.host"] == "10.88.0.17"
+
+
+def test_command_line_master_and_conf_still_win() -> None:
+    conf = runtime_conf(
+        _ingestion(),
+        master="local[2]",
+        extra={"spark.driver.host": "127.0.0.1"},
+        env=POD,
+    )
+    assert conf["spark.master"] == "local[2]"
+    assert conf["spark.driver.host"] == "127.0.0.1"
