@@ -19,18 +19,38 @@ log = logging.getLogger("deltaflow.operator")
 LEASE_NAME = "deltaflow-operator"
 
 
+def health_response(path: str, *, leading: bool, stopping: bool) -> tuple[int, str]:
+    """Status code and body of the health endpoints.
+
+    ``/healthz``  liveness: the process answers.
+    ``/readyz``   readiness: healthy and either leading or standing by (200 on the standby too,
+                  so ``helm --wait``, ``helm upgrade`` and ``kubectl rollout status`` finish with
+                  two replicas); 503 once the Lease is lost and the process is on its way out.
+    ``/leader``   200 while this replica holds the Lease, 503 on standby (also the
+                  ``deltaflow_operator_leader`` gauge).
+    """
+    role = "leader" if leading else "standby"
+    if path == "/healthz":
+        return 200, "ok"
+    if path == "/readyz":
+        return (503, "stopping: lost the leader Lease") if stopping else (200, role)
+    if path == "/leader":
+        return (200, role) if leading and not stopping else (503, role)
+    return 404, "not found"
+
+
 class _Health(BaseHTTPRequestHandler):
-    """/healthz: alive (leader or standby); /readyz: 200 only while leading."""
+    """Serves :func:`health_response` from the process-wide leader state."""
 
     leading = threading.Event()
+    stopping = threading.Event()
 
     def do_GET(self) -> None:
-        if self.path == "/healthz":
-            code, text = 200, "ok"
-        elif self.path == "/readyz":
-            code, text = (200, "leader") if self.leading.is_set() else (503, "standby")
-        else:
-            code, text = 404, "not found"
+        code, text = health_response(
+            self.path.split("?", 1)[0],
+            leading=self.leading.is_set(),
+            stopping=self.stopping.is_set(),
+        )
         self.send_response(code)
         self.send_header("Content-Type", "text/plain")
         self.end_headers()
@@ -64,6 +84,7 @@ def run(settings: Settings | None = None) -> int:
         log.error("lost the leader Lease: stopping so another replica can take over")
         metrics.IS_LEADER.set(0)
         _Health.leading.clear()
+        _Health.stopping.set()
         lost.set()
         stop.set()
         leading.set()  # wake the main thread if it is still waiting

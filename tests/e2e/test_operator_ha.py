@@ -1,26 +1,52 @@
-"""Two operator replicas never both act: one leads, the other takes over when the leader dies."""
+"""Two operator replicas never both act: one leads, the other takes over when the leader dies.
+
+Both are ready (/readyz 200) so a Deployment's rollout finishes; /leader and the
+deltaflow_operator_leader gauge tell which one leads.
+"""
 
 from __future__ import annotations
 
 import re
 import time
+import urllib.error
+import urllib.request
 
-from support.operator_harness import OperatorUnderTest, load_example, wait_for
+from support.operator_harness import OperatorUnderTest, Replica, load_example, wait_for
 
 NS = "ha"
+
+
+def _leader_status(replica: Replica) -> int:
+    """HTTP status of /leader: 200 while the replica holds the Lease, 503 on standby."""
+    try:
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{replica.health_port}/leader", timeout=2
+        ) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+
+
+def _leader(operator: OperatorUnderTest) -> Replica:
+    return next(r for r in operator.replicas if r.service.alive() and _leader_status(r) == 200)
 
 
 def test_standby_takes_over_when_the_leader_dies(
     operator: OperatorUnderTest, tmp_path_factory
 ) -> None:  # type: ignore[no-untyped-def]
-    leader = next(r for r in operator.replicas if r.service.alive() and r.ready_status() == 200)
+    leader = _leader(operator)
     standby = operator.start("operator-standby")
     standby.service.wait_ready(
-        lambda: standby.ready_status() == 503, 30, "on standby (/readyz 503)"
+        lambda: standby.ready_status() == 200 and _leader_status(standby) == 503,
+        30,
+        "ready on standby (/readyz 200, /leader 503)",
     )
     time.sleep(3)
-    assert standby.ready_status() == 503  # still waiting: the leader renews its Lease
+    assert _leader_status(standby) == 503  # still waiting: the leader renews its Lease
+    assert standby.ready_status() == 200  # ready all the same: a rollout would finish
+    assert leader.ready_status() == 200
     assert "deltaflow_operator_leader 0.0" in standby.metrics()
+    assert "deltaflow_operator_leader 1.0" in leader.metrics()
 
     operator.kube.kubectl("create", "namespace", NS)
     operator.apply(load_example(NS, "before", tmp_path_factory.mktemp("lake")))
@@ -37,10 +63,11 @@ def test_standby_takes_over_when_the_leader_dies(
         timeout=30,
     )
     assert "deltaflow_operator_leader 1.0" in standby.metrics()
+    assert standby.ready_status() == 200
 
 
 def test_operator_metrics(operator: OperatorUnderTest) -> None:
-    leader = next(r for r in operator.replicas if r.service.alive() and r.ready_status() == 200)
+    leader = _leader(operator)
     text = leader.metrics()
     reconciles = [
         float(v)

@@ -16,6 +16,7 @@ import yaml
 
 from devstack.install import REPO_ROOT
 from devstack.kube import KubeControlPlane, write_kubeconfig
+from devstack.node import NODE_NAME
 from devstack.process import Service, free_port, tail
 from devstack.pytest_plugin import track
 
@@ -95,11 +96,12 @@ class OperatorUnderTest:
         return replica
 
     def wait_leading(self, replica: Replica, timeout: float = 40) -> None:
-        """Until the replica answers /readyz with 200 (it holds the Lease)."""
+        """Until the replica answers /leader with 200: it holds the Lease (/readyz is 200 on a
+        standby too, so that rollouts finish)."""
         replica.service.wait_ready(
-            lambda: replica.ready_status() == 200,
+            lambda: _http_status(f"http://127.0.0.1:{replica.health_port}/leader") == 200,
             timeout,
-            "leading (/readyz)",
+            "leading (/leader)",
         )
 
     def apply(self, manifest: dict[str, Any]) -> None:
@@ -172,11 +174,12 @@ def restricted_namespace(kube: KubeControlPlane, name: str) -> None:
 
 @pytest.fixture(scope="session")
 def chart_installed(kube: KubeControlPlane) -> KubeControlPlane:
-    """`helm install` of the chart: CRD, operator RBAC, Deployment.
+    """`helm install` of the chart: CRD, operator RBAC, a Deployment at 0 replicas.
 
-    No --wait: without a kubelet the operator's own pods never run; the tests run the operator
-    process themselves, under the chart's ServiceAccount.
+    The operator-logic tests run the operator process themselves, under the chart's
+    ServiceAccount (see `operator`); the chart's own pods run in tests/e2e/test_running_pods.py.
     """
+    repository, tag = kube.image.rsplit(":", 1)
     kube.helm(
         "install",
         "deltaflow",
@@ -184,6 +187,9 @@ def chart_installed(kube: KubeControlPlane) -> KubeControlPlane:
         "--namespace",
         OPERATOR_NAMESPACE,
         "--create-namespace",
+        "--set=replicaCount=0",
+        f"--set=image.repository={repository}",
+        f"--set=image.tag={tag}",
     )
     wait_for(
         "the CRD to be established",
@@ -213,20 +219,38 @@ def operator_identity(chart_installed: KubeControlPlane, stack_dir: Path) -> Pat
     return path
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture(scope="module")
 def operator(
     chart_installed: KubeControlPlane,
     operator_identity: Path,
-    stack_dir: Path,
-    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[OperatorUnderTest]:
-    """One running operator replica, leading, for the e2e package only: left running, its
-    1 s reconcile timer would take CPU from the Spark tests that follow."""
-    under_test = OperatorUnderTest(chart_installed, operator_identity, stack_dir / "operator", [])
+    """One operator process, leading, for one test module, with the node cordoned.
+
+    These tests judge the operator's decisions against the real API server and play the kubelet
+    themselves (they report pod phases through the status subresource), so no pod may be
+    scheduled while they run; tests/e2e/test_running_pods.py runs the same loop with real pods.
+    """
+    kube = chart_installed
+    kube.kubectl("cordon", NODE_NAME)
+    under_test = OperatorUnderTest(kube, operator_identity, tmp_path_factory.mktemp("operator"), [])
     under_test.wait_leading(under_test.start())
     yield under_test
+    # Remove what the module made while its operator still releases finalizers, so no pod of
+    # it is scheduled (and holds CPU) once the node takes pods again.
+    kube.kubectl("delete", "deltaingestions", "--all", "-A", "--timeout=90s")
     for s in under_test.services:
         s.stop()
+    wait_for(
+        "the module's pods to be gone",
+        lambda: (
+            not kube.kubectl_json(
+                "get", "pods", "-A", "-l", "app.kubernetes.io/managed-by=deltaflow-operator"
+            )["items"]
+        ),
+        timeout=90,
+    )
+    kube.kubectl("uncordon", NODE_NAME)
 
 
 def load_example(namespace: str, name: str, table_root: Path) -> dict[str, Any]:

@@ -1,0 +1,68 @@
+"""Ready means healthy, leader or standby (so rollouts finish); /leader tells who leads."""
+
+from __future__ import annotations
+
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from http.server import ThreadingHTTPServer
+
+import pytest
+
+from deltaflow_operator.main import _Health, health_response
+
+
+@pytest.mark.parametrize(
+    ("path", "leading", "stopping", "code"),
+    [
+        ("/healthz", False, False, 200),
+        ("/healthz", True, False, 200),
+        ("/readyz", True, False, 200),
+        ("/readyz", False, False, 200),  # the standby is ready: rollouts and --wait finish
+        ("/readyz", False, True, 503),  # lost the Lease, exiting
+        ("/leader", True, False, 200),
+        ("/leader", False, False, 503),
+        ("/leader", False, True, 503),
+        ("/metrics", True, False, 404),
+    ],
+)
+def test_health_endpoints(path: str, leading: bool, stopping: bool, code: int) -> None:
+    assert health_response(path, leading=leading, stopping=stopping)[0] == code
+
+
+def test_bodies_say_the_role() -> None:
+    assert health_response("/readyz", leading=False, stopping=False) == (200, "standby")
+    assert health_response("/readyz", leading=True, stopping=False) == (200, "leader")
+    assert health_response("/leader", leading=False, stopping=False) == (503, "standby")
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Health)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+    _Health.leading.clear()
+    _Health.stopping.clear()
+
+
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+
+
+def test_the_server_follows_the_lease(server: str) -> None:
+    assert (_status(f"{server}/readyz"), _status(f"{server}/leader")) == (200, 503)
+    _Health.leading.set()
+    assert (_status(f"{server}/readyz"), _status(f"{server}/leader")) == (200, 200)
+    assert _status(f"{server}/leader?verbose=1") == 200
+    _Health.leading.clear()
+    _Health.stopping.set()
+    assert (_status(f"{server}/readyz"), _status(f"{server}/leader")) == (503, 503)
+    assert _status(f"{server}/healthz") == 200
