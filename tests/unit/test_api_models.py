@@ -157,3 +157,13 @@ def test_volume_list_is_bounded() -> None:
         DeltaIngestion.model_validate(_with(volumes=volumes))
     assert any(line.startswith("spec.volumes:") for line in describe(err.value))
     assert len(DeltaIngestion.model_validate(_with(volumes=volumes[:8])).spec.volumes) == 8
+
+
+def test_pvc_example_is_valid_and_its_tables_are_on_the_claim() -> None:
+    manifest = yaml.safe_load((REPO / "examples" / "orders-on-pvc.yaml").read_text())
+    spec = DeltaIngestion.model_validate(manifest).spec
+    (volume,) = spec.volumes
+    assert volume.read_only is False
+    for table in (spec.sink.table_path, str(spec.dead_letter.table_path)):
+        assert table.startswith(f"file://{volume.mount_path}/")
+    assert spec.driver.core_request == spec.executor.core_request == "500m"
