@@ -39,6 +39,12 @@ class KafkaBroker:
         """Stop the broker (its data directory goes with the run's temp dir)."""
         self.service.stop()
 
+    def restart(self, timeout: float = 90.0) -> None:
+        """Stop the broker and start it again on the same ports and data (a broker restart)."""
+        self.service.stop()
+        self.service.start()
+        self.service.wait_ready(lambda: _answers_metadata(self.bootstrap_servers), timeout)
+
 
 def _server_properties(
     data_dir: Path, port: int, controller_port: int, pod_listener: str | None
@@ -77,6 +83,17 @@ def _server_properties(
     return "".join(f"{k}={v}\n" for k, v in props.items())
 
 
+def _answers_metadata(bootstrap: str) -> bool:
+    from confluent_kafka.admin import AdminClient
+
+    host, port = bootstrap.rsplit(":", 1)
+    if not tcp_open(host, int(port)):
+        return False
+    # log_level 0: a probe client must not fill the console with retries once we stop.
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    return len(admin.list_topics(timeout=2).brokers) == 1
+
+
 def start_kafka(
     work_dir: Path, pod_address: str | None = None, timeout: float = 90.0
 ) -> KafkaBroker:
@@ -112,17 +129,10 @@ def start_kafka(
     service.start()
     bootstrap = f"127.0.0.1:{port}"
 
-    def answers_metadata() -> bool:
-        from confluent_kafka.admin import AdminClient
-
-        if not tcp_open("127.0.0.1", port):
-            return False
-        # log_level 0: a probe client must not fill the console with retries once we stop.
-        admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
-        return len(admin.list_topics(timeout=2).brokers) == 1
-
     try:
-        service.wait_ready(answers_metadata, timeout, "answering metadata requests")
+        service.wait_ready(
+            lambda: _answers_metadata(bootstrap), timeout, "answering metadata requests"
+        )
     except ServiceError:
         service.stop()
         raise

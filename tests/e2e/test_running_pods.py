@@ -1,0 +1,474 @@
+"""The whole loop with pods that really run, on the local node, from the project's own image.
+
+The chart's operator Deployment runs as pods; a DeltaIngestion becomes a driver pod whose
+executors are pods created by Spark's Kubernetes backend; records go from the real broker through
+them into a Delta table on a PersistentVolume, which the test reads back with deltalake. Every
+fault (driver process killed, executor pod deleted, Kafka restarted, operator leader deleted, a
+driver replacement, suspend/resume) is followed by the same check: every record the broker holds
+is in the table or the dead-letter table exactly once, by (partition, offset).
+
+The tests run in file order and share one stream: each one starts from where the last left it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devstack.cluster import install_operator, lake_volume
+from devstack.demo import BROKEN, cluster_manifest, create_topic, produce_orders
+from devstack.kafka import KafkaBroker
+from devstack.kube import KubeControlPlane
+from support.figures import record
+from support.operator_harness import OPERATOR_NAMESPACE, wait_for
+
+NS = "lakehouse"
+NAME = "orders"
+TOPIC = "orders-e2e"
+PARTITIONS = 3
+DRIVER = f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=driver"
+EXECUTORS = f"spark-app-selector,spark-role=executor,app.kubernetes.io/instance={NAME}"
+OPERATOR_PODS = "app.kubernetes.io/name=deltaflow"
+
+
+@dataclass
+class Stream:
+    """The running stream under test and what the tests need to drive and check it."""
+
+    kube: KubeControlPlane
+    kafka: KafkaBroker
+    lake: Path
+    next_id: int = 0
+    produced_broken: int = 0
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def table(self) -> Path:
+        """The Delta table's folder on the host."""
+        return self.lake / NAME
+
+    @property
+    def dead_letter(self) -> Path:
+        """The dead-letter table's folder on the host."""
+        return self.lake / f"{NAME}_dead_letter"
+
+    def produce(self, count: int, broken: bool = False) -> None:
+        """Produce ``count`` new valid orders (and the broken records, if asked)."""
+        produce_orders(self.kafka, TOPIC, count, first_id=self.next_id, broken=broken)
+        self.next_id += count
+        self.produced_broken += len(BROKEN) if broken else 0
+
+    def pods(self, selector: str, namespace: str = NS) -> list[dict[str, Any]]:
+        """Pods matching ``selector`` that are not being deleted."""
+        items = self.kube.kubectl_json("-n", namespace, "get", "pods", "-l", selector)["items"]
+        return [p for p in items if not p["metadata"].get("deletionTimestamp")]
+
+    def running(self, selector: str, namespace: str = NS) -> list[dict[str, Any]]:
+        """Pods matching ``selector`` that run with every container ready."""
+        return [p for p in self.pods(selector, namespace) if _ready(p)]
+
+    def driver_uid(self) -> str | None:
+        """The uid of the running driver pod, if one runs."""
+        pods = self.running(DRIVER)
+        return str(pods[0]["metadata"]["uid"]) if pods else None
+
+    def condition(self, type_: str) -> dict[str, Any]:
+        """One status condition of the DeltaIngestion ({} if absent)."""
+        obj = self.kube.kubectl_json("-n", NS, "get", "deltaingestion", NAME)
+        for cond in obj.get("status", {}).get("conditions", []):
+            if cond["type"] == type_:
+                return dict(cond)
+        return {}
+
+    def patch(self, spec: dict[str, Any]) -> None:
+        """Merge-patch the DeltaIngestion's spec."""
+        self.kube.kubectl(
+            "-n", NS, "patch", "deltaingestion", NAME, "--type=merge",
+            "-p", json.dumps({"spec": spec}),
+        )  # fmt: skip
+
+    def log_end_offsets(self) -> dict[int, int]:
+        """The broker's log-end offset of each partition of the topic."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer(
+            {"bootstrap.servers": self.kafka.bootstrap_servers, "group.id": "e2e-check"}
+        )
+        try:
+            return {
+                p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10)[1]
+                for p in range(PARTITIONS)
+            }
+        finally:
+            consumer.close()
+
+    def landed(self) -> list[tuple[int, int]]:
+        """(partition, offset) of every row of the table and the dead-letter table."""
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        rows: list[tuple[int, int]] = []
+        for path in (self.table, self.dead_letter):
+            try:
+                data = DeltaTable(str(path)).to_pyarrow_table(
+                    columns=["_kafka_partition", "_kafka_offset"]
+                )
+            except TableNotFoundError:
+                continue
+            rows += zip(
+                data.column("_kafka_partition").to_pylist(),
+                data.column("_kafka_offset").to_pylist(),
+                strict=True,
+            )
+        return rows
+
+    def wait_all_landed(self, timeout: float = 240) -> float:
+        """Until every record the broker holds has landed; returns the seconds it took."""
+        t0 = time.monotonic()
+        expected = sum(self.log_end_offsets().values())
+        wait_for(
+            f"all {expected} records in the table or the dead-letter table",
+            lambda: len(self.landed()) >= expected,
+            timeout=timeout,
+            interval=2,
+        )
+        return time.monotonic() - t0
+
+    def assert_exactly_once(self) -> None:
+        """Every offset the broker holds landed once; nothing else landed."""
+        ends = self.log_end_offsets()
+        expected = {(p, o) for p, end in ends.items() for o in range(end)}
+        landed = self.landed()
+        doubled = [k for k, n in Counter(landed).items() if n > 1]
+        assert not doubled, f"{len(doubled)} records landed twice, e.g. {doubled[:5]}"
+        missing = expected - set(landed)
+        assert not missing, f"{len(missing)} records lost, e.g. {sorted(missing)[:5]}"
+        assert set(landed) == expected
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    status = pod.get("status", {})
+    return status.get("phase") == "Running" and all(
+        c.get("ready") for c in status.get("containerStatuses", [])
+    )
+
+
+@pytest.fixture(scope="module")
+def stream(
+    chart_installed: KubeControlPlane, kafka: KafkaBroker, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stream]:
+    """The chart's operator as pods, and one DeltaIngestion writing to a table on a volume."""
+    kube = chart_installed
+    # The session's release has no operator pods (the operator-logic tests run their own
+    # process); this module installs the chart for real: helm install --wait, pods Running.
+    kube.helm("uninstall", "deltaflow", "--namespace", OPERATOR_NAMESPACE, "--wait")
+    install_operator(
+        kube,
+        OPERATOR_NAMESPACE,
+        values={
+            "operator.reconcileIntervalSeconds": "2",
+            "operator.backoffBaseSeconds": "2",
+            "operator.backoffMaxSeconds": "8",
+        },
+    )
+    kube.kubectl("create", "namespace", NS)
+    kube.kubectl("label", "namespace", NS, "pod-security.kubernetes.io/enforce=restricted")
+    lake = tmp_path_factory.mktemp("lake")
+    lake_volume(kube, NS, lake)
+    create_topic(kafka, TOPIC, PARTITIONS)
+    assert kafka.pod_bootstrap_servers is not None
+    s = Stream(kube, kafka, lake)
+    manifest = cluster_manifest(NAME, kafka.pod_bootstrap_servers, topic=TOPIC, trigger="2s")
+    s.timings["applied"] = time.monotonic()
+    kube.kubectl("apply", "-f", "-", stdin=json.dumps(manifest))
+    yield s
+    kube.kubectl("delete", "namespace", NS, "--wait=false", check=False)
+
+
+def test_operator_runs_as_the_charts_deployment(stream: Stream) -> None:
+    kube = stream.kube
+    kube.kubectl(
+        "-n", OPERATOR_NAMESPACE, "rollout", "status", "deployment/deltaflow-operator",
+        "--timeout=120s",
+    )  # fmt: skip
+    pods = stream.running(OPERATOR_PODS, OPERATOR_NAMESPACE)
+    assert len(pods) == 2, [p["metadata"]["name"] for p in pods]
+    lease = kube.kubectl_json("-n", OPERATOR_NAMESPACE, "get", "lease", "deltaflow-operator")
+    holder = lease["spec"]["holderIdentity"]
+    assert any(holder.startswith(p["metadata"]["name"]) for p in pods), holder
+
+
+def test_records_flow_through_driver_and_executor_pods_exactly_once(stream: Stream) -> None:
+    stream.produce(3000, broken=True)
+    applied = stream.timings["applied"]
+    driver = wait_for("the driver pod Running", lambda: stream.running(DRIVER), timeout=180)
+    t_driver = time.monotonic() - applied
+    executors = wait_for(
+        "executor pods Running", lambda: stream.running(EXECUTORS), timeout=180, interval=1
+    )
+    t_executors = time.monotonic() - applied
+    # Spark's Kubernetes backend made them, owned by the driver pod: they go when it goes.
+    for pod in executors:
+        owners = pod["metadata"]["ownerReferences"]
+        assert [(o["kind"], o["name"]) for o in owners] == [("Pod", f"{NAME}-driver")]
+        assert owners[0]["uid"] == driver[0]["metadata"]["uid"]
+    wait_for("the first batch", stream.landed, timeout=240, interval=1)
+    t_batch = time.monotonic() - applied
+    stream.wait_all_landed()
+    stream.assert_exactly_once()
+    ready = wait_for("Ready=True", lambda: stream.condition("Ready").get("status") == "True")
+    assert ready
+    record(
+        f"kubectl apply -> driver Running {t_driver:.0f}s, executors Running {t_executors:.0f}s, "
+        f"first committed batch {t_batch:.0f}s"
+    )
+    from deltalake import DeltaTable
+
+    dead = DeltaTable(str(stream.dead_letter)).to_pyarrow_table(columns=["reason"])
+    reasons = Counter(dead.column("reason").to_pylist())
+    assert reasons == Counter(
+        {"malformed_json": 1, "schema_mismatch": 1, "tombstone": 1, "invalid_utf8": 1}
+    )
+
+
+def _driver_main_pid(pod_name: str) -> int:
+    """The host pid of the driver container's main process (`deltaflow stream`)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        ours = b"stream" in argv and f"HOSTNAME={pod_name}".encode() in environ
+        if ours and any(a.endswith(b"deltaflow") for a in argv[:2]):
+            return int(entry.name)
+    raise AssertionError(f"no `deltaflow stream` process of pod {pod_name} on this node")
+
+
+def test_driver_process_killed_is_replaced_and_resumes_from_its_checkpoint(
+    stream: Stream,
+) -> None:
+    old = wait_for("a running driver", stream.driver_uid)
+    stream.produce(1500)
+    os.kill(_driver_main_pid(f"{NAME}-driver"), signal.SIGKILL)
+    killed = time.monotonic()
+    wait_for(
+        "a replacement driver",
+        lambda: (u := stream.driver_uid()) not in (None, old) and u,
+        timeout=120,
+    )
+    stream.produce(1500)
+    stream.wait_all_landed()
+    record(f"driver process SIGKILLed -> all records landed again {time.monotonic() - killed:.0f}s")
+    stream.assert_exactly_once()
+    restarts = stream.kube.kubectl_json("-n", NS, "get", "deltaingestion", NAME)["status"]
+    assert restarts["driver"]["restarts"] >= 1
+
+
+def test_deleted_executor_pod_is_replaced_by_spark(stream: Stream) -> None:
+    executors = wait_for("executors", lambda: stream.running(EXECUTORS), timeout=120)
+    victim = executors[0]["metadata"]["name"]
+    driver = stream.driver_uid()
+    stream.kube.kubectl("-n", NS, "delete", "pod", victim, "--wait=false")
+    deleted = time.monotonic()
+    wait_for(
+        "Spark's replacement executor Running",
+        lambda: [p for p in stream.running(EXECUTORS) if p["metadata"]["name"] != victim],
+        timeout=120,
+    )
+    record(f"executor pod deleted -> replacement Running {time.monotonic() - deleted:.0f}s")
+    stream.produce(2000)
+    stream.wait_all_landed()
+    stream.assert_exactly_once()
+    assert stream.driver_uid() == driver  # an executor loss does not restart the driver
+
+
+def test_kafka_restart(stream: Stream) -> None:
+    driver = stream.driver_uid()
+    stream.produce(1000)
+    restarted = time.monotonic()
+    stream.kafka.restart()
+    stream.produce(1000)
+    stream.wait_all_landed()
+    record(f"Kafka restarted -> all records landed {time.monotonic() - restarted:.0f}s")
+    stream.assert_exactly_once()
+    assert stream.driver_uid() == driver
+
+
+def test_leader_pod_deleted_standby_takes_over_and_suspend_resume_with_real_pods(
+    stream: Stream,
+) -> None:
+    kube = stream.kube
+    lease = kube.kubectl_json("-n", OPERATOR_NAMESPACE, "get", "lease", "deltaflow-operator")
+    leader = lease["spec"]["holderIdentity"].split("_")[0]
+    kube.kubectl("-n", OPERATOR_NAMESPACE, "delete", "pod", leader, "--wait=false")
+    deleted = time.monotonic()
+
+    def new_holder() -> str | None:
+        spec = kube.kubectl_json("-n", OPERATOR_NAMESPACE, "get", "lease", "deltaflow-operator")[
+            "spec"
+        ]
+        holder = str(spec.get("holderIdentity") or "")
+        return holder if holder and not holder.startswith(leader) else None
+
+    wait_for("another replica to hold the Lease", new_holder, timeout=120, interval=1)
+    record(f"leader pod deleted -> standby holds the Lease {time.monotonic() - deleted:.0f}s")
+
+    # The new leader acts: suspend stops the driver and Spark's executors go with it.
+    stream.patch({"suspend": True})
+    wait_for(
+        "driver and executor pods gone",
+        lambda: not stream.pods(DRIVER) and not stream.pods(EXECUTORS),
+        timeout=180,
+    )
+    assert stream.condition("Suspended").get("status") == "True"
+    stream.produce(1000)
+    time.sleep(5)
+    assert not stream.pods(DRIVER)  # stays suspended while records arrive
+    stream.patch({"suspend": False})
+    wait_for("a driver again", stream.driver_uid, timeout=180)
+    stream.wait_all_landed()
+    stream.assert_exactly_once()
+
+
+class DriverPodWatch:
+    """Every driver pod that exists, from a `kubectl get -w` stream: how many at most at once."""
+
+    def __init__(self, kube: KubeControlPlane) -> None:
+        self.proc = subprocess.Popen(
+            [
+                str(kube.kubectl_bin), "-n", NS, "get", "pods", "-l", DRIVER, "--watch",
+                "--output-watch-events", "-o", "json",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=kube.env(),
+        )  # fmt: skip
+        self.alive: set[str] = set()
+        self.max_alive = 0
+        self.events: list[tuple[str, str, str]] = []
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        buf = ""
+        for line in self.proc.stdout:
+            buf += line
+            try:
+                event = json.loads(buf)
+            except json.JSONDecodeError:
+                continue
+            buf = ""
+            obj = event["object"]
+            uid, phase = obj["metadata"]["uid"], obj.get("status", {}).get("phase", "")
+            self.events.append((event["type"], uid, phase))
+            if event["type"] == "DELETED":
+                self.alive.discard(uid)
+            else:
+                self.alive.add(uid)
+            self.max_alive = max(self.max_alive, len(self.alive))
+
+    def stop(self) -> None:
+        """Stop watching."""
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def test_driver_replacement_never_overlaps_a_terminating_driver(stream: Stream) -> None:
+    old = wait_for("a running driver", stream.driver_uid, timeout=120)
+    watch = DriverPodWatch(stream.kube)
+    time.sleep(1)
+    stream.produce(1000)
+    stream.patch({"trigger": {"interval": "3s"}})  # needs a new driver
+    new = wait_for(
+        "the replacement driver running",
+        lambda: (u := stream.driver_uid()) not in (None, old) and u,
+        timeout=240,
+    )
+    stream.produce(1000)
+    stream.wait_all_landed()
+    watch.stop()
+    # The old pod terminated gracefully (its batch committed) before the new one was created.
+    assert watch.max_alive == 1, watch.events
+    assert {uid for kind, uid, _ in watch.events if kind == "ADDED"} <= {old, new}
+    stream.assert_exactly_once()
+
+
+def test_optimize_job_from_the_cronjob_compacts_while_the_stream_appends(stream: Stream) -> None:
+    from deltalake import DeltaTable
+
+    wait_for("a running driver", stream.driver_uid, timeout=120)
+    before = DeltaTable(str(stream.table))
+    files_before = len(before.file_uris())
+    rows_before = before.to_pyarrow_dataset().count_rows()
+    stream.kube.kubectl(
+        "-n", NS, "create", "job", "optimize-now", f"--from=cronjob/{NAME}-optimize"
+    )
+    stream.produce(1000)  # the stream keeps appending while OPTIMIZE runs
+    stream.kube.kubectl(
+        "-n", NS, "wait", "--for=condition=Complete", "job/optimize-now", "--timeout=300s"
+    )
+    pods = stream.kube.kubectl_json("-n", NS, "get", "pods", "-l", "job-name=optimize-now")
+    assert [p["status"]["phase"] for p in pods["items"]] == ["Succeeded"]
+    history = DeltaTable(str(stream.table)).history()
+    assert any(h.get("operation") == "OPTIMIZE" for h in history), history[:5]
+    stream.wait_all_landed()
+    stream.assert_exactly_once()
+    after = DeltaTable(str(stream.table))
+    assert after.to_pyarrow_dataset().count_rows() >= rows_before
+    assert files_before > PARTITIONS * 2
+    assert len(after.file_uris()) < files_before
+
+
+def test_helm_upgrade_completes_and_the_stream_keeps_running(stream: Stream) -> None:
+    driver = wait_for("a running driver", stream.driver_uid, timeout=120)
+    stream.kube.helm(
+        "upgrade", "deltaflow", str(Path(__file__).parents[2] / "charts" / "deltaflow"),
+        "--namespace", OPERATOR_NAMESPACE, "--reuse-values", "--set=operator.logLevel=DEBUG",
+        "--wait", "--timeout=5m",
+    )  # fmt: skip
+    stream.kube.kubectl(
+        "-n", OPERATOR_NAMESPACE, "rollout", "status", "deployment/deltaflow-operator",
+        "--timeout=120s",
+    )  # fmt: skip
+    stream.produce(1000)
+    stream.wait_all_landed()
+    stream.assert_exactly_once()
+    assert stream.driver_uid() == driver  # an operator upgrade does not touch the streams
+
+
+def test_delete_and_uninstall_leave_no_pod_and_keep_the_table(stream: Stream) -> None:
+    from deltalake import DeltaTable
+
+    rows = DeltaTable(str(stream.table)).to_pyarrow_dataset().count_rows()
+    stream.kube.kubectl("-n", NS, "delete", "deltaingestion", NAME, "--timeout=120s")
+    wait_for(
+        "no driver or executor pod left",
+        lambda: not stream.kube.kubectl_json("-n", NS, "get", "pods")["items"],
+        timeout=180,
+    )
+    assert DeltaTable(str(stream.table)).to_pyarrow_dataset().count_rows() == rows
+    stream.kube.helm("uninstall", "deltaflow", "--namespace", OPERATOR_NAMESPACE, "--wait")
+    wait_for(
+        "no operator pod left",
+        lambda: (
+            not stream.kube.kubectl_json(
+                "-n", OPERATOR_NAMESPACE, "get", "pods", "-l", OPERATOR_PODS
+            )["items"]
+        ),
+        timeout=120,
+    )
