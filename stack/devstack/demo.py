@@ -116,7 +116,7 @@ def cluster_manifest(
     spec["volumes"] = [{"name": "lake", "claimName": "lake", "mountPath": LAKE_MOUNT}]
     spec["trigger"] = {"interval": trigger}
     spec["scaling"] = {"minExecutors": executors, "maxExecutors": max(executors, 2)}
-    spec["driver"] = {"cores": 1, "coreRequest": "300m", "memory": "768m"}
+    spec["driver"] = {"cores": 1, "coreRequest": "300m", "memory": "1g"}
     spec["executor"] = {"cores": 1, "coreRequest": "300m", "memory": "768m"}
     return document
 
