@@ -47,7 +47,7 @@ class Replica:
     metrics_port: int
 
     def ready_status(self) -> int:
-        """HTTP status of /readyz: 200 while leading, 503 on standby."""
+        """HTTP status of /readyz: 200 while healthy, leading or standing by."""
         return _http_status(f"http://127.0.0.1:{self.health_port}/readyz")
 
     def metrics(self) -> str:

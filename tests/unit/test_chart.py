@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -11,22 +9,16 @@ from typing import Any
 import pytest
 import yaml
 
+from devstack.install import installed_path
+
 REPO = Path(__file__).resolve().parents[2]
 UID = 185  # the image's user (Dockerfile)
 
 
-def _helm() -> str | None:
-    """helm on PATH, else the one stack/install/helm.sh cached; None if neither is there."""
-    cache = Path(os.environ.get("DELTAFLOW_CACHE") or Path.home() / ".cache" / "deltaflow")
-    cached = sorted(cache.glob("helm/*/bin/helm"))
-    return shutil.which("helm") or (str(cached[-1]) if cached else None)
-
-
 @pytest.fixture(scope="module")
 def deployment() -> dict[str, Any]:
-    helm = _helm()
-    if helm is None:
-        pytest.skip("helm is not installed: run `bash stack/install/helm.sh`")
+    # The pinned helm the stack builds (a missing one fails the run with the step to rerun).
+    helm = str(installed_path("helm") / "helm")
     out = subprocess.run(
         [helm, "template", "deltaflow", str(REPO / "charts/deltaflow"), "-n", "deltaflow-system"],
         capture_output=True,
