@@ -5,7 +5,9 @@ STEP_NAME=install
 RERUN="stack/install/all.sh"
 source "$(dirname "$0")/lib.sh"
 
-for step in python spark-jars kafka etcd helm kube; do
+# node-packages and image need root: Debian's containerd/dockerd/debootstrap, then the project's
+# image built from its Dockerfile (stack/install/image.sh), which the local node runs.
+for step in python spark-jars kafka etcd helm kube node-packages image; do
   t=$SECONDS
   bash "$INSTALL_DIR/$step.sh" >/dev/null || die "step '$step' failed; rerun it alone with: bash stack/install/$step.sh"
   log "$step ready in $((SECONDS - t))s"
