@@ -14,6 +14,7 @@
 STEP_NAME=image
 RERUN="stack/install/image.sh"
 source "$(dirname "$0")/lib.sh"
+shopt -s extglob
 
 # Debian's docker CLI (docker.io 20.10, like the daemon): a newer CLI elsewhere on PATH would want
 # the buildx plugin for BuildKit builds.
@@ -283,10 +284,13 @@ stop_dockerd() {
   if [ -n "$CONTAINERD_PID" ] && grep -qF "$DOCKERD_TMP" "/proc/$CONTAINERD_PID/cmdline" 2>/dev/null; then
     stop_pid "$CONTAINERD_PID" 10
   fi
-  # Anything else started with our temp dir in its command line (shims of build containers).
-  for pid in $(pgrep -f -- "$DOCKERD_TMP" || true); do
+  # Anything else started with our dirs in its command line (runc of build steps, shims).
+  for pid in $(pgrep -f -- "$DOCKERD_TMP|$DATA_ROOT" || true); do
     [ "$pid" = "$$" ] || [ "$pid" = "$BASHPID" ] || stop_pid "$pid" 5
   done
+  if pgrep -f -- "$DOCKERD_TMP|$DATA_ROOT" >/dev/null; then
+    die "processes of dockerd survived SIGKILL: $(pgrep -a -f -- "$DOCKERD_TMP|$DATA_ROOT" | tr '\n' ';')"
+  fi
   unmount_under "$DOCKERD_TMP"
   unmount_under "$DATA_ROOT"
   rm -rf "$DOCKERD_TMP"
@@ -323,7 +327,7 @@ prune_docker() {
 }
 
 build_image() {
-  local out=$1 blog=$1/build.log secret=() line
+  local out=$1 blog=$1/build.log secret=() line steps=()
   start_dockerd
   import_base
   [ -f "$CA_BUNDLE" ] && secret=(--secret "id=ca-bundle,src=$CA_BUNDLE")
@@ -334,10 +338,15 @@ build_image() {
     --build-arg "BASE_IMAGE=$BASE_REF" --tag "$IMAGE" "$CONTEXT" 2>&1 |
     while IFS= read -r line; do
       printf '%s\n' "$line" >>"$blog"
-      case $line in
-        '#'[0-9]*' ['*) log "  ${line:0:110}" ;;
-        '#'[0-9]*' DONE '*) log "  $line" ;;
-      esac
+      line=${line//$'\e'\[+([0-9;])m/} # Maven's colour resets, even in batch mode
+      if [[ $line =~ ^#([0-9]+)\ (\[[^]]+\])\ (.*) ]]; then
+        [ -z "${steps[${BASH_REMATCH[1]}]:-}" ] || continue # a header repeats when output resumes
+        steps[${BASH_REMATCH[1]}]="${BASH_REMATCH[2]} $(sed -E 's/--mount=[^ ]+ +//g; s/  +/ /g' <<<"${BASH_REMATCH[3]}" | cut -c1-80)"
+        log "  ${steps[${BASH_REMATCH[1]}]}"
+      elif [[ $line =~ \#([0-9]+)\ (DONE\ [0-9.]+s|CACHED)$ ]] &&
+        [[ ${steps[${BASH_REMATCH[1]}]:-} == *' RUN '* ]]; then
+        log "  ${steps[${BASH_REMATCH[1]}]%% RUN *}: ${BASH_REMATCH[2],,}"
+      fi
     done; then
     tail -n 40 "$blog" >&2
     die "docker build failed (log above; full log: $blog)"
