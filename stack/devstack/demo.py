@@ -220,7 +220,12 @@ def _run_loop(
     t_exec = clock.now() - applied
     wait(clock, "first batch committed to the table", lambda: table_rows(table) > 0)
     t_batch = clock.now() - applied
-    wait(clock, f"all {records} orders in the table", lambda: table_rows(table) == records)
+    dead = out / "lake" / "orders_dead_letter"
+    wait(
+        clock,
+        f"all {records} orders in the table and the {len(BROKEN)} broken ones dead-lettered",
+        lambda: table_rows(table) == records and table_rows(dead) == len(BROKEN),
+    )
     ready = "jsonpath={.status.conditions[?(@.type=='Ready')].status}"
     wait(
         clock,

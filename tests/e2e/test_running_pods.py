@@ -189,7 +189,9 @@ def stream(
     create_topic(kafka, TOPIC, PARTITIONS)
     assert kafka.pod_bootstrap_servers is not None
     s = Stream(kube, kafka, lake)
-    manifest = cluster_manifest(NAME, kafka.pod_bootstrap_servers, topic=TOPIC, trigger="2s")
+    manifest = cluster_manifest(
+        NAME, kafka.pod_bootstrap_servers, topic=TOPIC, trigger="2s", namespace=NS
+    )
     s.timings["applied"] = time.monotonic()
     kube.kubectl("apply", "-f", "-", stdin=json.dumps(manifest))
     yield s
@@ -313,7 +315,9 @@ def test_leader_pod_deleted_standby_takes_over_and_suspend_resume_with_real_pods
 ) -> None:
     kube = stream.kube
     lease = kube.kubectl_json("-n", OPERATOR_NAMESPACE, "get", "lease", "deltaflow-operator")
-    leader = lease["spec"]["holderIdentity"].split("_")[0]
+    holder = lease["spec"]["holderIdentity"]  # "<pod name>-<random suffix>"
+    names = [p["metadata"]["name"] for p in stream.running(OPERATOR_PODS, OPERATOR_NAMESPACE)]
+    leader = next(n for n in names if holder.startswith(f"{n}-"))
     kube.kubectl("-n", OPERATOR_NAMESPACE, "delete", "pod", leader, "--wait=false")
     deleted = time.monotonic()
 
