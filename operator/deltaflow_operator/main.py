@@ -12,7 +12,7 @@ import kopf
 from prometheus_client import start_http_server
 
 from deltaflow_operator import handlers, metrics
-from deltaflow_operator.kube import Kube, load_config, start_leader_election
+from deltaflow_operator.kube import Kube, load_config, release_lease, start_leader_election
 from deltaflow_operator.settings import Settings
 
 log = logging.getLogger("deltaflow.operator")
@@ -89,14 +89,20 @@ def run(settings: Settings | None = None) -> int:
         stop.set()
         leading.set()  # wake the main thread if it is still waiting
 
-    start_leader_election(settings.namespace, LEASE_NAME, on_started, on_stopped)
+    identity = start_leader_election(settings.namespace, LEASE_NAME, on_started, on_stopped)
     log.info("standby: waiting for the leader Lease %s/%s", settings.namespace, LEASE_NAME)
     leading.wait()
     if lost.is_set():
         return 1
     handlers.install(settings, Kube())
     kopf.run(clusterwide=True, standalone=True, stop_flag=stop)
-    return 1 if lost.is_set() else 0
+    if lost.is_set():
+        return 1
+    # Stopped on purpose (SIGTERM: pod deleted, rollout): nothing acts any more, so hand the
+    # Lease over now rather than make the standby wait for it to expire.
+    if release_lease(settings.namespace, LEASE_NAME, identity):
+        log.info("released the leader Lease %s/%s", settings.namespace, LEASE_NAME)
+    return 0
 
 
 if __name__ == "__main__":
