@@ -236,7 +236,24 @@ CONTAINERD_PID=""
 KEY_JSON_CREATED=""
 docker() { DOCKER_HOST="unix://$DOCKERD_TMP/docker.sock" DOCKER_CONFIG="$DOCKERD_TMP/client" "$DOCKER" "$@"; }
 
+# A dockerd on our data root while we hold the lock was left by a run that was killed (no EXIT
+# trap on SIGKILL): stop it, its containerd and its mounts like our own.
+stop_stale_dockerd() {
+  local pid exec_root
+  for pid in $(pgrep -f -- "^dockerd .*--data-root $DATA_ROOT " || true); do
+    exec_root=$(tr '\0' '\n' <"/proc/$pid/cmdline" | grep -A1 -x -- --exec-root | tail -n 1)
+    log "stopping dockerd $pid, left by an interrupted run"
+    if [[ ! $exec_root =~ ^/tmp/deltaflow-dockerd\.[A-Za-z0-9]+/exec$ ]]; then
+      stop_pid "$pid" 30
+      continue
+    fi
+    DOCKERD_TMP=$(dirname "$exec_root") DOCKERD_PID=$pid CONTAINERD_PID="" KEY_JSON_CREATED=""
+    stop_dockerd
+  done
+}
+
 start_dockerd() {
+  stop_stale_dockerd
   DOCKERD_TMP=$(mktemp -d /tmp/deltaflow-dockerd.XXXXXX)
   mkdir -p "$DATA_ROOT" "$DOCKERD_TMP/client"
   # dockerd 20.10 always writes a (here unused) trust key to /etc/docker/key.json; removed again
@@ -249,7 +266,7 @@ start_dockerd() {
   setsid dockerd --config-file "$DOCKERD_TMP/daemon.json" --data-root "$DATA_ROOT" \
     --exec-root "$DOCKERD_TMP/exec" --pidfile "$DOCKERD_TMP/dockerd.pid" \
     --host "unix://$DOCKERD_TMP/docker.sock" --bridge=none --iptables=false --ip-forward=false \
-    --ip-masq=false --userland-proxy=false >"$DOCKERD_TMP/dockerd.log" 2>&1 </dev/null &
+    --ip-masq=false --userland-proxy=false >"$DOCKERD_TMP/dockerd.log" 2>&1 </dev/null 9>&- &
   DOCKERD_PID=$!
   local i
   for i in $(seq 120); do
@@ -285,18 +302,20 @@ stop_dockerd() {
   local pid
   if [ -n "$DOCKERD_PID" ]; then
     stop_pid "$DOCKERD_PID" 30
-    kill -KILL -- "-$DOCKERD_PID" 2>/dev/null || true # its process group, if anything is left
+    # Its process group, if anything is left in it.
+    if pgrep -g "$DOCKERD_PID" >/dev/null; then kill -KILL -- "-$DOCKERD_PID" 2>/dev/null || true; fi
   fi
   [ -n "$CONTAINERD_PID" ] || CONTAINERD_PID=$(cat "$DOCKERD_TMP/exec/containerd/containerd.pid" 2>/dev/null || true)
   if [ -n "$CONTAINERD_PID" ] && grep -qF "$DOCKERD_TMP" "/proc/$CONTAINERD_PID/cmdline" 2>/dev/null; then
     stop_pid "$CONTAINERD_PID" 10
   fi
   # Anything else started with our dirs in its command line (runc of build steps, shims).
-  for pid in $(pgrep -f -- "$DOCKERD_TMP|$DATA_ROOT" || true); do
+  local ours="$DOCKERD_TMP/|$DATA_ROOT/buildkit/"
+  for pid in $(pgrep -f -- "$ours" || true); do
     [ "$pid" = "$$" ] || [ "$pid" = "$BASHPID" ] || stop_pid "$pid" 5
   done
-  if pgrep -f -- "$DOCKERD_TMP|$DATA_ROOT" >/dev/null; then
-    die "processes of dockerd survived SIGKILL: $(pgrep -a -f -- "$DOCKERD_TMP|$DATA_ROOT" | tr '\n' ';')"
+  if pgrep -f -- "$ours" >/dev/null; then
+    die "processes of dockerd survived SIGKILL: $(pgrep -a -f -- "$ours" | tr '\n' ';')"
   fi
   unmount_under "$DOCKERD_TMP"
   unmount_under "$DATA_ROOT"
@@ -410,8 +429,11 @@ for bin in debootstrap dockerd containerd runc gcc "$DOCKER"; do
   command -v "$bin" >/dev/null || die "$bin is missing: run stack/install/node-packages.sh"
 done
 # One build at a time: two dockerds cannot share a data root.
+# (dockerd is started without fd 9: a dockerd left by a killed run must not hold the lock.)
 exec 9>"$DELTAFLOW_CACHE/.image.lock"
 flock -w 3600 9 || die "another image.sh holds $DELTAFLOW_CACHE/.image.lock"
+# Build contexts of runs that were killed before their EXIT trap.
+find /tmp -maxdepth 1 -name 'deltaflow-context.*' -mmin +60 -exec rm -rf {} + 2>/dev/null || true
 
 if is_complete "$BASE_DIR"; then
   log "base image rootfs already built ($BASE_DIR)"
