@@ -28,8 +28,13 @@ NODE_NAME = "deltaflow-node"
 LOCK_FILE = Path("/run/lock/deltaflow-node.lock")
 NETNS_DIR = Path("/run/netns")
 CNI_BIN_DIR = "/usr/lib/cni"
-# The kubelet sets these unless told not to; they are put back as they were when the node stops.
-KUBELET_SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
+# The kubelet sets some of these unless told not to; all are put back when the node stops.
+KUBELET_SYSCTLS = (
+    "vm/overcommit_memory",
+    "kernel/panic",
+    "kernel/panic_on_oops",
+    "net/ipv4/ip_forward",  # nothing of the node should turn it on; put back if anything did
+)
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
@@ -82,15 +87,16 @@ def _cni_config(work: Path, net: PodNetwork) -> dict[str, Any]:
             {
                 "type": "bridge",
                 "bridge": net.bridge,
-                "isGateway": True,
-                # No masquerade (and IP forwarding stays off): pods reach the host and each
-                # other, never anything beyond the machine.
+                # No default route, no masquerade, and IP forwarding stays off (isGateway would
+                # turn it on): pods reach the host (on the bridge) and each other, and Services
+                # through the one route below, never anything beyond the machine.
+                "isGateway": False,
                 "ipMasq": False,
                 "hairpinMode": True,
                 "ipam": {
                     "type": "host-local",
                     "ranges": [[{"subnet": net.pod_cidr, "gateway": net.gateway}]],
-                    "routes": [{"dst": "0.0.0.0/0"}],
+                    "routes": [{"dst": net.service_cidr, "gw": net.gateway}],
                     "dataDir": str(work / "cni" / "ipam"),
                 },
             }

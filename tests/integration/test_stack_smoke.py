@@ -107,8 +107,13 @@ def test_rbac_denies_a_service_account_without_bindings(
     assert allowed.returncode == 0, allowed.stderr
 
 
-def _pod(name: str, *, restricted: bool) -> str:
-    container: dict[str, object] = {"name": "main", "image": "busybox:1.36"}
+def _pod(name: str, image: str, *, restricted: bool, command: list[str] | None = None) -> str:
+    container: dict[str, object] = {
+        "name": "main",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": command or ["true"],
+    }
     if restricted:
         container["securityContext"] = {
             "runAsNonRoot": True,
@@ -124,7 +129,7 @@ def _pod(name: str, *, restricted: bool) -> str:
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": name},
-            "spec": {"containers": [container]},
+            "spec": {"containers": [container], "restartPolicy": "Never"},
         }
     )
 
@@ -134,15 +139,61 @@ def test_pod_security_restricted_is_enforced(kube: KubeControlPlane) -> None:
     kube.kubectl("label", "namespace", "psa-smoke", "pod-security.kubernetes.io/enforce=restricted")
     kube.kubectl("-n", "psa-smoke", "create", "serviceaccount", "default", check=False)
 
-    rejected = kube.kubectl(
-        "-n", "psa-smoke", "apply", "-f", "-", stdin=_pod("as-root", restricted=False), check=False
-    )
+    as_root = _pod("as-root", kube.image, restricted=False)
+    rejected = kube.kubectl("-n", "psa-smoke", "apply", "-f", "-", stdin=as_root, check=False)
     assert rejected.returncode != 0
     assert 'violates PodSecurity "restricted' in rejected.stderr, rejected.stderr
 
-    kube.kubectl("-n", "psa-smoke", "apply", "-f", "-", stdin=_pod("compliant", restricted=True))
-    pod = kube.kubectl_json("-n", "psa-smoke", "get", "pod", "compliant")
-    assert pod["metadata"]["name"] == "compliant"
+    # The compliant pod is admitted and really runs on the node, as the user it asked for.
+    compliant = _pod("compliant", kube.image, restricted=True, command=["id", "-u"])
+    kube.kubectl("-n", "psa-smoke", "apply", "-f", "-", stdin=compliant)
+    _wait_succeeded(kube, "psa-smoke", "compliant")
+    assert kube.kubectl("-n", "psa-smoke", "logs", "compliant").stdout.strip() == "1000"
+
+
+def _wait_succeeded(kube: KubeControlPlane, namespace: str, name: str) -> None:
+    deadline = time.monotonic() + 120
+    phase = ""
+    while time.monotonic() < deadline:
+        phase = kube.kubectl_json("-n", namespace, "get", "pod", name)["status"].get("phase", "")
+        if phase in ("Succeeded", "Failed"):
+            break
+        time.sleep(0.5)
+    logs = kube.kubectl("-n", namespace, "logs", name, check=False)
+    assert phase == "Succeeded", f"pod {name} is {phase}: {logs.stdout}{logs.stderr}"
+
+
+# Run inside a pod: the API server through the `kubernetes` Service with the pod's own token and
+# CA, then Kafka through the broker's listener for pods.
+_IN_POD_PROBE = """
+import json, os, socket, ssl, sys, urllib.request
+sa = "/var/run/secrets/kubernetes.io/serviceaccount"
+host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"]
+req = urllib.request.Request(f"https://{host}:{port}/version")
+req.add_header("Authorization", "Bearer " + open(f"{sa}/token").read())
+ctx = ssl.create_default_context(cafile=f"{sa}/ca.crt")
+print(json.load(urllib.request.urlopen(req, context=ctx, timeout=10))["gitVersion"])
+kafka_host, kafka_port = sys.argv[1].rsplit(":", 1)
+socket.create_connection((kafka_host, int(kafka_port)), timeout=10).close()
+print("kafka reachable")
+"""
+
+
+def test_pods_reach_the_api_server_and_kafka(kube: KubeControlPlane, kafka: KafkaBroker) -> None:
+    kube.kubectl("create", "namespace", "net-smoke")
+    assert kafka.pod_bootstrap_servers is not None
+    probe = _pod(
+        "probe",
+        kube.image,
+        restricted=True,
+        command=["python3", "-c", _IN_POD_PROBE, kafka.pod_bootstrap_servers],
+    )
+    kube.kubectl("-n", "net-smoke", "apply", "-f", "-", stdin=probe)
+    _wait_succeeded(kube, "net-smoke", "probe")
+    out = kube.kubectl("-n", "net-smoke", "logs", "probe").stdout.split()
+    assert out == ["v1.36.3", "kafka", "reachable"], out
+    # Pods reach the host and each other only: nothing routes or masquerades them off the machine.
+    assert Path("/proc/sys/net/ipv4/ip_forward").read_text().strip() == "0"
 
 
 def test_garbage_collector_removes_dependents(kube: KubeControlPlane) -> None:
