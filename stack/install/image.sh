@@ -434,6 +434,11 @@ exec 9>"$DELTAFLOW_CACHE/.image.lock"
 flock -w 3600 9 || die "another image.sh holds $DELTAFLOW_CACHE/.image.lock"
 # Build contexts of runs that were killed before their EXIT trap.
 find /tmp -maxdepth 1 -name 'deltaflow-context.*' -mmin +60 -exec rm -rf {} + 2>/dev/null || true
+if is_complete "$DEST"; then # built by the run we waited for
+  log "$IMAGE already built ($DEST)"
+  echo "$DEST"
+  exit 0
+fi
 
 if is_complete "$BASE_DIR"; then
   log "base image rootfs already built ($BASE_DIR)"
