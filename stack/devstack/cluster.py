@@ -18,6 +18,19 @@ def image_env() -> dict[str, str]:
     return {k.strip(): v.strip() for k, v in pairs if k.strip()}
 
 
+def built_image_id() -> str:
+    """``sha256:<config digest>`` of the image image.sh built (from its docker-save archive): the
+    imageID the kubelet reports for a container that runs exactly that image."""
+    import json
+    import tarfile
+
+    with tarfile.open(installed_path("image") / "deltaflow.tar") as archive:
+        member = archive.extractfile("manifest.json")
+        assert member is not None
+        config = str(json.load(member)[0]["Config"])  # "<hex>.json" or "blobs/sha256/<hex>"
+    return "sha256:" + config.rsplit("/", 1)[-1].removesuffix(".json")
+
+
 def start_cluster(work_dir: Path, net: PodNetwork, progress: bool = True) -> KubeControlPlane:
     """Start the control plane and the node; the node's containerd holds the project's image."""
     t0 = time.monotonic()

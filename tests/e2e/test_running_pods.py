@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from devstack.cluster import install_operator, lake_volume
+from devstack.cluster import built_image_id, install_operator, lake_volume
 from devstack.demo import BROKEN, cluster_manifest, create_topic, produce_orders
 from devstack.kafka import KafkaBroker
 from devstack.kube import KubeControlPlane
@@ -221,6 +221,11 @@ def test_records_flow_through_driver_and_executor_pods_exactly_once(stream: Stre
     )
     t_executors = time.monotonic() - applied
     # Spark's Kubernetes backend made them, owned by the driver pod: they go when it goes.
+    # Every pod runs the image built from the Dockerfile in this run (same config digest).
+    built = built_image_id()
+    for pod in [*driver, *executors, *stream.running(OPERATOR_PODS, OPERATOR_NAMESPACE)]:
+        status = pod["status"]["containerStatuses"][0]
+        assert (status["image"], status["imageID"]) == (stream.kube.image, built), status
     for pod in executors:
         owners = pod["metadata"]["ownerReferences"]
         assert [(o["kind"], o["name"]) for o in owners] == [("Pod", f"{NAME}-driver")]
