@@ -94,7 +94,7 @@ def run(settings: Settings | None = None) -> int:
     leading.wait()
     if lost.is_set():
         return 1
-    handlers.install(settings, Kube())
+    handlers.install(settings, Kube(), stop_flag=stop)
     kopf.run(clusterwide=True, standalone=True, stop_flag=stop)
     if lost.is_set():
         return 1
