@@ -298,13 +298,17 @@ def _start_etcd_and_apiserver(
     write_kubeconfig(plane.kubeconfig, plane.server, plane.ca_file, plane.admin_token)
 
 
-def _start_controller_manager(plane: KubeControlPlane, timeout: float) -> None:
-    work, pki = plane.work_dir, plane.work_dir / "pki"
+def _start_controller(
+    plane: KubeControlPlane, name: str, extra_args: list[str], timeout: float
+) -> None:
+    """Start kube-controller-manager or kube-scheduler on loopback, as admin, one instance (no
+    leader election), and wait until its /healthz answers."""
+    work = plane.work_dir
     port = free_port()
-    kcm = Service(
-        "kube-controller-manager",
+    service = Service(
+        name,
         [
-            str(plane.bin_dir / "kube-controller-manager"),
+            str(plane.bin_dir / name),
             f"--kubeconfig={plane.kubeconfig}",
             f"--authentication-kubeconfig={plane.kubeconfig}",
             f"--authorization-kubeconfig={plane.kubeconfig}",
@@ -312,44 +316,29 @@ def _start_controller_manager(plane: KubeControlPlane, timeout: float) -> None:
             "--authentication-skip-lookup=true",  # no front-proxy CA in this control plane
             "--bind-address=127.0.0.1",
             f"--secure-port={port}",
-            f"--service-account-private-key-file={pki / 'sa.key'}",
-            f"--root-ca-file={pki / 'ca.crt'}",
-            f"--cert-dir={work / 'kcm-certs'}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--cert-dir={work / (name + '-certs')}",
+            *extra_args,
         ],
-        work / "kube-controller-manager.log",
+        work / f"{name}.log",
     )
-    plane.services.append(kcm)
-    kcm.start()
-    kcm.wait_ready(
+    plane.services.append(service)
+    service.start()
+    service.wait_ready(
         lambda: _https_ok(f"https://127.0.0.1:{port}/healthz", None, None),
         timeout,
         "healthy (/healthz)",
     )
+
+
+def _start_controller_manager(plane: KubeControlPlane, timeout: float) -> None:
+    pki = plane.work_dir / "pki"
+    args = [
+        f"--service-account-private-key-file={pki / 'sa.key'}",
+        f"--root-ca-file={pki / 'ca.crt'}",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
+    ]
+    _start_controller(plane, "kube-controller-manager", args, timeout)
 
 
 def _start_scheduler(plane: KubeControlPlane, timeout: float) -> None:
-    work = plane.work_dir
-    port = free_port()
-    scheduler = Service(
-        "kube-scheduler",
-        [
-            str(plane.bin_dir / "kube-scheduler"),
-            f"--kubeconfig={plane.kubeconfig}",
-            f"--authentication-kubeconfig={plane.kubeconfig}",
-            f"--authorization-kubeconfig={plane.kubeconfig}",
-            "--leader-elect=false",
-            "--authentication-skip-lookup=true",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={port}",
-            f"--cert-dir={work / 'scheduler-certs'}",
-        ],
-        work / "kube-scheduler.log",
-    )
-    plane.services.append(scheduler)
-    scheduler.start()
-    scheduler.wait_ready(
-        lambda: _https_ok(f"https://127.0.0.1:{port}/healthz", None, None),
-        timeout,
-        "healthy (/healthz)",
-    )
+    _start_controller(plane, "kube-scheduler", [], timeout)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -13,6 +11,7 @@ from typing import Any
 import pytest
 
 from support.operator_harness import OperatorUnderTest, load_example, restricted_namespace, wait_for
+from support.pod_watch import PodWatch
 
 NS = "data"
 CHILD_KINDS = [
@@ -139,62 +138,11 @@ def test_scaling_change_keeps_the_driver(
     assert driver_uid(operator) == before
 
 
-class PodWatch:
-    """Records every driver pod the API server holds, from a `kubectl get -w` stream."""
-
-    def __init__(self, op: OperatorUnderTest) -> None:
-        self.proc = subprocess.Popen(
-            [
-                str(op.kube.kubectl_bin),
-                "-n",
-                NS,
-                "get",
-                "pods",
-                "-l",
-                "app.kubernetes.io/component=driver",
-                "--watch",
-                "--output-watch-events",
-                "-o",
-                "json",
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-            env=op.kube.env(),
-        )
-        self.events: list[tuple[str, str]] = []  # (event type, uid)
-        self.max_alive = 0
-        self.alive: set[str] = set()
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        buf = ""
-        for line in self.proc.stdout:
-            buf += line
-            try:  # one event per line, or pretty-printed over several: parse when complete
-                ev = json.loads(buf)
-            except json.JSONDecodeError:
-                continue
-            buf = ""
-            uid = ev["object"]["metadata"]["uid"]
-            self.events.append((ev["type"], uid))
-            if ev["type"] == "DELETED":
-                self.alive.discard(uid)
-            else:
-                self.alive.add(uid)
-            self.max_alive = max(self.max_alive, len(self.alive))
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(10)
-
-
 def test_executor_memory_change_replaces_the_driver_exactly_once(
     operator: OperatorUnderTest, orders: dict[str, Any]
 ) -> None:
     before = wait_for("driver uid", lambda: driver_uid(operator))
-    watch = PodWatch(operator)
+    watch = PodWatch(operator.kube, NS, "app.kubernetes.io/component=driver")
     time.sleep(1)
     _patch_spec(operator, {"executor": {"memory": "3g"}})
     after = wait_for("a new driver", lambda: (u := driver_uid(operator)) != before and u)
@@ -299,7 +247,7 @@ def test_operator_killed_mid_reconcile_resumes_without_duplicates(
     restarts = before["status"]["driver"]["restarts"]
     old_uid = wait_for("driver", lambda: driver_uid(operator))
     leader = next(r.service for r in operator.replicas if r.service.alive())
-    watch = PodWatch(operator)
+    watch = PodWatch(operator.kube, NS, "app.kubernetes.io/component=driver")
     # Trigger work, then kill the operator while it reacts.
     _patch_spec(operator, {"trigger": {"interval": "15s"}})
     time.sleep(0.3)

@@ -15,8 +15,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -32,6 +30,7 @@ from devstack.kafka import KafkaBroker
 from devstack.kube import KubeControlPlane
 from support.figures import record
 from support.operator_harness import OPERATOR_NAMESPACE, wait_for
+from support.pod_watch import PodWatch
 
 NS = "lakehouse"
 NAME = "orders"
@@ -360,53 +359,9 @@ def test_leader_pod_deleted_standby_takes_over_and_suspend_resume_with_real_pods
     stream.assert_exactly_once()
 
 
-class DriverPodWatch:
-    """Every driver pod that exists, from a `kubectl get -w` stream: how many at most at once."""
-
-    def __init__(self, kube: KubeControlPlane) -> None:
-        self.proc = subprocess.Popen(
-            [
-                str(kube.kubectl_bin), "-n", NS, "get", "pods", "-l", DRIVER, "--watch",
-                "--output-watch-events", "-o", "json",
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-            env=kube.env(),
-        )  # fmt: skip
-        self.alive: set[str] = set()
-        self.max_alive = 0
-        self.events: list[tuple[str, str, str]] = []
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        buf = ""
-        for line in self.proc.stdout:
-            buf += line
-            try:
-                event = json.loads(buf)
-            except json.JSONDecodeError:
-                continue
-            buf = ""
-            obj = event["object"]
-            uid, phase = obj["metadata"]["uid"], obj.get("status", {}).get("phase", "")
-            self.events.append((event["type"], uid, phase))
-            if event["type"] == "DELETED":
-                self.alive.discard(uid)
-            else:
-                self.alive.add(uid)
-            self.max_alive = max(self.max_alive, len(self.alive))
-
-    def stop(self) -> None:
-        """Stop watching."""
-        self.proc.terminate()
-        self.proc.wait(10)
-
-
 def test_driver_replacement_never_overlaps_a_terminating_driver(stream: Stream) -> None:
     old = wait_for("a running driver", stream.driver_uid, timeout=120)
-    watch = DriverPodWatch(stream.kube)
+    watch = PodWatch(stream.kube, NS, DRIVER)
     time.sleep(1)
     stream.produce(1000)
     stream.patch({"trigger": {"interval": "3s"}})  # needs a new driver
@@ -420,7 +375,7 @@ def test_driver_replacement_never_overlaps_a_terminating_driver(stream: Stream) 
     watch.stop()
     # The old pod terminated gracefully (its batch committed) before the new one was created.
     assert watch.max_alive == 1, watch.events
-    assert {uid for kind, uid, _ in watch.events if kind == "ADDED"} <= {old, new}
+    assert watch.added() <= {old, new}, watch.events
     stream.assert_exactly_once()
 
 
