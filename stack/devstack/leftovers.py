@@ -25,6 +25,14 @@ def leftovers() -> list[str]:
             found.append(f"mount {point}")
     if NETNS_DIR.exists():
         found += [f"network namespace {n}" for n in os.listdir(NETNS_DIR) if n.startswith("cni-")]
+    # What the kubelet, containerd and libcni write outside their configured roots.
+    found += [f"file {p}" for p in Path("/var/lib/cni/results").glob("deltaflow-*")]
+    found += [f"socket {p}" for p in Path("/var/lib/kubelet/device-plugins").glob("kubelet.sock")]
+    found += [
+        f"dangling log link {p}"
+        for p in Path("/var/log/containers").glob("*.log")
+        if p.is_symlink() and not p.exists()
+    ]
     link = subprocess.run(["ip", "link", "show", BRIDGE], capture_output=True, check=False)
     if link.returncode == 0:
         found.append(f"network interface {BRIDGE}")

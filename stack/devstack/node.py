@@ -36,6 +36,15 @@ KUBELET_SYSCTLS = (
     "net/ipv4/ip_forward",  # nothing of the node should turn it on; put back if anything did
 )
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+# Host folders the kubelet, containerd and libcni write to whatever their configured roots: the
+# device-plugin socket, CNI result caches, container-log symlinks, shim sockets and fifos. What
+# the node adds under them is removed when it stops; what was there before is left alone.
+FIXED_HOST_PATHS = (
+    Path("/var/lib/kubelet"),
+    Path("/var/lib/cni"),
+    Path("/var/log/containers"),
+    Path("/run/containerd"),
+)
 
 
 def _run(*argv: str, check: bool = True, stdin: bytes | None = None) -> str:
@@ -219,14 +228,27 @@ class HostSnapshot:
     iptables: dict[str, str]
     sysctls: dict[str, str]
     netns: set[str]
+    host_paths: set[Path]
+    host_roots: tuple[Path, ...] = FIXED_HOST_PATHS
 
     @classmethod
     def take(cls) -> HostSnapshot:
-        """Record iptables rules, the kubelet's sysctls and the existing network namespaces."""
+        """Record iptables rules, the kubelet's sysctls, the existing network namespaces and what
+        exists under the fixed host folders."""
         rules = {tool: _run(f"{tool}-save") for tool in ("iptables", "ip6tables")}
         sysctls = {k: Path("/proc/sys", k).read_text().strip() for k in KUBELET_SYSCTLS}
         netns = set(os.listdir(NETNS_DIR)) if NETNS_DIR.exists() else set()
-        return cls(rules, sysctls, netns)
+        return cls(rules, sysctls, netns, _existing(FIXED_HOST_PATHS))
+
+    def remove_new_host_paths(self) -> None:
+        """Delete what appeared under the fixed host folders since the snapshot, deepest first."""
+        new = _existing(self.host_roots) - self.host_paths
+        for path in sorted(new, key=lambda p: -len(p.parts)):
+            with contextlib.suppress(OSError):
+                if path.is_dir() and not path.is_symlink():
+                    path.rmdir()
+                else:
+                    path.unlink()
 
     def restore(self) -> None:
         """Put iptables rules and sysctls back as they were."""
@@ -278,10 +300,22 @@ class Node:
                 (NETNS_DIR / ns).unlink()
         remove_bridge()
         _remove_cgroups()
+        self.snapshot.remove_new_host_paths()
         self.snapshot.restore()
         with contextlib.suppress(OSError):
             fcntl.flock(self.lock, fcntl.LOCK_UN)
             self.lock.close()
+
+
+def _existing(roots: tuple[Path, ...]) -> set[Path]:
+    """Every path under ``roots`` (the roots included), without following symlinks."""
+    found: set[Path] = set()
+    for root in roots:
+        if root.exists() or root.is_symlink():
+            found.add(root)
+            for folder, dirs, files in os.walk(root):
+                found.update(Path(folder, name) for name in (*dirs, *files))
+    return found
 
 
 def _new_netns(before: set[str]) -> list[str]:
