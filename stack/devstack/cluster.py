@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
+import tarfile
 import time
 from pathlib import Path
 
-from devstack.install import installed_path
+from devstack.install import REPO_ROOT, installed_path
 from devstack.kube import KubeControlPlane, start_control_plane
 from devstack.network import PodNetwork
 from devstack.node import record_container_pids, start_node
@@ -21,9 +24,6 @@ def image_env() -> dict[str, str]:
 def built_image_id() -> str:
     """``sha256:<config digest>`` of the image image.sh built (from its docker-save archive): the
     imageID the kubelet reports for a container that runs exactly that image."""
-    import json
-    import tarfile
-
     with tarfile.open(installed_path("image") / "deltaflow.tar") as archive:
         member = archive.extractfile("manifest.json")
         assert member is not None
@@ -80,9 +80,6 @@ def lake_volume(
     185 (the image's user), which owns the folder. The pods mount the claim, which the restricted
     Pod Security Standard allows (a hostPath in the pod spec it would not).
     """
-    import json
-    import os
-
     host_dir.mkdir(parents=True, exist_ok=True)
     os.chown(host_dir, 185, 185)
     host_dir.chmod(0o775)
@@ -128,8 +125,6 @@ def install_operator(
     timeout: str = "5m",
 ) -> None:
     """``helm install --wait`` of charts/deltaflow with the image the node holds."""
-    from devstack.install import REPO_ROOT
-
     repository, tag = plane.image.rsplit(":", 1)
     settings = {
         "image.repository": repository,

@@ -3,7 +3,8 @@
 Everything the node makes lives under its work directory (containerd root and state, kubelet
 root, pod logs, CNI state) or is recorded before it is made (network namespaces, iptables rules,
 the sysctls the kubelet sets), and :meth:`Node.stop` takes all of it away again: container
-processes, mounts, network namespaces, the bridge, iptables chains, cgroups. Only one node can
+processes, mounts, network namespaces (and with them the pods' veths), iptables chains,
+cgroups. The bridge belongs to devstack.network, which creates and removes it. Only one node can
 run on a machine at a time (kube-proxy's iptables chains are global): a lock file says so.
 """
 
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from devstack.kube import KubeControlPlane
-from devstack.network import PodNetwork, remove_bridge
+from devstack.network import PodNetwork
 from devstack.process import Service, ServiceError, free_port, record_pid, tail
 
 NODE_NAME = "deltaflow-node"
@@ -298,7 +299,6 @@ class Node:
             with contextlib.suppress(OSError):
                 _run("umount", "-l", str(NETNS_DIR / ns), check=False)
                 (NETNS_DIR / ns).unlink()
-        remove_bridge()
         _remove_cgroups()
         self.snapshot.remove_new_host_paths()
         self.snapshot.restore()

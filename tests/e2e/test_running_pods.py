@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from devstack.cluster import built_image_id, install_operator, lake_volume
-from devstack.demo import BROKEN, cluster_manifest, create_topic, produce_orders
+from devstack.demo import BROKEN, cluster_manifest, create_topic, pods, produce_orders, running
 from devstack.kafka import KafkaBroker
 from devstack.kube import KubeControlPlane
 from support.figures import record
@@ -70,12 +70,12 @@ class Stream:
 
     def pods(self, selector: str, namespace: str = NS) -> list[dict[str, Any]]:
         """Pods matching ``selector`` that are not being deleted."""
-        items = self.kube.kubectl_json("-n", namespace, "get", "pods", "-l", selector)["items"]
+        items = pods(self.kube, namespace, selector)
         return [p for p in items if not p["metadata"].get("deletionTimestamp")]
 
     def running(self, selector: str, namespace: str = NS) -> list[dict[str, Any]]:
         """Pods matching ``selector`` that run with every container ready."""
-        return [p for p in self.pods(selector, namespace) if _ready(p)]
+        return [p for p in self.pods(selector, namespace) if running(p)]
 
     def driver_uid(self) -> str | None:
         """The uid of the running driver pod, if one runs."""
@@ -154,13 +154,6 @@ class Stream:
         missing = expected - set(landed)
         assert not missing, f"{len(missing)} records lost, e.g. {sorted(missing)[:5]}"
         assert set(landed) == expected
-
-
-def _ready(pod: dict[str, Any]) -> bool:
-    status = pod.get("status", {})
-    return status.get("phase") == "Running" and all(
-        c.get("ready") for c in status.get("containerStatuses", [])
-    )
 
 
 @pytest.fixture(scope="module")
