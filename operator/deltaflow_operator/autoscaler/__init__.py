@@ -1,0 +1,1 @@
+"""Executor autoscaling on Kafka lag: a pure policy (observations in, executor count out)."""

@@ -1,0 +1,653 @@
+"""How many executors the stream should run, from Kafka lag and the driver's measured capacity.
+
+Observations in, a desired executor count and a reason in words out. Pure: no Kubernetes, no
+Kafka, no Spark, no clock (the caller passes the time in), so every rule is checked in unit tests
+over simulated time.
+
+The model of one configuration (DS2-like: sized from measured capacity, not from lag alone)
+    The driver measures ``r``, the records one busy core processes per second, and the fixed
+    overhead of a micro-batch (planning, commit). A batch runs one task per Kafka partition (P
+    tasks) on ``slots = executors * cores`` task slots, in ``waves = ceil(P / slots)`` waves, so
+    its effective parallelism is ``P / waves``: only counts that remove a wave add capacity (with
+    P = 8 and one core each, 5, 6 and 7 executors are no faster than 4). A batch of R records
+    takes ``overhead + max(R / (r * P / waves), R * hottest_share / r)``: the second term is the
+    hottest partition's task, which runs on one core however many executors there are.
+    Throughput is R over that time, where R is what the next batch would take: the backlog or one
+    trigger interval of arrivals, whichever is larger, capped by maxOffsetsPerTrigger.
+
+Sizing
+    The stream needs ``arrivals + lag / targetLagSeconds`` records/s: keep up and clear the
+    backlog within the target. When the current count falls short, the recommendation is the
+    smallest count that meets the need. When no count within the bounds does, it is the smallest
+    count reaching the best throughput there is (executors that add nothing are never asked for)
+    and the verdict says what stops it: HotPartition (the hottest partition's task outlasts a
+    whole wave; it runs on one core whatever the count), BatchCap (maxOffsetsPerTrigger over the
+    batch overhead caps the rate), PartitionCeiling (as many task slots as partitions already)
+    or AtMaximum (maxExecutors). This is found from the model before anything is asked for, not
+    by trying. The hottest share is weighed like the need: each partition's arrivals plus its
+    backlog over the target.
+
+    A smaller count is only recommended with 25% headroom over the highest arrival rate seen in
+    the scale-down window (plus the backlog term), while scaling up needs no headroom; between the
+    two the count holds, so noise of +-10% around a boundary never flips it back and forth.
+
+Stabilization
+    Each round's recommendation is kept (by the caller, in the resource status). Like the HPA's
+    behavior windows, but over sized recommendations: the count goes up to the lowest
+    recommendation in force during the scale-up window (a spike shorter than the window does
+    nothing; a window of 0 acts at once), and down to the highest in force during the scale-down
+    window. A recommendation stays in force until the next one, and a window acts only once all
+    of it has been observed: after an operator restart nothing scales down for a whole window
+    (nor up for a whole scale-up window, unlike the HPA, which acts on an empty history). A
+    scale-up also waits until the executors already asked for have registered: the backlog that
+    grows while pods start is not counted twice.
+
+Unknowns and mistakes
+    When Kafka or the driver cannot be reached, or capacity or arrival rates are not measured
+    yet, the count is held (clamped into the bounds, which the spec may have changed), never
+    dropped, and such rounds are not recorded. A scale-up is checked afterwards: once its
+    executors have registered and a scale-up window (at least two triggers) has passed, a stream
+    still behind its target that commits less than half of the promised rate is Ineffective, and
+    nothing more is added until it commits 80% of the promise, catches up, or scales down.
+
+Compared with other autoscalers
+    KEDA's Kafka scaler sets ``replicas = ceil(total lag / lagThreshold)`` and the HPA scales up
+    at once and down after a 300 s stabilization window; the lag alone says nothing about how
+    fast a replica is, so it jumps between min and max (kedacore/keda #1983, #3904). Flink's
+    autoscaler sizes each vertex's parallelism as target rate over true processing rate with a
+    target utilization, adds a catch-up term (lag over the catch-up duration), and holds scale
+    down back by its stabilization and interval windows; each change restarts the job's tasks.
+    DS2 (Kalavri et al., OSDI'18) sizes from the true processing rate measured from busy time and
+    converges in at most three steps. Deltaflow sizes from the capacity the driver measures, in
+    one step (a second one only when the backlog grew while the scale-up window ran), and changes
+    the executors live inside the running driver: nothing restarts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Literal
+
+# A smaller count must carry the recent peak need with this much to spare: noise of +-10%
+# around a boundary then never scales back up right after a scale down.
+DOWN_HEADROOM = 1.25
+# A scale-up that yields less than this share of the rate it promised was ineffective...
+INEFFECTIVE_BELOW = 0.5
+# ...and counts as working again from this share (a gap between the two, so it does not flicker).
+RECOVERED_FROM = 0.8
+# Recommendations are kept this much longer than the longest window, so the one in force when a
+# window opens is still known.
+HISTORY_MARGIN_SECONDS = 60.0
+# Throughputs closer than this (relative) are the same: float noise must not pass for a gain.
+_SAME = 1e-9
+
+Verdict = Literal[
+    "Hold",
+    "ScaleUp",
+    "ScaleDown",
+    "Unknown",
+    "Ineffective",
+    "AtMaximum",
+    "PartitionCeiling",
+    "HotPartition",
+    "BatchCap",
+    "Stabilizing",
+    # Never returned here: the operator reports it when spec.scaling fixes the count by hand.
+    "Manual",
+]
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What the driver measured from its batches."""
+
+    records_per_core_second: float  # records per busy task-slot second: one core's true rate
+    batch_overhead_seconds: float  # fixed cost of a micro-batch (planning, commit)
+    batches: int  # how many batches the figures come from
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    """One Kafka partition as the stream sees it."""
+
+    topic: str
+    partition: int
+    lag: int  # records: log-end offset - the stream's committed offset (>= 0)
+    arrival_rate: float | None  # records/s into this partition, None until measured
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Everything the decision looks at this round."""
+
+    now: float
+    partitions: tuple[PartitionLag, ...] | None  # None: Kafka was unreachable this round
+    capacity: Capacity | None  # None: not measured yet, or the driver is unreachable
+    driver_reachable: bool
+    current_executors: int  # registered with the driver now
+    target_executors: int  # what the driver is asked to run (registered + pending)
+    consumption_rate: float | None  # records/s the stream committed over the last interval
+    cores_per_executor: int
+    trigger_interval_seconds: float
+    max_offsets_per_trigger: int | None
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The bounds and windows from the spec."""
+
+    min_executors: int
+    max_executors: int
+    target_lag_seconds: float
+    scale_up_stabilization_seconds: float
+    scale_down_stabilization_seconds: float
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """One round's recommendation before stabilization."""
+
+    at: float
+    executors: int
+    arrival_rate: float  # total arrival rate seen that round
+
+
+@dataclass(frozen=True)
+class LastAction:
+    """The last change of the executor count, to check afterwards that it helped."""
+
+    at: float
+    from_executors: int
+    to_executors: int
+    expected_rate: float  # records/s the model promised at to_executors
+
+
+@dataclass(frozen=True)
+class History:
+    """What the decision needs from earlier rounds; the caller stores it and passes it back."""
+
+    recommendations: tuple[Recommendation, ...] = ()
+    last_action: LastAction | None = None
+    ineffective_since: float | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The executor count to ask for, why, and the history to keep for the next round."""
+
+    desired: int  # == target_executors when holding
+    verdict: Verdict  # machine-readable reason (a condition reason)
+    reason: str  # one sentence for a human, with figures
+    lag_records: int | None  # total lag; None when Kafka is unreachable
+    lag_seconds: float | None
+    arrival_rate: float | None
+    history: History
+
+
+def lag_seconds(
+    lag_records: int, arrival_rate: float | None, throughput: float | None
+) -> float | None:
+    """How far behind the stream is, in seconds; None when it cannot be told.
+
+    With records arriving, the backlog is as old as ``lag / arrival rate``; with none arriving,
+    the time to drain it at ``throughput``.
+    """
+    if lag_records <= 0:
+        return 0.0
+    if arrival_rate is not None and arrival_rate > 0:
+        return lag_records / arrival_rate
+    if throughput is not None and throughput > 0:
+        return lag_records / throughput
+    return None
+
+
+def throughput(  # noqa: PLR0917 - positional, as the callers in the operator use it
+    executors: int,
+    capacity: Capacity,
+    cores_per_executor: int,
+    partitions: int,
+    batch_records: float,
+    hottest_share: float,
+) -> float:
+    """Records/s that ``executors`` sustain on batches of ``batch_records`` (see the module doc)."""
+    slots = executors * cores_per_executor
+    rate = capacity.records_per_core_second
+    if slots <= 0 or rate <= 0:
+        return 0.0
+    # Tasks run in waves of ``slots``: a count that leaves the number of waves unchanged adds
+    # nothing, however many slots it adds.
+    parallelism = partitions / math.ceil(partitions / slots) if partitions > 0 else float(slots)
+    records = max(batch_records, 1.0)
+    seconds = capacity.batch_overhead_seconds + max(
+        records / (rate * parallelism), records * min(max(hottest_share, 0.0), 1.0) / rate
+    )
+    return records / seconds if seconds > 0 else math.inf
+
+
+@dataclass(frozen=True)
+class _Model:
+    """Throughput of any count under this round's figures."""
+
+    capacity: Capacity
+    cores: int
+    partitions: int
+    hottest_share: float
+    interval: float
+    max_offsets: int | None
+    lag: int
+
+    def batch_records(self, arrival_rate: float) -> float:
+        records = max(float(self.lag), arrival_rate * self.interval)
+        if self.max_offsets is not None:
+            records = min(records, float(self.max_offsets))
+        return max(records, 1.0)
+
+    def throughput(self, executors: int, arrival_rate: float) -> float:
+        return throughput(
+            executors,
+            self.capacity,
+            self.cores,
+            self.partitions,
+            self.batch_records(arrival_rate),
+            self.hottest_share,
+        )
+
+    def smallest_meeting(self, low: int, high: int, need: float, arrival_rate: float) -> int | None:
+        """The smallest count in [low, high] whose throughput reaches ``need``."""
+        for executors in range(low, high + 1):
+            if self.throughput(executors, arrival_rate) >= need * (1 - _SAME):
+                return executors
+        return None
+
+    def best(self, low: int, high: int, arrival_rate: float) -> tuple[int, float]:
+        """The smallest count in [low, high] reaching the best throughput there, and that rate."""
+        best_executors, best_rate = low, self.throughput(low, arrival_rate)
+        for executors in range(low + 1, high + 1):
+            rate = self.throughput(executors, arrival_rate)
+            if rate > best_rate * (1 + _SAME):
+                best_executors, best_rate = executors, rate
+        return best_executors, best_rate
+
+
+def decide(observation: Observation, limits: Limits, history: History) -> Decision:
+    """Decide this round's executor count from what was observed and the earlier rounds."""
+    obs = observation
+    low = limits.min_executors
+    high = max(limits.max_executors, low)
+    base = min(max(obs.target_executors, low), high)
+    history = replace(history, recommendations=_pruned(history.recommendations, obs.now, limits))
+
+    parts, capacity = obs.partitions, obs.capacity
+    rates = [p.arrival_rate for p in parts] if parts is not None else []
+    if not obs.driver_reachable:
+        return _unknown(obs, history, base, "driver unreachable")
+    if parts is None:
+        return _unknown(obs, history, base, "Kafka unreachable")
+    if capacity is None or capacity.batches < 1 or capacity.records_per_core_second <= 0:
+        return _unknown(obs, history, base, "capacity not measured yet")
+    known = [rate for rate in rates if rate is not None]
+    if len(known) < len(rates):
+        missing = len(rates) - len(known)
+        return _unknown(
+            obs, history, base, f"arrival rate not measured yet for {missing} partition(s)"
+        )
+
+    lag = sum(p.lag for p in parts)
+    arrival = float(sum(known))
+    target_lag = max(limits.target_lag_seconds, 1e-9)
+    model = _Model(
+        capacity,
+        obs.cores_per_executor,
+        len(parts),
+        _hottest_share(parts, target_lag),
+        obs.trigger_interval_seconds,
+        obs.max_offsets_per_trigger,
+        lag,
+    )
+    measured = obs.consumption_rate
+    behind_s = lag_seconds(
+        lag,
+        arrival,
+        measured if measured else model.throughput(obs.current_executors, arrival),
+    )
+    round_ = _Round(obs, limits, model, low, high, base, lag, arrival, target_lag, behind_s)
+    return round_.decide(history)
+
+
+@dataclass(frozen=True)
+class _Round:
+    """One round with known figures: sizing, stabilization, and the words for it."""
+
+    obs: Observation
+    limits: Limits
+    model: _Model
+    low: int
+    high: int
+    base: int  # target_executors clamped into the bounds
+    lag: int
+    arrival: float
+    target_lag: float
+    lag_s: float | None
+
+    def decide(self, history: History) -> Decision:
+        obs, model = self.obs, self.model
+        need_up = self.arrival + self.lag / self.target_lag
+        ineffective_since = self._ineffective_since(history)
+
+        limit: Verdict | None = None
+        if model.throughput(self.base, self.arrival) < need_up * (1 - _SAME):
+            sized = model.smallest_meeting(self.low, self.high, need_up, self.arrival)
+            if sized is None:
+                sized, _ = model.best(self.low, self.high, self.arrival)
+                limit = self._why_limited(sized, need_up)
+            # While behind, never drop executors, even ones the model finds useless.
+            raw = max(sized, self.base)
+        else:
+            raw = self._sized_down(self.arrival)
+        if raw > self.base and ineffective_since is not None:
+            # Measured, not modelled: more executors did not help last time.
+            raw = self.base
+        recs = (*history.recommendations, Recommendation(obs.now, raw, self.arrival))
+        history = replace(history, recommendations=recs, ineffective_since=ineffective_since)
+
+        if raw > self.base:
+            desired, verdict, why = self._up(recs, raw, limit, need_up)
+        elif raw < self.base:
+            desired, verdict, why = self._down(recs, raw)
+        elif ineffective_since is not None:
+            desired, verdict, why = self.base, "Ineffective", self._ineffective_text(history)
+        elif limit is not None:
+            desired, verdict = self.base, limit
+            why = f"holding {self.base} executors: {self._state()}; "
+            why += self._limit_text(limit, need_up)
+        else:
+            desired, verdict, why = self.base, "Hold", self._hold_text(need_up)
+
+        desired = min(max(desired, self.low), self.high)
+        target = obs.target_executors
+        if desired != target:
+            if desired == self.base and verdict not in ("ScaleUp", "ScaleDown"):
+                # Only the bounds moved: they win over any window.
+                verdict = "ScaleUp" if desired > target else "ScaleDown"
+                why = (
+                    f"{target} -> {desired} executors: outside the bounds "
+                    f"[{self.low}, {self.high}]; {why}"
+                )
+            history = replace(
+                history,
+                last_action=LastAction(
+                    obs.now, target, desired, model.throughput(desired, self.arrival)
+                ),
+            )
+            if desired < target:
+                history = replace(history, ineffective_since=None)
+        return Decision(
+            desired=desired,
+            verdict=verdict,
+            reason=why,
+            lag_records=self.lag,
+            lag_seconds=self.lag_s,
+            arrival_rate=self.arrival,
+            history=history,
+        )
+
+    # -- sizing -------------------------------------------------------------------------------
+
+    def _sized_down(self, arrival_rate: float) -> int:
+        """The smallest count below the current one with headroom over ``arrival_rate``."""
+        need = DOWN_HEADROOM * (arrival_rate + self.lag / self.target_lag)
+        smaller = self.model.smallest_meeting(self.low, self.base - 1, need, arrival_rate)
+        return self.base if smaller is None else smaller
+
+    def _why_limited(self, executors: int, need: float) -> Verdict:
+        """What stops ``executors`` (the best count there is) from meeting ``need``."""
+        model, capacity = self.model, self.model.capacity
+        slots = max(executors * model.cores, 1)
+        parallelism = (
+            model.partitions / math.ceil(model.partitions / slots)
+            if model.partitions > 0
+            else float(slots)
+        )
+        # The hottest partition's task outlasts a whole wave: it alone bounds the batch, on one
+        # core, and no executor count shortens it.
+        if model.hottest_share * parallelism > 1 + 1e-6:
+            return "HotPartition"
+        cap, overhead = model.max_offsets, capacity.batch_overhead_seconds
+        if cap is not None and overhead > 0 and cap / overhead < need:
+            return "BatchCap"
+        if 0 < model.partitions <= slots:
+            return "PartitionCeiling"
+        return "AtMaximum"
+
+    def _ineffective_since(self, history: History) -> float | None:
+        """When the last scale-up was found not to deliver; None while it does (or is untested)."""
+        last, obs = history.last_action, self.obs
+        measured = obs.consumption_rate
+        if last is None or last.to_executors <= last.from_executors:
+            return None
+        if measured is None:
+            return history.ineffective_since
+        behind = self.lag_s is not None and self.lag_s > self.limits.target_lag_seconds
+        if not behind or measured >= RECOVERED_FROM * last.expected_rate:
+            return None
+        if history.ineffective_since is not None:
+            return history.ineffective_since
+        settle = max(self.limits.scale_up_stabilization_seconds, 2 * obs.trigger_interval_seconds)
+        if (
+            obs.now - last.at >= settle
+            and obs.current_executors >= last.to_executors
+            and measured < INEFFECTIVE_BELOW * last.expected_rate
+        ):
+            return obs.now
+        return None
+
+    # -- stabilization ------------------------------------------------------------------------
+
+    def _up(
+        self, recs: tuple[Recommendation, ...], raw: int, limit: Verdict | None, need: float
+    ) -> tuple[int, Verdict, str]:
+        obs, window = self.obs, self.limits.scale_up_stabilization_seconds
+        if obs.current_executors < obs.target_executors:
+            registered = f"{obs.current_executors} of {obs.target_executors}"
+            return (
+                self.base,
+                "Stabilizing",
+                f"want {raw} executors: {self._state()}; waiting until the {registered} asked "
+                "for have registered before sizing again",
+            )
+        in_force, observed = _in_force(recs, obs.now, window)
+        settled = min(r.executors for r in in_force)
+        if settled <= self.base or not observed:
+            wait = _wait(recs, obs.now, window, lambda r: r.executors <= self.base)
+            return (
+                self.base,
+                "Stabilizing",
+                f"want {raw} executors (now {self.base}): {self._state()}; the scale-up window "
+                f"of {_num(window)} s holds it back for another {_num(wait)} s",
+            )
+        desired = min(settled, self.high)
+        text = (
+            f"{obs.target_executors} -> {desired} executors: {self._state()}, "
+            f"arrivals {_num(self.arrival)} rec/s, capacity {_num(self._per_executor())} rec/s "
+            f"per executor, target {_num(self.limits.target_lag_seconds)} s"
+        )
+        if limit is not None:
+            return desired, limit, f"{text}; {self._limit_text(limit, need)}"
+        rate = self.model.throughput(desired, self.arrival)
+        text = f"{text}; {desired} give {_num(rate)} rec/s of {_num(need)} needed"
+        if desired < raw:
+            # The backlog grew while the window ran; the next rounds size for the rest.
+            text += f", the least recommended through the {_num(window)} s scale-up window"
+        return desired, "ScaleUp", text
+
+    def _down(self, recs: tuple[Recommendation, ...], raw: int) -> tuple[int, Verdict, str]:
+        obs, window = self.obs, self.limits.scale_down_stabilization_seconds
+        in_force, observed = _in_force(recs, obs.now, window)
+        peak = max(r.arrival_rate for r in in_force)
+        floor = self._sized_down(peak)
+        if floor >= self.base:
+            return (
+                self.base,
+                "Hold",
+                f"holding {self.base} executors: {self._state()}; the peak of {_num(peak)} rec/s "
+                f"in the last {_num(window)} s needs them with {DOWN_HEADROOM - 1:.0%} headroom",
+            )
+        settled = max(floor, *(r.executors for r in in_force))
+        if observed and settled < self.base:
+            rate = self.model.throughput(settled, peak)
+            return (
+                settled,
+                "ScaleDown",
+                f"{obs.target_executors} -> {settled} executors: {self._state()}, peak arrivals "
+                f"{_num(peak)} rec/s in the last {_num(window)} s; {settled} give {_num(rate)} "
+                f"rec/s, {DOWN_HEADROOM - 1:.0%} headroom",
+            )
+        wait = _wait(
+            recs,
+            obs.now,
+            window,
+            lambda r: r.executors >= self.base or self._sized_down(r.arrival_rate) >= self.base,
+        )
+        return (
+            self.base,
+            "Stabilizing",
+            f"want {raw} executors (now {self.base}): {self._state()}; the scale-down window of "
+            f"{_num(window)} s holds it back for another {_num(wait)} s",
+        )
+
+    # -- words --------------------------------------------------------------------------------
+
+    def _per_executor(self) -> float:
+        return self.model.capacity.records_per_core_second * self.model.cores
+
+    def _state(self) -> str:
+        text = f"lag {_num(self.lag)} records"
+        return text if self.lag_s is None else f"{text} ≈ {_num(self.lag_s)} s"
+
+    def _hold_text(self, need_up: float) -> str:
+        target = _num(self.limits.target_lag_seconds)
+        if self.lag_s is not None and self.lag_s > self.limits.target_lag_seconds:
+            rate = self.model.throughput(self.base, self.arrival)
+            return (
+                f"holding {self.base} executors: {self._state()}, they clear it within target "
+                f"{target} s ({_num(rate)} rec/s of {_num(need_up)} needed)"
+            )
+        return f"holding {self.base} executors: {self._state()}, within target {target} s"
+
+    def _limit_text(self, limit: Verdict, need: float) -> str:
+        model = self.model
+        best, rate = model.best(self.low, self.high, self.arrival)
+        figures = f"best {_num(rate)} rec/s at {best} executors, {_num(need)} needed"
+        if limit == "HotPartition":
+            share = model.hottest_share
+            return (
+                f"the hottest partition carries {share:.0%} of the work and one core does "
+                f"{_num(model.capacity.records_per_core_second)} rec/s; {figures}"
+            )
+        if limit == "BatchCap":
+            overhead = model.capacity.batch_overhead_seconds
+            return (
+                f"maxOffsetsPerTrigger {_num(model.max_offsets or 0)} with {_num(overhead)} s "
+                f"overhead per batch caps the rate; {figures}"
+            )
+        if limit == "PartitionCeiling":
+            return (
+                f"more executors add no parallelism: {model.partitions} partitions, "
+                f"{best * model.cores} task slots; {figures}"
+            )
+        return f"maxExecutors {self.high} reached; {figures}"
+
+    def _ineffective_text(self, history: History) -> str:
+        last = history.last_action
+        promised = _num(last.expected_rate) if last is not None else "?"
+        step = f"{last.from_executors} -> {last.to_executors}" if last is not None else "last"
+        measured = _num(self.obs.consumption_rate or 0.0)
+        return (
+            f"holding {self.base} executors: the {step} scale-up promised {promised} rec/s but "
+            f"the stream commits {measured} rec/s ({self._state()}); more executors would not "
+            "help: look for a hot partition, maxOffsetsPerTrigger, or a slow sink"
+        )
+
+
+def _unknown(obs: Observation, history: History, base: int, why: str) -> Decision:
+    """Hold the count (clamped into the bounds): nothing is known well enough to change it."""
+    parts = obs.partitions
+    lag = sum(p.lag for p in parts) if parts is not None else None
+    rates = [p.arrival_rate for p in parts] if parts is not None else []
+    known = [rate for rate in rates if rate is not None]
+    arrival = float(sum(known)) if parts is not None and len(known) == len(rates) else None
+    behind = lag_seconds(lag, arrival, obs.consumption_rate) if lag is not None else None
+    text = f"{why}: holding {base} executors"
+    if base != obs.target_executors:
+        text = f"{why}: {obs.target_executors} -> {base} executors, the bounds changed"
+    return Decision(base, "Unknown", text, lag, behind, arrival, history)
+
+
+def _hottest_share(parts: tuple[PartitionLag, ...], target_lag: float) -> float:
+    """The largest partition's share of the work the stream needs: arrivals plus catch-up."""
+    # Weighed like the need itself (arrivals + lag / target), so a backlog on one partition and
+    # arrivals skewed to one both count; with neither, the partitions are even.
+    weights = [(p.arrival_rate or 0.0) + p.lag / target_lag for p in parts]
+    total = sum(weights)
+    if total > 0:
+        return max(weights) / total
+    return 1 / len(parts) if parts else 1.0
+
+
+def _pruned(
+    recs: tuple[Recommendation, ...], now: float, limits: Limits
+) -> tuple[Recommendation, ...]:
+    """Recommendations young enough to matter, oldest first (ones from the future are dropped)."""
+    keep = (
+        max(limits.scale_up_stabilization_seconds, limits.scale_down_stabilization_seconds)
+        + HISTORY_MARGIN_SECONDS
+    )
+    return tuple(sorted((r for r in recs if now - keep < r.at <= now), key=lambda r: r.at))
+
+
+def _in_force(
+    recs: tuple[Recommendation, ...], now: float, window: float
+) -> tuple[list[Recommendation], bool]:
+    """The recommendations in force during the last ``window`` seconds, and whether it was seen.
+
+    One stays in force until the next, so the last one made before the window opened counts; if
+    there is none, the start of the window was not observed.
+    """
+    start = now - window
+    before = [r for r in recs if r.at <= start]
+    inside = [r for r in recs if r.at > start]
+    return ([before[-1], *inside], True) if before else (inside, False)
+
+
+def _wait(
+    recs: tuple[Recommendation, ...],
+    now: float,
+    window: float,
+    blocks: Callable[[Recommendation], bool],
+) -> float:
+    """Seconds until no blocking recommendation is in force within the window, if nothing changes.
+
+    The window must open at or after the first recommendation that follows the last blocking one
+    (the first one of all, when none blocks: the whole window must have been observed).
+    """
+    last = max((i for i, r in enumerate(recs) if blocks(r)), default=-1)
+    if last + 1 >= len(recs):
+        return window
+    return max(0.0, recs[last + 1].at + window - now)
+
+
+def _num(value: float) -> str:
+    """Compact figures for reasons: 1834000 -> 1.8M, 7520 -> 7.5k, 240 -> 240, 4.25 -> 4.2."""
+    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= size * 0.9995:
+            return _short(value / size) + unit
+    return _short(value)
+
+
+def _short(value: float) -> str:
+    if abs(value) >= 9.95:
+        return f"{value:.0f}"
+    text = f"{value:.1f}"
+    return text[:-2] if text.endswith(".0") else text

@@ -1,0 +1,568 @@
+"""The autoscaling policy, checked single round and over simulated time against a model stream."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import pytest
+
+from deltaflow_operator.autoscaler.policy import (
+    Capacity,
+    Decision,
+    History,
+    LastAction,
+    Limits,
+    Observation,
+    PartitionLag,
+    Recommendation,
+    decide,
+    lag_seconds,
+    throughput,
+)
+
+PER_CORE = 1000.0  # records per core-second, true and measured
+LIMITS = Limits(
+    min_executors=1,
+    max_executors=20,
+    target_lag_seconds=60,
+    scale_up_stabilization_seconds=30,
+    scale_down_stabilization_seconds=300,
+)
+INSTANT = replace(LIMITS, scale_up_stabilization_seconds=0, scale_down_stabilization_seconds=0)
+ROUND = 10.0  # seconds between decisions
+
+
+# -- a model stream --------------------------------------------------------------------------
+
+
+@dataclass
+class Stream:
+    """A Kafka -> Spark stream driven by the policy, one decision every ROUND seconds.
+
+    Its truth: a core processes PER_CORE records/s, tasks run in waves of task slots, the hottest
+    partition runs on one core, and the sink takes at most ``sink_limit`` records/s. Executors
+    asked for register ``start_delay`` seconds later; released ones leave at once.
+    """
+
+    partitions: int
+    rate: Callable[[float], float]  # records/s arriving at time t
+    executors: int = 3
+    cores: int = 1
+    shares: tuple[float, ...] | None = None  # arrival share of each partition; even when None
+    sink_limit: float = math.inf
+    start_delay: float = 15.0
+    max_offsets: int | None = None
+    limits: Limits = LIMITS
+    lag: float = 0.0
+    now: float = 0.0
+    history: History = field(default_factory=History)
+    target: int = 0
+    asked_at: float = -math.inf
+    consumption: float | None = None
+    decisions: list[Decision] = field(default_factory=list)
+    actions: list[tuple[float, int, int]] = field(default_factory=list)  # (at, from, to)
+
+    def __post_init__(self) -> None:
+        self.target = self.target or self.executors
+        if self.shares is None:
+            self.shares = (1 / self.partitions,) * self.partitions
+
+    def true_rate(self, executors: int) -> float:
+        assert self.shares is not None
+        waves = math.ceil(self.partitions / (executors * self.cores))
+        return min(PER_CORE * self.partitions / waves, PER_CORE / max(self.shares), self.sink_limit)
+
+    def observation(self) -> Observation:
+        assert self.shares is not None
+        rate = self.rate(self.now)
+        parts = tuple(
+            PartitionLag("orders", i, round(self.lag * share), rate * share)
+            for i, share in enumerate(self.shares)
+        )
+        return Observation(
+            now=self.now,
+            partitions=parts,
+            capacity=Capacity(PER_CORE, 0.0, 50),
+            driver_reachable=True,
+            current_executors=self.executors,
+            target_executors=self.target,
+            consumption_rate=self.consumption,
+            cores_per_executor=self.cores,
+            trigger_interval_seconds=ROUND,
+            max_offsets_per_trigger=self.max_offsets,
+        )
+
+    def step(self) -> Decision:
+        self.now += ROUND
+        if self.target > self.executors and self.now >= self.asked_at + self.start_delay:
+            self.executors = self.target
+        arrived = self.rate(self.now) * ROUND
+        processed = min(self.lag + arrived, self.true_rate(self.executors) * ROUND)
+        self.lag += arrived - processed
+        self.consumption = processed / ROUND
+        decision = decide(self.observation(), self.limits, self.history)
+        self.history = decision.history
+        self.decisions.append(decision)
+        if decision.desired != self.target:
+            self.actions.append((self.now, self.target, decision.desired))
+            if decision.desired > self.target:
+                self.asked_at = self.now
+            self.target = decision.desired
+            self.executors = min(self.executors, self.target)
+        return decision
+
+    def run(self, seconds: float) -> Stream:
+        for _ in range(round(seconds / ROUND)):
+            self.step()
+        return self
+
+    def lag_seconds(self) -> float:
+        return self.lag / self.rate(self.now)
+
+    def verdicts(self) -> set[str]:
+        return {d.verdict for d in self.decisions}
+
+
+def constant(rate: float) -> Callable[[float], float]:
+    return lambda t: rate
+
+
+def step_at(at: float, before: float, after: float) -> Callable[[float], float]:
+    return lambda t: before if t < at else after
+
+
+def spike(start: float, seconds: float, base: float, peak: float) -> Callable[[float], float]:
+    return lambda t: peak if start <= t < start + seconds else base
+
+
+def noisy(rate: float, seed: int, spread: float = 0.1) -> Callable[[float], float]:
+    rng = random.Random(seed)
+    noise = [rng.uniform(-spread, spread) for _ in range(1000)]
+    return lambda t: rate * (1 + noise[int(t // ROUND) % len(noise)])
+
+
+# -- the model of one configuration ----------------------------------------------------------
+
+
+def test_throughput_counts_waves_not_slots() -> None:
+    cap = Capacity(PER_CORE, 0.0, 10)
+    rates = {e: throughput(e, cap, 1, 8, 100_000, 1 / 8) for e in range(1, 10)}
+    # 8 partitions: 3 slots run 3 waves, 4..7 slots 2 waves, 8 or more one wave.
+    assert rates[3] == pytest.approx(8 / 3 * PER_CORE)
+    assert rates[4] == rates[5] == rates[6] == rates[7] == pytest.approx(4 * PER_CORE)
+    assert rates[8] == rates[9] == pytest.approx(8 * PER_CORE)
+
+
+def test_throughput_with_overhead_hot_partition_and_no_partitions() -> None:
+    cap = Capacity(PER_CORE, 2.0, 10)
+    # 40k records on 4 one-core executors: 2 s overhead + 10 s of work.
+    assert throughput(4, cap, 1, 4, 40_000, 0.25) == pytest.approx(40_000 / 12)
+    # The hottest partition (90% of the work) runs on one core whatever the count.
+    hot = Capacity(PER_CORE, 0.0, 10)
+    assert throughput(8, hot, 1, 8, 10_000, 0.9) == pytest.approx(PER_CORE / 0.9)
+    assert throughput(2, hot, 1, 8, 10_000, 0.9) == throughput(8, hot, 1, 8, 10_000, 0.9)
+    # Partitions unknown: every slot counts.
+    assert throughput(3, hot, 2, 0, 10_000, 0.0) == pytest.approx(6 * PER_CORE)
+    assert throughput(0, hot, 2, 8, 10_000, 0.1) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("lag", "arrival", "rate", "expected"),
+    [
+        (0, 5000.0, 1000.0, 0.0),
+        (0, None, None, 0.0),
+        (120_000, 2000.0, 9000.0, 60.0),  # the backlog is a minute of arrivals old
+        (120_000, 0.0, 4000.0, 30.0),  # nothing arriving: the time to drain it
+        (120_000, None, 4000.0, 30.0),
+        (120_000, 0.0, None, None),
+        (120_000, 0.0, 0.0, None),
+    ],
+)
+def test_lag_seconds(
+    lag: int, arrival: float | None, rate: float | None, expected: float | None
+) -> None:
+    assert lag_seconds(lag, arrival, rate) == expected
+
+
+# -- single rounds ---------------------------------------------------------------------------
+
+
+def observation(
+    *,
+    partitions: int = 12,
+    arrival: float | None = 2000.0,
+    lag: int = 0,
+    shares: tuple[float, ...] | None = None,
+    executors: int = 3,
+    **kw: object,
+) -> Observation:
+    shares = shares or (1 / partitions,) * partitions
+    parts = tuple(
+        PartitionLag("orders", i, round(lag * s), None if arrival is None else arrival * s)
+        for i, s in enumerate(shares)
+    )
+    args: dict[str, object] = {
+        "now": 10_000.0,
+        "partitions": parts,
+        "capacity": Capacity(PER_CORE, 0.0, 20),
+        "driver_reachable": True,
+        "current_executors": executors,
+        "target_executors": executors,
+        "consumption_rate": None,
+        "cores_per_executor": 1,
+        "trigger_interval_seconds": ROUND,
+        "max_offsets_per_trigger": None,
+    }
+    args.update(kw)
+    return Observation(**args)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Round:
+    id: str
+    observation: Observation
+    verdict: str
+    desired: int
+    limits: Limits = INSTANT
+
+
+HOT = (0.9, *(0.1 / 7,) * 7)
+ROUNDS = [
+    # 12 partitions, one core each: 1..4 executors add 1k rec/s each, 5 = 4, 6..11 = 6, 12 = 12.
+    Round("steady", observation(arrival=2000), "Hold", 3),
+    Round("step-up-skips-useless-counts", observation(arrival=5000), "ScaleUp", 6),
+    Round("catch-up-term", observation(arrival=2000, lag=600_000), "ScaleUp", 12),
+    Round("down-with-headroom", observation(arrival=500), "ScaleDown", 1),
+    # 3 executors hold 2.5k rec/s; 2 would too, but not with 25% headroom.
+    Round("hysteresis-band", observation(arrival=1700), "Hold", 3),
+    Round("idle-goes-to-min", observation(arrival=0, executors=5), "ScaleDown", 1),
+    Round(
+        "behind-but-clearing-within-target",
+        observation(arrival=2000, lag=30_000),
+        "Hold",
+        3,
+    ),
+    # 5 executors run 3 waves like 4 (4k rec/s): enough, and 4 lack the headroom.
+    Round("busy-holds", observation(arrival=3900, executors=5), "Hold", 5),
+    Round("exactly-enough-holds", observation(arrival=4000, executors=4), "Hold", 4),
+    Round("kafka-down", replace(observation(executors=5), partitions=None), "Unknown", 5),
+    Round("capacity-unknown", observation(executors=5, capacity=None), "Unknown", 5),
+    Round(
+        "capacity-of-no-batches",
+        observation(executors=5, capacity=Capacity(0.0, 0.0, 0)),
+        "Unknown",
+        5,
+    ),
+    Round("driver-down", observation(executors=5, driver_reachable=False), "Unknown", 5),
+    Round("rates-unmeasured", observation(executors=5, arrival=None), "Unknown", 5),
+    Round(
+        "unknown-clamps-to-new-max",
+        observation(executors=5, driver_reachable=False),
+        "Unknown",
+        4,
+        replace(INSTANT, max_executors=4),
+    ),
+    Round(
+        "unknown-clamps-to-new-min",
+        observation(executors=2, capacity=None),
+        "Unknown",
+        3,
+        replace(INSTANT, min_executors=3),
+    ),
+    Round(
+        "min-raised",
+        observation(arrival=0, executors=1),
+        "ScaleUp",
+        2,
+        replace(INSTANT, min_executors=2),
+    ),
+    Round(
+        "partition-ceiling",
+        observation(partitions=4, arrival=10_000, executors=1),
+        "PartitionCeiling",
+        4,
+    ),
+    # Behind, executors are never dropped, not even ones past the ceiling.
+    Round(
+        "behind-never-drops",
+        observation(partitions=4, arrival=10_000, executors=6),
+        "PartitionCeiling",
+        6,
+    ),
+    Round(
+        "partition-ceiling-reached",
+        observation(partitions=4, arrival=10_000, executors=4),
+        "PartitionCeiling",
+        4,
+    ),
+    # maxExecutors 5: the 5th executor adds nothing over 4 (3 waves either way), so 4.
+    Round(
+        "at-maximum-skips-the-useless-one",
+        observation(arrival=10_000),
+        "AtMaximum",
+        4,
+        replace(INSTANT, max_executors=5),
+    ),
+    Round(
+        "at-maximum-held",
+        observation(arrival=10_000, executors=6),
+        "AtMaximum",
+        6,
+        replace(INSTANT, max_executors=6),
+    ),
+    Round(
+        "hot-partition",
+        observation(partitions=8, arrival=2000, shares=HOT, executors=1),
+        "HotPartition",
+        2,
+    ),
+    Round(
+        "batch-cap",
+        observation(
+            partitions=8,
+            arrival=8000,
+            lag=100_000,
+            executors=2,
+            max_offsets_per_trigger=5000,
+            capacity=Capacity(PER_CORE, 1.0, 20),
+        ),
+        "BatchCap",
+        8,
+    ),
+    Round(
+        "scale-up-waits-for-registration",
+        observation(arrival=9000, executors=3, target_executors=6),
+        "Stabilizing",
+        6,
+    ),
+]
+
+
+@pytest.mark.parametrize("case", ROUNDS, ids=lambda c: c.id)
+def test_single_round(case: Round) -> None:
+    decision = decide(case.observation, case.limits, History())
+    assert (decision.verdict, decision.desired) == (case.verdict, case.desired), decision.reason
+    assert case.limits.min_executors <= decision.desired <= case.limits.max_executors
+
+
+def test_reasons_carry_the_figures() -> None:
+    fast = Capacity(7500.0, 0.0, 20)
+    up = decide(
+        observation(arrival=12_000, lag=1_800_000, executors=2, capacity=fast), INSTANT, History()
+    )
+    assert up.reason == (
+        "2 -> 6 executors: lag 1.8M records ≈ 150 s, arrivals 12k rec/s, capacity 7.5k rec/s "
+        "per executor, target 60 s; 6 give 45k rec/s of 42k needed"
+    )
+    assert (up.lag_records, up.lag_seconds, up.arrival_rate) == (1_800_000, 150, 12_000)
+    hold = decide(observation(arrival=3000, lag=12_000, executors=4), INSTANT, History())
+    assert hold.reason == "holding 4 executors: lag 12k records ≈ 4 s, within target 60 s"
+    down = decide(replace(observation(executors=5), partitions=None), LIMITS, History())
+    assert down.reason == "Kafka unreachable: holding 5 executors"
+    assert (down.lag_records, down.arrival_rate) == (None, None)
+
+
+def test_unknown_rounds_are_not_recorded() -> None:
+    kept = History(recommendations=(Recommendation(9990.0, 4, 100.0),))
+    for obs in (
+        replace(observation(), partitions=None),
+        observation(capacity=None),
+        observation(driver_reachable=False),
+        observation(arrival=None),
+    ):
+        assert decide(obs, LIMITS, kept).history == kept
+
+
+def test_history_is_pruned_to_the_longest_window_and_a_margin() -> None:
+    old = tuple(Recommendation(10_000.0 - age, 3, 2000.0) for age in (400, 361, 350, 10))
+    decision = decide(observation(), LIMITS, History(recommendations=old))
+    assert [r.at for r in decision.history.recommendations] == [9650, 9990, 10_000]
+
+
+# -- over time -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("partitions", "cores", "executors", "rate"),
+    [
+        (8, 2, 4, 4000.0),  # half of 8k; 2 executors give 4k, not 25% more
+        (24, 1, 6, 4200.0),  # 70% of 6k; 5 executors give 4.8k < 5.25k
+        (24, 1, 3, 2000.0),
+    ],
+)
+def test_steady_load_holds(partitions: int, cores: int, executors: int, rate: float) -> None:
+    stream = Stream(partitions, constant(rate), executors=executors, cores=cores).run(1800)
+    assert stream.actions == []
+    assert stream.verdicts() == {"Hold"}
+    assert stream.lag == 0
+
+
+def test_a_step_up_converges_in_one_sized_action() -> None:
+    # 24 partitions: 3 executors give 3k rec/s; at 6k, 6 and 7 give 6k, 8 give 8k.
+    stream = Stream(24, step_at(600, 2000, 6000), executors=3).run(600)
+    assert stream.actions == []
+    stream.run(1200)
+    assert len(stream.actions) <= 2
+    assert stream.actions[0] == (630.0, 3, 8)  # the step has lasted the 30 s scale-up window
+    assert stream.target == 8
+    assert stream.lag_seconds() < LIMITS.target_lag_seconds
+    assert stream.lag == 0
+    # Waiting for the window is visible while it lasts.
+    assert [d.verdict for d in stream.decisions[59:63]] == ["Stabilizing"] * 3 + ["ScaleUp"]
+    assert "scale-up window of 30 s holds it back for another 30 s" in stream.decisions[59].reason
+
+
+def test_a_spike_shorter_than_the_scale_up_window_does_nothing() -> None:
+    stream = Stream(24, spike(300, 30, 2000, 4000), executors=3).run(1200)
+    assert stream.actions == []
+    assert "Stabilizing" in stream.verdicts()
+
+
+def test_a_spike_inside_the_scale_down_window_delays_the_scale_down() -> None:
+    # 8 executors for a load 3 can carry; a 30 s spike to 6k at t=200 sets a new peak.
+    stream = Stream(24, spike(200, 30, 2000, 6000), executors=8).run(1200)
+    assert len(stream.actions) == 1
+    at, before, after = stream.actions[0]
+    assert (before, after) == (8, 3)
+    # The spike's last round (t=220) must leave the 300 s window first.
+    assert 520 <= at <= 540
+    peak_held = [d for d in stream.decisions if 230 <= d.history.recommendations[-1].at < 520]
+    assert all(d.desired == 8 for d in peak_held)
+    assert any("peak of 6k rec/s" in d.reason for d in peak_held)
+
+
+@pytest.mark.parametrize(
+    ("executors", "rate", "seed"),
+    [
+        (3, 2900.0, 1),  # just under 3 executors' 3k: bursts above it
+        (3, 2900.0, 2),
+        (4, 2400.0, 3),  # 3 executors carry it with exactly 25% headroom on average
+        (4, 2400.0, 4),
+    ],
+)
+def test_noisy_rates_near_a_boundary_never_flap(executors: int, rate: float, seed: int) -> None:
+    stream = Stream(24, noisy(rate, seed), executors=executors).run(3600)
+    assert len(stream.actions) <= 1
+    assert all(after > before for _, before, after in stream.actions)
+
+
+def test_partition_ceiling_stops_at_the_partition_count() -> None:
+    stream = Stream(4, constant(6000), executors=1, lag=10_000_000).run(1200)
+    assert max(to for _, _, to in stream.actions) == 4
+    assert stream.target == 4
+    assert stream.decisions[-1].verdict == "PartitionCeiling"
+    assert "4 partitions, 4 task slots" in stream.decisions[-1].reason
+
+
+def test_min_and_max_hold() -> None:
+    capped = Stream(12, constant(20_000), executors=2, limits=replace(LIMITS, max_executors=5)).run(
+        1200
+    )
+    assert max(to for _, _, to in capped.actions) == 4  # the 5th adds nothing at 12 partitions
+    assert capped.decisions[-1].verdict == "AtMaximum"
+    idle = Stream(24, constant(0), executors=6, limits=replace(LIMITS, min_executors=2)).run(1200)
+    assert [to for _, _, to in idle.actions] == [2]
+    assert idle.actions[0][0] >= LIMITS.scale_down_stabilization_seconds
+
+
+def test_a_hot_partition_is_named_and_not_scaled_past_use() -> None:
+    stream = Stream(8, constant(2000), executors=1, shares=HOT).run(1200)
+    assert stream.target == 2  # the hot task is the batch from 2 executors on
+    assert all(to <= 2 for _, _, to in stream.actions)
+    assert stream.decisions[-1].verdict == "HotPartition"
+    assert "hottest partition carries 9" in stream.decisions[-1].reason
+
+
+def test_an_ineffective_scale_up_is_detected_and_not_repeated() -> None:
+    # The sink takes 2k rec/s whatever the executors: more executors cannot help.
+    stream = Stream(24, step_at(100, 1500, 6000), executors=2, sink_limit=2000).run(1800)
+    verdicts = [d.verdict for d in stream.decisions]
+    first = verdicts.index("Ineffective")
+    assert (
+        stream.decisions[first].history.ineffective_since
+        == stream.decisions[first].history.recommendations[-1].at
+    )
+    targets = [d.desired for d in stream.decisions]
+    assert max(targets[first:]) == targets[first]  # nothing added once detected
+    assert set(verdicts[first:]) == {"Ineffective"}
+    assert len(stream.actions) <= 2  # sized twice before the first could be judged
+    assert stream.target < LIMITS.max_executors
+    reason = stream.decisions[-1].reason
+    assert "commits 2k rec/s" in reason
+    assert "hot partition, maxOffsetsPerTrigger, or a slow sink" in reason
+
+
+def test_ineffective_clears_when_consumption_recovers() -> None:
+    last = LastAction(at=9000.0, from_executors=3, to_executors=6, expected_rate=6000.0)
+    history = History(last_action=last, ineffective_since=9500.0)
+
+    def behind(consumption: float) -> Observation:
+        return observation(arrival=5000.0, lag=600_000, executors=6, consumption_rate=consumption)
+
+    still = decide(behind(4000.0), INSTANT, history)
+    assert still.verdict == "Ineffective"
+    assert still.history.ineffective_since == 9500.0
+    better = decide(behind(5000.0), INSTANT, history)
+    assert better.verdict != "Ineffective"
+    assert better.history.ineffective_since is None
+    fresh = decide(
+        behind(2000.0),
+        INSTANT,
+        replace(history, ineffective_since=None),
+    )
+    assert fresh.verdict == "Ineffective"
+    assert fresh.history.ineffective_since == 10_000.0
+    # A scale down ends it too.
+    calm = decide(observation(arrival=500, executors=6, consumption_rate=500.0), INSTANT, history)
+    assert (calm.verdict, calm.desired, calm.history.ineffective_since) == ("ScaleDown", 1, None)
+    # Too soon after the action to judge it: the executors have not had their chance.
+    soon = replace(last, at=9995.0)
+    early = decide(behind(2000.0), INSTANT, History(last_action=soon))
+    assert early.verdict != "Ineffective"
+
+
+def test_scale_down_waits_the_window_and_keeps_what_the_peak_needs() -> None:
+    stream = Stream(24, step_at(600, 6000, 1000), executors=8).run(600)
+    assert stream.actions == []
+    stream.run(900)
+    assert len(stream.actions) == 1
+    at, _, to = stream.actions[0]
+    assert 900 <= at <= 920  # the last 6k round (t=590) leaves the 300 s window
+    assert to == 2  # 1 executor gives 1k, short of 1.25 x 1k
+    assert stream.decisions[-1].verdict == "Hold"
+
+
+def test_after_a_restart_nothing_scales_down_before_a_whole_window() -> None:
+    stream = Stream(24, constant(1000), executors=8).run(600)
+    assert [to for _, _, to in stream.actions] == [2]
+    assert stream.actions[0][0] >= 300
+    waiting = stream.decisions[0]
+    assert waiting.verdict == "Stabilizing"
+    assert "scale-down window of 300 s holds it back for another 300 s" in waiting.reason
+
+
+def test_after_a_restart_a_scale_up_waits_for_a_whole_scale_up_window() -> None:
+    stream = Stream(24, constant(6000), executors=3).run(60)
+    assert stream.actions[0][0] == 40  # first seen at t=10, 30 s window
+    assert stream.decisions[0].verdict == "Stabilizing"
+    assert "holds it back for another 30 s" in stream.decisions[0].reason
+
+
+def test_unknown_rounds_hold_and_never_drop_the_count() -> None:
+    stream = Stream(24, constant(1000), executors=8)
+    stream.run(200)
+    outage = [
+        decide(replace(stream.observation(), partitions=None), LIMITS, stream.history),
+        decide(replace(stream.observation(), driver_reachable=False), LIMITS, stream.history),
+        decide(replace(stream.observation(), capacity=None), LIMITS, stream.history),
+    ]
+    assert [(d.verdict, d.desired) for d in outage] == [("Unknown", 8)] * 3
+
+
+def test_the_recommendation_jumps_to_the_next_useful_count() -> None:
+    # 8 partitions: 5..7 executors are no faster than 4, so from 4 the next step is 8.
+    decision = decide(observation(partitions=8, arrival=4500, executors=4), INSTANT, History())
+    assert (decision.verdict, decision.desired) == ("ScaleUp", 8)
