@@ -164,6 +164,26 @@ class Kube:
                 )
         return missing
 
+    def secret_value(self, namespace: str, ref: SecretKeyRef) -> str:
+        """One Secret key's value, for the operator's own Kafka client (kept in memory only)."""
+        import base64
+
+        secret = self.core.read_namespaced_secret(ref.name, namespace)
+        data = secret.data or {}
+        if ref.key not in data:
+            raise LookupError(f"Secret {namespace}/{ref.name} has no key '{ref.key}'")
+        return base64.b64decode(data[ref.key]).decode()
+
+    def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        """Merge ``annotations`` into the pod's (the autoscaling channel to the driver)."""
+        try:
+            self.core.patch_namespaced_pod(
+                name, namespace, {"metadata": {"annotations": annotations}}
+            )
+        except ApiException as e:
+            if e.status != 404:  # the driver went away meanwhile: the next round sees it
+                raise
+
     def post_event(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> None:
         """Record an Event on ``involved`` (shown by ``kubectl describe``)."""
         meta = involved["metadata"]

@@ -26,3 +26,32 @@ DRIVER_ACTIONS = Counter(
     ["action", "reason"],
 )
 IS_LEADER = Gauge("deltaflow_operator_leader", "1 while this replica holds the leader Lease")
+# Autoscaling (see deltaflow_operator.scaling).
+LAG_RECORDS = Gauge(
+    "deltaflow_operator_kafka_lag_records",
+    "Records in the topic the stream has not committed yet",
+    ["namespace", "name"],
+)
+LAG_SECONDS = Gauge(
+    "deltaflow_operator_kafka_lag_seconds",
+    "Estimated age of the backlog (lag / arrival rate)",
+    ["namespace", "name"],
+)
+EXECUTORS_DESIRED = Gauge(
+    "deltaflow_operator_executors_desired", "Executors asked of the driver", ["namespace", "name"]
+)
+EXECUTORS_CURRENT = Gauge(
+    "deltaflow_operator_executors_current",
+    "Executors registered with the driver (its report)",
+    ["namespace", "name"],
+)
+SCALING_DECISIONS = Counter(
+    "deltaflow_operator_scaling_decisions_total",
+    "Autoscaler rounds, by verdict",
+    ["namespace", "name", "verdict"],
+)
+SCALE_ACTIONS = Counter(
+    "deltaflow_operator_scale_actions_total",
+    "Changes of the executor count",
+    ["namespace", "name", "direction"],
+)

@@ -18,7 +18,7 @@ from deltaflow_operator import metrics
 from deltaflow_operator.api import DeltaIngestion
 from deltaflow_operator.api.errors import describe
 from deltaflow_operator.api.identity import identity
-from deltaflow_operator.api.v1alpha1 import DeltaIngestionStatus, ExecutorStatus
+from deltaflow_operator.api.v1alpha1 import DeltaIngestionStatus
 from deltaflow_operator.builders import driver as driver_builders
 from deltaflow_operator.builders.common import config_map_name, driver_pod_name
 from deltaflow_operator.builders.maintenance import JOBS, maintenance_cronjob
@@ -26,6 +26,7 @@ from deltaflow_operator.decisions.changes import changed_fields, needs_driver_re
 from deltaflow_operator.decisions.conditions import set_condition
 from deltaflow_operator.decisions.driver import DriverPlan, Observed, decide_driver
 from deltaflow_operator.kube import Kube
+from deltaflow_operator.scaling import Autoscaler
 from deltaflow_operator.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ class Reconciler:
     def __init__(self, kube: Kube, settings: Settings) -> None:
         self.kube = kube
         self.settings = settings
+        self.autoscaler = Autoscaler(kube)
 
     def reconcile(self, namespace: str, name: str) -> float | None:
         """Bring one DeltaIngestion's children in line with its spec; seconds until next look."""
@@ -96,12 +98,39 @@ class Reconciler:
                 break
             ingestion = ingestion.model_copy(update={"status": self._status(ingestion, plan)})
             plan = self._plan(ingestion, changed)
+        status = self._status(ingestion, plan)
+        status = self._scale(body, ingestion, status)
         self.kube.patch_status(
-            namespace,
-            name,
-            self._status(ingestion, plan).model_dump(by_alias=True, mode="json", exclude_none=True),
+            namespace, name, status.model_dump(by_alias=True, mode="json", exclude_none=True)
         )
         return plan.requeue_after
+
+    def _scale(
+        self, body: dict[str, Any], ingestion: DeltaIngestion, status: DeltaIngestionStatus
+    ) -> DeltaIngestionStatus:
+        """One autoscaling round on the driver as it is now; its figures go into the status."""
+        pod = self.kube.get_pod(ingestion.namespace, driver_pod_name(ingestion.name))
+        outcome = self.autoscaler.step(ingestion, pod, time.time())
+        for event in outcome.events:
+            self.kube.post_event(body, event.type, event.reason, event.message)
+        value, reason, message = outcome.condition
+        conditions = set_condition(
+            status.conditions,
+            "Scaling",
+            value,
+            reason,
+            message,
+            ingestion.metadata.get("generation"),
+            datetime.now(UTC),
+        )
+        return status.model_copy(
+            update={
+                "conditions": conditions,
+                "executors": outcome.executors,
+                "lag": outcome.lag,
+                "autoscaler": outcome.autoscaler,
+            }
+        )
 
     def _spec_changes(self, ingestion: DeltaIngestion) -> tuple[bool, list[str]]:
         """(first reconcile?, spec fields changed since the config the driver was given)."""
@@ -143,20 +172,11 @@ class Reconciler:
     def _status(self, ingestion: DeltaIngestion, plan: DriverPlan) -> DeltaIngestionStatus:
         ids = identity(ingestion)
         previous = ingestion.status or DeltaIngestionStatus()
-        scaling = ingestion.spec.scaling
-        desired = (
-            0
-            if ingestion.spec.suspend
-            else max(
-                scaling.min_executors, min(scaling.max_executors, previous.executors.desired or 0)
-            )
-        )
         return previous.model_copy(
             update={
                 "observed_generation": ingestion.metadata.get("generation"),
                 "conditions": plan.conditions,
                 "driver": plan.driver,
-                "executors": ExecutorStatus(desired=desired, current=previous.executors.current),
                 "checkpoint_path": ids.checkpoint_path,
                 "dead_letter_table_path": ids.dead_letter_table_path,
             }

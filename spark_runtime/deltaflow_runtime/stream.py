@@ -19,10 +19,13 @@ from typing import TYPE_CHECKING
 
 from deltaflow_runtime.checkpoint import Checkpoint, TopicOffsets
 from deltaflow_runtime.config import Pipeline, trigger_seconds
+from deltaflow_runtime.executors import ExecutorControl
 from deltaflow_runtime.guard import StreamFacts, check_checkpoint
 from deltaflow_runtime.metrics import RuntimeMetrics, progress_sample
 from deltaflow_runtime.offsets import DataLossError, KafkaAdmin, data_loss_gaps, describe_gaps
 from deltaflow_runtime.parse import parse_spec
+from deltaflow_runtime.pod_channel import PodChannel
+from deltaflow_runtime.scaling_agent import ScalingAgent
 from deltaflow_runtime.sink import BatchWriter
 from deltaflow_runtime.source import (
     KafkaSecrets,
@@ -105,6 +108,8 @@ class StreamRunner:
         self.checkpoint = Checkpoint(spark, pipeline.identity.checkpoint_path)
         self.query: StreamingQuery | None = None
         self.writer: BatchWriter | None = None
+        self.scaling: ScalingAgent | None = None
+        self._partitions = 0
 
     def preflight(self) -> tuple[StreamFacts, TopicOffsets | None]:
         """The start-up guards; returns the facts and where the stream resumes (None: new)."""
@@ -162,7 +167,24 @@ class StreamRunner:
         )
         self.query = writer.start()
         threading.Thread(target=self._poll_kafka, name="deltaflow-kafka-poll", daemon=True).start()
+        self._start_scaling(self.query)
         return self.query
+
+    def _start_scaling(self, query: StreamingQuery) -> None:
+        """On Kubernetes, run the autoscaling agent (the operator sets the executor count)."""
+        control = ExecutorControl(self.spark)
+        conf = self.spark.sparkContext.getConf()
+        pod, namespace = (
+            conf.get("spark.kubernetes.driver.pod.name"),
+            conf.get("spark.kubernetes.namespace"),
+        )
+        if not control.supported() or not pod or not namespace:
+            return
+        self.scaling = ScalingAgent(control, PodChannel(namespace, pod), query_id=str(query.id))
+        self.scaling.set_run_id(str(query.runId))
+        threading.Thread(
+            target=self.scaling.run, args=(self._done,), name="deltaflow-scaling", daemon=True
+        ).start()
 
     def _topics(self) -> list[str]:
         source = self.pipeline.ingestion.spec.source
@@ -174,6 +196,7 @@ class StreamRunner:
         """Refresh lag and retention headroom from Kafka."""
         assert self.writer is not None
         tps = self.admin.partitions(self._topics())
+        self._partitions = len(tps)
         committed = self.writer.committed_offsets
         earliest, latest = self.admin.earliest_offsets(tps), self.admin.latest_offsets(tps)
         self.metrics.observe_offsets(committed, earliest, latest)
@@ -211,6 +234,13 @@ class StreamRunner:
                 # Kafka range twice (table pass, dead-letter pass). Rates are per record.
                 sample = sample.scaled(report.rows)
             self.metrics.observe_progress(sample)
+            if self.scaling is not None:
+                self.scaling.on_batch(
+                    sample.batch_id,
+                    sample.input_rows,
+                    sample.durations_ms.get("triggerExecution", 0) / 1000,
+                    self._partitions,
+                )
             line = {
                 "event": "batch_progress",
                 "batch": sample.batch_id,

@@ -39,6 +39,18 @@ class KafkaBroker:
         """Stop the broker (its data directory goes with the run's temp dir)."""
         self.service.stop()
 
+    def consumer_groups(self, *args: str) -> str:
+        """Run Kafka's standard ``kafka-consumer-groups`` tool against this broker; its stdout."""
+        tool = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+        done = subprocess.run(
+            ["java", "-Xmx256m", "-cp", f"{installed_path('kafka')}/*", tool,
+             "--bootstrap-server", self.bootstrap_servers, *args],
+            capture_output=True, text=True, check=False, timeout=120,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise ServiceError(f"kafka-consumer-groups {' '.join(args)} failed:\n{done.stderr}")
+        return done.stdout
+
     def restart(self, timeout: float = 90.0) -> None:
         """Stop the broker and start it again on the same ports and data (a broker restart)."""
         self.service.stop()

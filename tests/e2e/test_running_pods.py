@@ -38,7 +38,16 @@ TOPIC = "orders-e2e"
 PARTITIONS = 3
 DRIVER = f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=driver"
 EXECUTORS = f"spark-app-selector,spark-role=executor,app.kubernetes.io/instance={NAME}"
+REPORT = "deltaflow.io/driver-report"
+BURST = 300_000
 OPERATOR_PODS = "app.kubernetes.io/name=deltaflow"
+SCALING = {
+    "minExecutors": 1,
+    "maxExecutors": 3,
+    "targetLagSeconds": 10,
+    "scaleUpStabilizationSeconds": 0,
+    "scaleDownStabilizationSeconds": 30,
+}
 
 
 @dataclass
@@ -89,6 +98,29 @@ class Stream:
             if cond["type"] == type_:
                 return dict(cond)
         return {}
+
+    def status(self) -> dict[str, Any]:
+        """The DeltaIngestion's status."""
+        obj = self.kube.kubectl_json("-n", NS, "get", "deltaingestion", NAME)
+        return dict(obj.get("status") or {})
+
+    def report(self) -> dict[str, Any]:
+        """The running driver's last autoscaling report (its pod annotation), or {}."""
+        pods = self.running(DRIVER)
+        text = (pods[0]["metadata"].get("annotations") or {}).get(REPORT) if pods else None
+        return dict(json.loads(text)) if text else {}
+
+    def events(self, reason: str) -> list[str]:
+        """Messages of the DeltaIngestion's Events with ``reason``, oldest first."""
+        items = self.kube.kubectl_json(
+            "-n",
+            NS,
+            "get",
+            "events",
+            f"--field-selector=involvedObject.name={NAME},reason={reason}",
+        )["items"]
+        items.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+        return [str(e["message"]) for e in items]
 
     def patch(self, spec: dict[str, Any]) -> None:
         """Merge-patch the DeltaIngestion's spec."""
@@ -184,6 +216,10 @@ def stream(
     manifest = cluster_manifest(
         NAME, kafka.pod_bootstrap_servers, topic=TOPIC, trigger="2s", namespace=NS
     )
+    # Autoscaling sized for this 2-core node and CI: 1..3 executors (3 partitions), a burst is
+    # a backlog past 10 s, and executors go again 30 s after it is gone.
+    manifest["spec"]["scaling"] = SCALING
+    manifest["spec"]["source"]["maxOffsetsPerTrigger"] = 500_000
     s.timings["applied"] = time.monotonic()
     kube.kubectl("apply", "-f", "-", stdin=json.dumps(manifest))
     yield s
@@ -413,6 +449,127 @@ def test_helm_upgrade_completes_and_the_stream_keeps_running(stream: Stream) -> 
     stream.wait_all_landed()
     stream.assert_exactly_once()
     assert stream.driver_uid() == driver  # an operator upgrade does not touch the streams
+
+
+def test_a_burst_scales_executors_up_live_and_back_down_after_the_window(stream: Stream) -> None:
+    driver = wait_for("a running driver", stream.driver_uid, timeout=120)
+    # Capacity is measured from batches that carry records: give the driver a few.
+    for _ in range(4):
+        stream.produce(2000)
+        time.sleep(3)
+    wait_for(
+        "the driver's measured capacity in the status",
+        lambda: stream.status().get("autoscaler", {}).get("capacity"),
+        timeout=120,
+    )
+    wait_for("one executor before the burst", lambda: len(stream.running(EXECUTORS)) == 1, 120)
+    before = stream.report()
+    ups_before = len(stream.events("ScaledUp"))
+    downs_before = len(stream.events("ScaledDown"))
+
+    burst = time.monotonic()
+    stream.produce(BURST)
+    produced = time.monotonic()
+    desired = wait_for(
+        "the operator to raise the executor target",
+        lambda: (d := stream.status().get("executors", {}).get("desired") or 0) > 1 and d,
+        timeout=120,
+        interval=0.5,
+    )
+    decided = time.monotonic()
+    wait_for(
+        f"{desired} executor pods Running and registered with the driver",
+        lambda: (
+            len(stream.running(EXECUTORS)) >= desired
+            and stream.status().get("executors", {}).get("current") == desired
+        ),
+        timeout=180,
+        interval=0.5,
+    )
+    scaled = time.monotonic()
+    stream.wait_all_landed(timeout=600)
+    drained = time.monotonic()
+    peak = max(desired, stream.status()["executors"]["desired"])
+    wait_for(
+        "executors back to minExecutors after the scale-down window",
+        lambda: (
+            len(stream.pods(EXECUTORS)) == 1
+            and stream.status().get("executors", {}).get("current") == 1
+        ),
+        timeout=240,
+        interval=1,
+    )
+    down = time.monotonic()
+
+    after = stream.report()
+    # Live: the same driver pod and the same query run throughout; nothing was restarted.
+    assert stream.driver_uid() == driver
+    assert (after["queryId"], after["runId"]) == (before["queryId"], before["runId"])
+    # Scale-down released only idle executors: no task failed because of it.
+    assert after["failedTasks"] == before["failedTasks"] == 0
+    assert after["released"] >= before["released"] + peak - 1
+    ups = stream.events("ScaledUp")[ups_before:]
+    downs = stream.events("ScaledDown")[downs_before:]
+    assert 1 <= len(ups) <= 2, ups  # sized from measured capacity: one step, two at most
+    assert downs, "no ScaledDown event"
+    assert "lag" in ups[0], ups[0]
+    assert "target 10 s" in ups[0], ups[0]
+    stream.assert_exactly_once()
+    record(
+        f"autoscaling, burst of {BURST} records (produced in {produced - burst:.0f}s): decision "
+        f"{decided - burst:.0f}s -> {desired} executors Running+registered {scaled - burst:.0f}s "
+        f"-> all landed {drained - burst:.0f}s -> back to 1 executor {down - burst:.0f}s; "
+        f"{len(ups)} scale-up action(s), 0 task failures; first: {ups[0]}"
+    )
+
+
+def test_kubectl_scale_sets_the_executors_live_in_manual_mode(stream: Stream) -> None:
+    kube = stream.kube
+    driver = wait_for("a running driver", stream.driver_uid, timeout=120)
+    refused = kube.kubectl(
+        "-n", NS, "scale", "deltaingestion", NAME, "--replicas=2", check=False
+    )  # fmt: skip
+    # In mode lag the operator owns the count: the API server says so, naming the field.
+    assert refused.returncode != 0
+    assert "spec.scaling.executors" in refused.stderr
+    assert "manual" in refused.stderr
+    stream.patch({"scaling": {"mode": "manual"}})
+    kube.kubectl("-n", NS, "scale", "deltaingestion", NAME, "--replicas=2")
+    scaled = time.monotonic()
+    wait_for(
+        "2 executors Running and registered",
+        lambda: (
+            len(stream.running(EXECUTORS)) == 2
+            and stream.status().get("executors", {}).get("current") == 2
+        ),
+        timeout=180,
+    )
+    record(f"kubectl scale --replicas=2 -> 2 executors registered {time.monotonic() - scaled:.0f}s")
+    scale = kube.kubectl_json("-n", NS, "get", "deltaingestion", NAME, "--subresource=scale")
+    assert (scale["spec"]["replicas"], scale["status"]["replicas"]) == (2, 2)
+    assert "spark-role=executor" in scale["status"]["selector"]
+    assert stream.driver_uid() == driver
+    stream.produce(1000)
+    stream.wait_all_landed()
+    stream.assert_exactly_once()
+    stream.patch({"scaling": {"mode": "lag", "executors": None}})
+
+
+def test_the_standard_consumer_group_listing_shows_the_streams_lag(stream: Stream) -> None:
+    stream.produce(1000)
+    stream.wait_all_landed()
+    ends = stream.log_end_offsets()
+
+    def listing() -> dict[int, tuple[int, int]] | None:
+        out = stream.kafka.consumer_groups("--describe", "--group", f"deltaflow.{NS}.{NAME}")
+        # GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG ...
+        rows = [cols for cols in map(str.split, out.splitlines()) if cols[1:2] == [TOPIC]]
+        parsed = {int(r[2]): (int(r[3]), int(r[5])) for r in rows}
+        # CURRENT-OFFSET reaches LOG-END-OFFSET once the last batch committed.
+        return parsed if all(parsed.get(p, (-1, -1))[0] == e for p, e in ends.items()) else None
+
+    offsets = wait_for("kafka-consumer-groups to show the stream caught up", listing, timeout=60)
+    assert {p: lag for p, (_, lag) in offsets.items()} == dict.fromkeys(ends, 0)
 
 
 def test_delete_and_uninstall_leave_no_pod_and_keep_the_table(stream: Stream) -> None:

@@ -89,6 +89,15 @@ def _case(case_id: str, field: str, *edits: Callable[[Manifest], None]) -> Inval
 
 
 INVALID_CASES: list[InvalidCase] = [
+    # One owner of the executor count at a time: kubectl scale / an HPA only in manual mode.
+    _case("executors-in-lag-mode", "spec.scaling.executors", _set("spec.scaling.executors", 2)),
+    _case(
+        "manual-executors-above-max",
+        "spec.scaling.executors",
+        _set("spec.scaling.mode", "manual"),
+        _set("spec.scaling.executors", 9),
+    ),
+    _case("unknown-scaling-mode", "spec.scaling.mode", _set("spec.scaling.mode", "cpu")),
     _case("missing-topic", "spec.source.topic", _delete("spec.source.topic")),
     _case("topic-and-pattern", "spec.source.topic", _set("spec.source.topicPattern", "orders-.*")),
     _case("bad-topic-name", "spec.source.topic", _set("spec.source.topic", "orders topic")),

@@ -80,6 +80,16 @@ def test_volume_and_cpu_rules_reach_the_api_server() -> None:
 
 def test_crd_has_status_subresource_and_columns() -> None:
     version = yaml.safe_load(crd.render())["spec"]["versions"][0]
-    assert version["subresources"] == {"status": {}}
+    assert version["subresources"]["status"] == {}
+    # kubectl scale / an HPA write spec.scaling.executors and read the registered executors.
+    assert version["subresources"]["scale"] == {
+        "specReplicasPath": ".spec.scaling.executors",
+        "statusReplicasPath": ".status.executors.current",
+        "labelSelectorPath": ".status.executors.selector",
+    }
     columns = {c["name"] for c in version["additionalPrinterColumns"]}
-    assert {"Ready", "Lag", "Executors", "Age"} <= columns
+    assert {"Ready", "Lag", "Lag(s)", "Executors", "Desired", "Age"} <= columns
+    schema = version["schema"]["openAPIV3Schema"]
+    executors = schema["properties"]["status"]["properties"]["executors"]["properties"]
+    # Unknown is absent, never a default 0 that looks measured.
+    assert all("default" not in executors[k] for k in ("desired", "current", "pending"))

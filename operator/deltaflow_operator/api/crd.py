@@ -145,15 +145,36 @@ def crd_manifest() -> dict[str, Any]:
                     "name": api.VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
+                    # /scale: kubectl scale, an HPA or KEDA set the executor count when
+                    # spec.scaling.mode is manual (the CEL rules refuse it in mode lag).
+                    "subresources": {
+                        "status": {},
+                        "scale": {
+                            "specReplicasPath": ".spec.scaling.executors",
+                            "statusReplicasPath": ".status.executors.current",
+                            "labelSelectorPath": ".status.executors.selector",
+                        },
+                    },
                     "additionalPrinterColumns": [
                         {"name": "Ready", "type": "string", "jsonPath": f"{ready}.status"},
                         {"name": "Reason", "type": "string", "jsonPath": f"{ready}.reason"},
                         {"name": "Lag", "type": "integer", "jsonPath": ".status.lag.records"},
+                        {"name": "Lag(s)", "type": "number", "jsonPath": ".status.lag.seconds"},
                         {
                             "name": "Executors",
                             "type": "integer",
                             "jsonPath": ".status.executors.current",
+                        },
+                        {
+                            "name": "Desired",
+                            "type": "integer",
+                            "jsonPath": ".status.executors.desired",
+                        },
+                        {
+                            "name": "Scaling",
+                            "type": "string",
+                            "jsonPath": ".status.autoscaler.verdict",
+                            "priority": 1,
                         },
                         {
                             "name": "Topic",

@@ -269,8 +269,24 @@ class Trigger(ApiModel):
 
 
 class Scaling(ApiModel):
-    """Executor autoscaling on Kafka lag, within bounds."""
+    """Executor count: sized on Kafka lag by the operator (``lag``), or set from outside
+    (``manual``: ``kubectl scale``, an HPA or KEDA through the /scale subresource), within bounds.
+    One owner at a time: ``executors`` may only be set in manual mode."""
 
+    mode: Literal["lag", "manual"] = Field(
+        default="lag",
+        description="lag: the operator sizes executors from Kafka lag and measured capacity; "
+        "manual: spec.scaling.executors (the /scale subresource) sets the count.",
+    )
+    executors: Annotated[
+        int | None,
+        Field(
+            ge=1,
+            le=1000,
+            description="Manual mode only: the executor count (what kubectl scale sets); "
+            "minExecutors when unset.",
+        ),
+    ] = None
     min_executors: Annotated[int, Field(ge=1, le=1000)] = 1
     max_executors: Annotated[int, Field(ge=1, le=1000)] = 4
     target_lag_seconds: Annotated[int, Field(ge=1, le=86_400)] = 60
@@ -282,6 +298,24 @@ class Scaling(ApiModel):
             message="maxExecutors must be >= minExecutors",
             check=lambda v: v.get("maxExecutors", 4) >= v.get("minExecutors", 1),
             field_path=".maxExecutors",
+        ),
+        Rule(
+            cel="!has(self.executors) || self.mode == 'manual'",
+            message="executors (what kubectl scale sets) is for scaling.mode manual; in mode lag "
+            "the operator owns the count: set scaling.mode: manual to scale by hand or with an "
+            "HPA, or remove executors",
+            check=lambda v: v.get("executors") is None or v.get("mode", "lag") == "manual",
+            field_path=".executors",
+        ),
+        Rule(
+            cel="!has(self.executors) || (self.executors >= self.minExecutors && "
+            "self.executors <= self.maxExecutors)",
+            message="executors must be within minExecutors..maxExecutors: change the bounds first",
+            check=lambda v: (
+                v.get("executors") is None
+                or v.get("minExecutors", 1) <= v["executors"] <= v.get("maxExecutors", 4)
+            ),
+            field_path=".executors",
         ),
     )
 
@@ -485,17 +519,68 @@ class DriverStatus(StatusModel):
 
 
 class ExecutorStatus(StatusModel):
-    """Executors the operator wants and the driver reports."""
+    """Executors as measured: absent until the driver reported them (unknown is not 0)."""
 
-    desired: int = 0
-    current: int = 0
+    desired: int | None = None  # what the operator asked the driver for
+    current: int | None = None  # registered with the driver (the /scale status)
+    pending: int | None = None  # asked for, not registered yet
+    selector: str | None = None  # label selector of the executor pods (for an HPA)
+
+
+class PartitionLagStatus(StatusModel):
+    """One partition's lag."""
+
+    topic: str
+    partition: int
+    records: int
 
 
 class LagStatus(StatusModel):
-    """How far the stream is behind the topic."""
+    """How far the stream is behind the topic, as last measured; absent fields are unknown."""
 
-    records: int = 0
-    seconds: int | None = None
+    records: int | None = None
+    seconds: float | None = None
+    arrival_rate: float | None = Field(default=None, description="records/s into the topic")
+    consumption_rate: float | None = Field(default=None, description="records/s committed")
+    worst_partitions: list[PartitionLagStatus] = []
+    measured_at: datetime | None = None
+
+
+class CapacityStatus(StatusModel):
+    """What the driver measured one executor core to do."""
+
+    records_per_core_second: float
+    batch_overhead_seconds: float
+    batches: int
+
+
+class RecommendationStatus(StatusModel):
+    """One round's raw executor recommendation (kept for the stabilization windows)."""
+
+    at: float
+    executors: int
+    arrival_rate: float
+
+
+class ScaleActionStatus(StatusModel):
+    """The last change of the executor count."""
+
+    at: float
+    from_executors: int
+    to_executors: int
+    expected_rate: float
+
+
+class AutoscalerStatus(StatusModel):
+    """The autoscaler's state: kept in the status so a new operator leader continues it."""
+
+    mode: str | None = None
+    verdict: str | None = None
+    reason: str | None = None
+    capacity: CapacityStatus | None = None
+    recommendations: list[RecommendationStatus] = []
+    last_action: ScaleActionStatus | None = None
+    ineffective_since: float | None = None
 
 
 class DeltaIngestionStatus(StatusModel):
@@ -506,6 +591,7 @@ class DeltaIngestionStatus(StatusModel):
     driver: DriverStatus = DriverStatus()
     executors: ExecutorStatus = ExecutorStatus()
     lag: LagStatus = LagStatus()
+    autoscaler: AutoscalerStatus = AutoscalerStatus()
     checkpoint_path: str | None = None
     dead_letter_table_path: str | None = None
 

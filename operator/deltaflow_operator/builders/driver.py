@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from deltaflow_operator.api import DeltaIngestion
-from deltaflow_operator.api.v1alpha1 import Resources, SecretKeyRef, Volume
+from deltaflow_operator.api.v1alpha1 import Resources, Scaling, SecretKeyRef, Volume
 from deltaflow_operator.builders.common import (
     CONFIG_MOUNT,
     SPEC_HASH_ANNOTATION,
@@ -165,7 +165,10 @@ def spark_conf(ingestion: DeltaIngestion, settings: Settings) -> dict[str, str]:
         "spark.driver.memory": spec.driver.memory,
         "spark.executor.cores": str(spec.executor.cores),
         "spark.executor.memory": spec.executor.memory,
-        "spark.executor.instances": str(spec.scaling.min_executors),
+        # The starting count; the operator's autoscaler (or /scale in manual mode) changes it
+        # live through the driver (deltaflow_runtime.executors), never by restarting it.
+        "spark.executor.instances": str(_starting_executors(spec.scaling)),
+        "spark.dynamicAllocation.enabled": "false",
         "spark.local.dir": "/tmp/spark-local",
         "spark.sql.streaming.metricsEnabled": "true",
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -182,6 +185,12 @@ def spark_conf(ingestion: DeltaIngestion, settings: Settings) -> dict[str, str]:
         conf[f"spark.kubernetes.executor.secretKeyRef.{env_name}"] = f"{ref.name}:{ref.key}"
     conf.update(spec.spark_conf)  # validated: users cannot override the keys above that matter
     return conf
+
+
+def _starting_executors(scaling: Scaling) -> int:
+    if scaling.mode == "manual" and scaling.executors is not None:
+        return scaling.executors
+    return scaling.min_executors
 
 
 SPARK_DEFAULTS_HEADER = (

@@ -6,20 +6,22 @@ from datetime import datetime
 
 from deltaflow_operator.api.v1alpha1 import Condition
 
-CONDITION_TYPES = ("Ready", "Progressing", "Degraded", "Suspended")
+CONDITION_TYPES = ("Ready", "Progressing", "Degraded", "Suspended", "Scaling")
 
 
 def set_condition(  # noqa: PLR0917 - mirrors the metav1.Condition fields
     conditions: list[Condition],
     type_: str,
-    status: bool,
+    status: bool | None,
     reason: str,
     message: str,
     generation: int | None,
     now: datetime,
 ) -> list[Condition]:
-    """``conditions`` with ``type_`` set; lastTransitionTime moves only when the status changes."""
-    status_text = "True" if status else "False"
+    """``conditions`` with ``type_`` set; lastTransitionTime moves only when the status changes.
+
+    ``None`` is the status Unknown (an input the decision needs could not be read)."""
+    status_text = "Unknown" if status is None else "True" if status else "False"
     previous = next((c for c in conditions if c.type == type_), None)
     since = (
         previous.last_transition_time

@@ -1,0 +1,91 @@
+"""Kafka's admin API, as both sides use it: partitions, log-end and earliest offsets, and the
+stream's consumer group (the runtime commits to it after each Delta commit; the operator's
+autoscaler reads lag from it). Over confluent-kafka's AdminClient; no Spark, no Kubernetes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+TopicOffsets = dict[str, dict[int, int]]
+
+
+class KafkaAdmin:
+    """The few admin calls the runtime needs, over confluent-kafka's AdminClient."""
+
+    def __init__(self, config: Mapping[str, str], timeout: float = 15.0) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        self._admin: Any = AdminClient({**config, "log_level": 3})
+        self.timeout = timeout
+
+    def partitions(self, topics: list[str]) -> list[tuple[str, int]]:
+        """Every (topic, partition) of the given topics."""
+        meta = self._admin.list_topics(timeout=self.timeout)
+        out: list[tuple[str, int]] = []
+        for topic in topics:
+            info = meta.topics.get(topic)
+            if info is not None and info.error is None:
+                out.extend((topic, p) for p in sorted(info.partitions))
+        return out
+
+    def topics_matching(self, pattern: str) -> list[str]:
+        """Topic names that fully match a Java-style regex (as Spark's subscribePattern)."""
+        import re
+
+        meta = self._admin.list_topics(timeout=self.timeout)
+        regex = re.compile(pattern)
+        return sorted(t for t in meta.topics if regex.fullmatch(t) and not t.startswith("__"))
+
+    def _list_offsets(self, tps: list[tuple[str, int]], latest: bool) -> TopicOffsets:
+        from confluent_kafka import TopicPartition
+        from confluent_kafka.admin import _listoffsets
+
+        if not tps:
+            return {}
+        offset_spec: Any = _listoffsets.OffsetSpec
+        spec = offset_spec.latest() if latest else offset_spec.earliest()
+        request = {TopicPartition(t, p): spec for t, p in tps}
+        futures = self._admin.list_offsets(request, request_timeout=self.timeout)
+        out: TopicOffsets = {}
+        for tp, future in futures.items():
+            out.setdefault(tp.topic, {})[tp.partition] = int(future.result().offset)
+        return out
+
+    def earliest_offsets(self, tps: list[tuple[str, int]]) -> TopicOffsets:
+        """The earliest offset Kafka still holds, per partition (after retention)."""
+        return self._list_offsets(tps, latest=False)
+
+    def latest_offsets(self, tps: list[tuple[str, int]]) -> TopicOffsets:
+        """The log-end offset per partition."""
+        return self._list_offsets(tps, latest=True)
+
+    def commit_group_offsets(self, group: str, offsets: TopicOffsets) -> None:
+        """Set the consumer group's committed offsets (the group has no members: the stream
+        reads with Spark's own assignments, never by joining it)."""
+        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+        tps = [TopicPartition(t, p, o) for t, ps in offsets.items() for p, o in sorted(ps.items())]
+        if not tps:
+            return
+        futures = self._admin.alter_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group, tps)], request_timeout=self.timeout
+        )
+        result = futures[group].result()
+        failed = [tp for tp in result.topic_partitions if tp.error is not None]
+        if failed:
+            raise RuntimeError(f"committing offsets to {group} failed: {failed}")
+
+    def group_offsets(self, group: str) -> TopicOffsets:
+        """The consumer group's committed offsets (as any consumer-group tool reads them)."""
+        from confluent_kafka import ConsumerGroupTopicPartitions
+
+        futures = self._admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group)], request_timeout=self.timeout
+        )
+        out: TopicOffsets = {}
+        for tp in futures[group].result().topic_partitions:
+            if tp.offset >= 0:
+                out.setdefault(tp.topic, {})[tp.partition] = int(tp.offset)
+        return out

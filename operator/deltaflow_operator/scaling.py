@@ -1,0 +1,410 @@
+"""Executor autoscaling, wired: observe (Kafka offsets, the driver's report), decide (the pure
+:mod:`deltaflow_operator.autoscaler.policy`), act (the desired count on the driver pod), explain
+(status, the ``Scaling`` condition, Events, metrics).
+
+The policy's memory (recent recommendations, the last action) lives in ``status.autoscaler``, so
+a new leader continues where the old one stopped. Only rate baselines are in memory: after a
+restart the first round measures, and holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from deltaflow_operator import metrics
+from deltaflow_operator.api import DeltaIngestion
+from deltaflow_operator.api.identity import identity
+from deltaflow_operator.api.v1alpha1 import (
+    AutoscalerStatus,
+    CapacityStatus,
+    DeltaIngestionStatus,
+    ExecutorStatus,
+    KafkaSource,
+    LagStatus,
+    PartitionLagStatus,
+    RecommendationStatus,
+    ScaleActionStatus,
+)
+from deltaflow_operator.autoscaler.observe import (
+    DESIRED_ANNOTATION,
+    MIN_RATE_INTERVAL_SECONDS,
+    REPORT_ANNOTATION,
+    DriverReport,
+    KafkaView,
+    OffsetSnapshot,
+    desired_annotation,
+    kafka_view,
+    parse_report,
+)
+from deltaflow_operator.autoscaler.policy import (
+    Decision,
+    History,
+    LastAction,
+    Limits,
+    Observation,
+    Recommendation,
+    decide,
+    lag_seconds,
+)
+from deltaflow_operator.builders.common import driver_pod_name, labels
+from deltaflow_operator.decisions.driver import Event
+from deltaflow_operator.kafka_admin import KafkaAdmin
+from deltaflow_operator.kube import Kube
+
+log = logging.getLogger(__name__)
+
+KAFKA_TIMEOUT_SECONDS = 5.0
+WORST_PARTITIONS = 3
+# Verdicts that say "more executors would not help": worth a Warning when they first appear.
+LIMIT_VERDICTS = ("Ineffective", "HotPartition", "BatchCap", "PartitionCeiling", "AtMaximum")
+
+
+@dataclass
+class ScalingOutcome:
+    """What one round decided, for the status and the user."""
+
+    executors: ExecutorStatus
+    lag: LagStatus
+    autoscaler: AutoscalerStatus
+    condition: tuple[bool | None, str, str]  # Scaling condition: status, reason, message
+    events: list[Event] = field(default_factory=list)
+
+
+def kafka_config(source: KafkaSource, secrets: dict[str, str]) -> dict[str, str]:
+    """librdkafka settings for the operator's admin client; ``secrets`` holds the referenced
+    values (username, password, caCertificate), read from the Secrets only into memory."""
+    config = {"bootstrap.servers": source.bootstrap_servers}
+    auth = source.auth
+    if auth is None:
+        return config
+    config["security.protocol"] = auth.security_protocol
+    if auth.security_protocol.startswith("SASL") and auth.sasl_mechanism is not None:
+        config["sasl.mechanisms"] = auth.sasl_mechanism
+        config["sasl.username"] = secrets.get("username", "")
+        config["sasl.password"] = secrets.get("password", "")
+    if "caCertificate" in secrets:
+        config["ssl.ca.pem"] = secrets["caCertificate"]
+    return config
+
+
+def history_of(status: AutoscalerStatus) -> History:
+    """The policy's memory, as kept in the status."""
+    action = status.last_action
+    return History(
+        recommendations=tuple(
+            Recommendation(at=r.at, executors=r.executors, arrival_rate=r.arrival_rate)
+            for r in status.recommendations
+        ),
+        last_action=None
+        if action is None
+        else LastAction(
+            at=action.at,
+            from_executors=action.from_executors,
+            to_executors=action.to_executors,
+            expected_rate=action.expected_rate,
+        ),
+        ineffective_since=status.ineffective_since,
+    )
+
+
+def _history_status(history: History) -> dict[str, Any]:
+    action = history.last_action
+    return {
+        "recommendations": [
+            RecommendationStatus(at=r.at, executors=r.executors, arrival_rate=r.arrival_rate)
+            for r in history.recommendations
+        ],
+        "last_action": None
+        if action is None
+        else ScaleActionStatus(
+            at=action.at,
+            from_executors=action.from_executors,
+            to_executors=action.to_executors,
+            expected_rate=action.expected_rate,
+        ),
+        "ineffective_since": history.ineffective_since,
+    }
+
+
+def executor_selector(ingestion: DeltaIngestion) -> str:
+    """Label selector of the stream's executor pods (the /scale subresource's selector)."""
+    return ",".join(f"{k}={v}" for k, v in sorted(labels(ingestion, "executor").items()))
+
+
+def lag_status(view: KafkaView | None, seconds: float | None, now: float) -> LagStatus:
+    """status.lag from a Kafka view; everything unknown when Kafka could not be read."""
+    if view is None or view.partitions is None:
+        return LagStatus()
+    from datetime import UTC, datetime
+
+    worst = sorted(view.partitions, key=lambda p: p.lag, reverse=True)[:WORST_PARTITIONS]
+    return LagStatus(
+        records=sum(p.lag for p in view.partitions),
+        seconds=None if seconds is None else round(seconds, 1),
+        arrival_rate=None if view.arrival_rate is None else round(view.arrival_rate, 1),
+        consumption_rate=None if view.consumption_rate is None else round(view.consumption_rate, 1),
+        worst_partitions=[
+            PartitionLagStatus(topic=p.topic, partition=p.partition, records=p.lag)
+            for p in worst
+            if p.lag > 0
+        ],
+        measured_at=datetime.fromtimestamp(now, UTC),
+    )
+
+
+class Autoscaler:
+    """One per operator; keeps only rate baselines in memory."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self._baselines: dict[str, tuple[OffsetSnapshot, KafkaView]] = {}
+        self._admins: dict[str, KafkaAdmin] = {}
+        self._lock = threading.Lock()
+
+    # --- observe ---------------------------------------------------------------------------
+    def _admin(self, ingestion: DeltaIngestion) -> KafkaAdmin:
+        source = ingestion.spec.source
+        secrets: dict[str, str] = {}
+        if source.auth is not None:
+            for field_name in ("username", "password", "ca_certificate"):
+                ref = getattr(source.auth, field_name)
+                if ref is not None:
+                    key = "caCertificate" if field_name == "ca_certificate" else field_name
+                    secrets[key] = self.kube.secret_value(ingestion.namespace, ref)
+        config = kafka_config(source, secrets)
+        key = repr(sorted(config.items()))
+        with self._lock:
+            if key not in self._admins:
+                self._admins[key] = KafkaAdmin(config, timeout=KAFKA_TIMEOUT_SECONDS)
+            return self._admins[key]
+
+    def read_offsets(self, ingestion: DeltaIngestion, now: float) -> OffsetSnapshot:
+        """Log-end offsets of the topic(s) and the stream's committed offsets."""
+        admin = self._admin(ingestion)
+        source = ingestion.spec.source
+        topics = (
+            [source.topic]
+            if source.topic is not None
+            else admin.topics_matching(str(source.topic_pattern))
+        )
+        tps = admin.partitions(topics)
+        if not tps:
+            raise LookupError(
+                f"topic {', '.join(topics) or source.topic_pattern} has no partitions"
+            )
+        end = admin.latest_offsets(tps)
+        committed = admin.group_offsets(identity(ingestion).consumer_group)
+        return OffsetSnapshot(
+            at=now,
+            end={(t, p): o for t, ps in end.items() for p, o in ps.items()},
+            committed={
+                (t, p): o for t, ps in committed.items() for p, o in ps.items() if (t, p) in tps
+            },
+        )
+
+    def _view(self, uid: str, snapshot: OffsetSnapshot) -> KafkaView:
+        base = self._baselines.get(uid)
+        if base is not None and snapshot.at - base[0].at < MIN_RATE_INTERVAL_SECONDS:
+            # Too soon for a rate: today's lag with the last measured rates.
+            fresh = kafka_view(None, snapshot)
+            return KafkaView(fresh.partitions, base[1].consumption_rate, base[1].arrival_rate)
+        view = kafka_view(base[0] if base is not None else None, snapshot)
+        self._baselines[uid] = (snapshot, view)
+        return view
+
+    # --- one round -------------------------------------------------------------------------
+    def step(
+        self, ingestion: DeltaIngestion, driver_pod: dict[str, Any] | None, now: float
+    ) -> ScalingOutcome:
+        """Observe, decide, act on the driver pod, and say what happened."""
+        ns, name = ingestion.namespace, ingestion.name
+        uid = str(ingestion.metadata.get("uid") or f"{ns}/{name}")
+        previous = (ingestion.status or DeltaIngestionStatus()).autoscaler
+        scaling = ingestion.spec.scaling
+
+        view: KafkaView | None = None
+        kafka_error = ""
+        try:
+            view = self._view(uid, self.read_offsets(ingestion, now))
+        except Exception as error:  # unreachable, unknown topic, auth: say so, hold the count
+            kafka_error = str(error) or type(error).__name__
+            log.warning("%s/%s: reading Kafka offsets failed: %s", ns, name, kafka_error)
+
+        annotations = ((driver_pod or {}).get("metadata") or {}).get("annotations") or {}
+        report = parse_report(annotations.get(REPORT_ANNOTATION))
+        running = (
+            driver_pod is not None
+            and (driver_pod.get("status") or {}).get("phase") == "Running"
+            and not (driver_pod.get("metadata") or {}).get("deletionTimestamp")
+        )
+        reporting = running and report is not None and report.fresh(now)
+        base = AutoscalerStatus(
+            mode=scaling.mode, capacity=_capacity_status(report), **_history_fields(previous)
+        )
+
+        if ingestion.spec.suspend or not running:
+            why = "suspended" if ingestion.spec.suspend else "the driver is not running"
+            return ScalingOutcome(
+                executors=ExecutorStatus(selector=executor_selector(ingestion)),
+                lag=lag_status(view, _lag_seconds(view, None), now),
+                autoscaler=base.model_copy(
+                    update={"verdict": "Idle", "reason": f"no scaling: {why}"}
+                ),
+                condition=(False, "DriverNotRunning", f"no scaling: {why}"),
+            )
+
+        assert report is None or isinstance(report, DriverReport)
+        registered = report.registered if reporting and report is not None else None
+        target = (
+            report.target
+            if reporting and report is not None
+            else desired_annotation(driver_pod) or scaling.min_executors
+        )
+        if scaling.mode == "manual":
+            decision = _manual(ingestion, view, target, now)
+        else:
+            decision = decide(
+                Observation(
+                    now=now,
+                    partitions=None if view is None else view.partitions,
+                    capacity=report.capacity if reporting and report is not None else None,
+                    driver_reachable=reporting,
+                    current_executors=registered if registered is not None else target,
+                    target_executors=target,
+                    consumption_rate=None if view is None else view.consumption_rate,
+                    cores_per_executor=ingestion.spec.executor.cores,
+                    trigger_interval_seconds=_trigger_seconds(ingestion),
+                    max_offsets_per_trigger=ingestion.spec.source.max_offsets_per_trigger,
+                ),
+                Limits(
+                    min_executors=scaling.min_executors,
+                    max_executors=scaling.max_executors,
+                    target_lag_seconds=scaling.target_lag_seconds,
+                    scale_up_stabilization_seconds=scaling.scale_up_stabilization_seconds,
+                    scale_down_stabilization_seconds=scaling.scale_down_stabilization_seconds,
+                ),
+                history_of(previous),
+            )
+
+        events: list[Event] = []
+        if reporting and desired_annotation(driver_pod) != decision.desired:
+            self.kube.annotate_pod(
+                ns, driver_pod_name(name), {DESIRED_ANNOTATION: str(decision.desired)}
+            )
+        if reporting and decision.desired != target:
+            direction = "ScaledUp" if decision.desired > target else "ScaledDown"
+            events.append(Event("Normal", direction, decision.reason))
+            metrics.SCALE_ACTIONS.labels(ns, name, direction).inc()
+        if decision.verdict in LIMIT_VERDICTS and decision.verdict != previous.verdict:
+            events.append(Event("Warning", f"Scaling{decision.verdict}", decision.reason))
+        metrics.SCALING_DECISIONS.labels(ns, name, decision.verdict).inc()
+        self._export(ingestion, decision, registered)
+
+        pending = (
+            max(0, report.target - report.registered) if reporting and report is not None else None
+        )
+        autoscaler = base.model_copy(
+            update={
+                "verdict": decision.verdict,
+                "reason": decision.reason,
+                **_history_status(decision.history),
+            }
+        )
+        return ScalingOutcome(
+            executors=ExecutorStatus(
+                desired=decision.desired,
+                current=registered,
+                pending=pending,
+                selector=executor_selector(ingestion),
+            ),
+            lag=lag_status(view, decision.lag_seconds, now),
+            autoscaler=autoscaler,
+            condition=_condition(decision, kafka_error, reporting, registered),
+            events=events,
+        )
+
+    def forget(self, uid: str) -> None:
+        """Drop the rate baseline of a deleted resource."""
+        self._baselines.pop(uid, None)
+
+    @staticmethod
+    def _export(ingestion: DeltaIngestion, decision: Decision, registered: int | None) -> None:
+        ns, name = ingestion.namespace, ingestion.name
+        metrics.EXECUTORS_DESIRED.labels(ns, name).set(decision.desired)
+        if registered is not None:
+            metrics.EXECUTORS_CURRENT.labels(ns, name).set(registered)
+        if decision.lag_records is not None:
+            metrics.LAG_RECORDS.labels(ns, name).set(decision.lag_records)
+        if decision.lag_seconds is not None:
+            metrics.LAG_SECONDS.labels(ns, name).set(decision.lag_seconds)
+
+
+def _history_fields(status: AutoscalerStatus) -> dict[str, Any]:
+    return {
+        "recommendations": status.recommendations,
+        "last_action": status.last_action,
+        "ineffective_since": status.ineffective_since,
+    }
+
+
+def _capacity_status(report: DriverReport | None) -> CapacityStatus | None:
+    if report is None or report.capacity is None:
+        return None
+    cap = report.capacity
+    return CapacityStatus(
+        records_per_core_second=cap.records_per_core_second,
+        batch_overhead_seconds=cap.batch_overhead_seconds,
+        batches=cap.batches,
+    )
+
+
+def _trigger_seconds(ingestion: DeltaIngestion) -> float:
+    text = ingestion.spec.trigger.interval
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    unit = "ms" if text.endswith("ms") else text[-1]
+    return float(text[: -len(unit)]) * units[unit]
+
+
+def _lag_seconds(view: KafkaView | None, throughput: float | None) -> float | None:
+    if view is None or view.partitions is None:
+        return None
+    return lag_seconds(sum(p.lag for p in view.partitions), view.arrival_rate, throughput)
+
+
+def _manual(ingestion: DeltaIngestion, view: KafkaView | None, target: int, now: float) -> Decision:
+    scaling = ingestion.spec.scaling
+    desired = scaling.executors if scaling.executors is not None else scaling.min_executors
+    source = "spec.scaling.executors" if scaling.executors is not None else "minExecutors"
+    change = f"holding {desired}" if desired == target else f"{target} -> {desired}"
+    return Decision(
+        desired=desired,
+        verdict="Manual",
+        reason=f"{change} executors, set by {source} (scaling.mode manual)",
+        lag_records=None
+        if view is None or view.partitions is None
+        else sum(p.lag for p in view.partitions),
+        lag_seconds=_lag_seconds(view, view.consumption_rate if view is not None else None),
+        arrival_rate=None if view is None else view.arrival_rate,
+        history=History(),
+    )
+
+
+def _condition(
+    decision: Decision, kafka_error: str, reporting: bool, registered: int | None
+) -> tuple[bool | None, str, str]:
+    """The Scaling condition: True while converging, False when settled or limited, Unknown
+    when an input is missing (the count is held)."""
+    if decision.verdict == "Unknown":
+        if kafka_error:
+            return None, "KafkaUnreachable", f"{decision.reason} ({kafka_error})"
+        if not reporting:
+            return None, "DriverNotReporting", decision.reason
+        return None, "Measuring", decision.reason
+    if registered is not None and registered != decision.desired:
+        return True, decision.verdict, decision.reason
+    if decision.verdict in ("ScaleUp", "ScaleDown"):
+        return True, decision.verdict, decision.reason
+    return False, decision.verdict, decision.reason

@@ -1,0 +1,108 @@
+"""Change the running driver's executor count live, through Spark's executor-allocation API.
+
+Dynamic allocation stays off (it sizes to pending tasks and drops executors between triggers);
+the target comes from the operator's autoscaler instead. On Spark's Kubernetes backend:
+
+- grow: ``SparkContext.requestTotalExecutors`` raises the backend's target and its pod allocator
+  creates the executor pods; nothing else changes (same query, same driver);
+- shrink: the target is lowered first (pending pods are cancelled, nothing is replaced), then
+  executors that run no task are released with ``killExecutors(force=false)``: the backend checks
+  under its scheduling lock that each one is idle and takes it out of the offers in the same
+  step, so no running task, hence no batch, is ever cut short. A busy executor is simply tried
+  again on the next round (batches leave idle gaps between triggers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+@dataclass(frozen=True)
+class ExecutorTotals:
+    """Executors now, and the cumulative task figures of every executor the app has had."""
+
+    registered: list[str]  # active executor ids (not being removed)
+    cores: int  # cores of the registered executors
+    busy_core_seconds: float  # task time, all executors ever, cumulative
+    failed_tasks: int  # cumulative
+
+
+def _executor_order(executor_id: str) -> tuple[int, str]:
+    return (int(executor_id), executor_id) if executor_id.isdigit() else (-1, executor_id)
+
+
+class ExecutorControl:
+    """The driver's executors: read the counts, set the target."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self._jvm: Any = spark._jvm
+        self._sc: Any = spark.sparkContext._jsc.sc()
+        conf = spark.sparkContext.getConf()
+        self.target = int(conf.get("spark.executor.instances", "1") or "1")
+        self.released = 0  # executors this driver released on scale-down
+
+    def supported(self) -> bool:
+        """True on a cluster backend (Kubernetes); local mode has no executors to change."""
+        coarse = self._jvm.java.lang.Class.forName(
+            "org.apache.spark.scheduler.cluster.CoarseGrainedSchedulerBackend"
+        )
+        return bool(coarse.isInstance(self._sc.schedulerBackend()))
+
+    def totals(self) -> ExecutorTotals:
+        """Registered executors and the cumulative busy time and failures of all executors."""
+        backend = self._sc.schedulerBackend()
+        ids = backend.getExecutorIds()
+        registered = [
+            str(ids.apply(i)) for i in range(ids.size()) if backend.isExecutorActive(ids.apply(i))
+        ]
+        summaries = self._sc.statusStore().executorList(False)
+        busy_ms = failed = cores = 0
+        for i in range(summaries.size()):
+            summary = summaries.apply(i)
+            if summary.id() == "driver":
+                continue
+            busy_ms += int(summary.totalDuration())
+            failed += int(summary.failedTasks())
+            if summary.id() in registered:
+                cores += int(summary.totalCores())
+        return ExecutorTotals(
+            sorted(registered, key=_executor_order), cores, busy_ms / 1000, failed
+        )
+
+    def set_target(self, executors: int) -> list[str]:
+        """Ask for ``executors`` in total; on a shrink, release idle executors beyond it.
+
+        Returns the ids released this call. Idempotent: called again with the same count it
+        releases what was busy last time and is idle now.
+        """
+        executors = max(0, executors)
+        if executors != self.target:
+            no_locality = self._jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(
+                self._jvm.java.util.HashMap()
+            )
+            if not self._sc.requestTotalExecutors(executors, 0, no_locality):
+                raise RuntimeError("the scheduler backend refused the executor target")
+            self.target = executors
+        registered = self.totals().registered
+        excess = len(registered) - executors
+        if excess <= 0:
+            return []
+        scheduler = self._sc.taskScheduler()
+        # Newest first: the oldest executors keep their warm caches and Kafka consumers.
+        idle = [e for e in reversed(registered) if not scheduler.isExecutorBusy(e)][:excess]
+        if not idle:
+            return []
+        java_ids = self._jvm.java.util.ArrayList()
+        for executor_id in idle:
+            java_ids.add(executor_id)
+        seq = self._jvm.org.apache.spark.api.python.PythonUtils.toSeq(java_ids)
+        # adjustTargetNumExecutors=false (the target is already set), countFailures=false,
+        # force=false: the backend kills only executors that are idle at that instant.
+        killed = self._sc.schedulerBackend().killExecutors(seq, False, False, False)
+        released = [str(killed.apply(i)) for i in range(killed.size())]
+        self.released += len(released)
+        return released

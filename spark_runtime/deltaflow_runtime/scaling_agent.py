@@ -1,0 +1,112 @@
+"""The driver's autoscaling agent: measure capacity per batch, apply the operator's executor count.
+
+A daemon thread, every ``period`` seconds: read the count the operator wants from the driver's
+pod, set it live (:class:`~deltaflow_runtime.executors.ExecutorControl`), publish a report with
+the executors and the measured capacity. The stream never waits on it: a failing API call is
+logged and retried next round, and the executors stay as they are.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Protocol
+
+from deltaflow_runtime.capacity import BatchSample, CapacityMeter
+from deltaflow_runtime.executors import ExecutorControl, ExecutorTotals
+
+log = logging.getLogger("deltaflow.scaling")
+
+
+class Channel(Protocol):
+    """Where the desired count comes from and the report goes (the driver's pod)."""
+
+    def desired_executors(self) -> int | None: ...
+
+    def publish(self, report: dict[str, Any]) -> None: ...
+
+
+class ScalingAgent:
+    """Measures, applies and reports; one per running stream on a cluster."""
+
+    def __init__(
+        self, control: ExecutorControl, channel: Channel, query_id: str, period: float = 2.0
+    ) -> None:
+        self.control, self.channel, self.period = control, channel, period
+        self.query_id = query_id
+        self.meter = CapacityMeter()
+        self._lock = threading.Lock()
+        self._last_totals: ExecutorTotals | None = None
+        self._last_batch = -1
+        self._run_id = ""
+
+    def on_batch(self, batch_id: int, records: int, wall_seconds: float, partitions: int) -> None:
+        """Count a finished batch: its share of busy task time since the previous one."""
+        totals = self.control.totals()
+        with self._lock:
+            previous, self._last_totals = self._last_totals, totals
+            self._last_batch = batch_id
+            if previous is None:
+                return
+            busy = totals.busy_core_seconds - previous.busy_core_seconds
+            self.meter.add(
+                BatchSample(
+                    records=records,
+                    wall_seconds=wall_seconds,
+                    busy_core_seconds=busy,
+                    slots=max(totals.cores, previous.cores),
+                    partitions=partitions,
+                )
+            )
+
+    def set_run_id(self, run_id: str) -> None:
+        """The query's current run (changes when the query restarts, never on scaling)."""
+        self._run_id = run_id
+
+    def step(self) -> dict[str, Any]:
+        """One round: apply the desired count, then publish and return the report."""
+        desired = self.channel.desired_executors()
+        released: list[str] = []
+        if desired is not None:
+            before = self.control.target
+            released = self.control.set_target(desired)
+            if desired != before or released:
+                log.info(
+                    "executors: target %d -> %d%s",
+                    before,
+                    desired,
+                    f", released idle {', '.join(released)}" if released else "",
+                )
+        totals = self.control.totals()
+        with self._lock:
+            capacity = self.meter.capacity()
+            batch = self._last_batch
+        report: dict[str, Any] = {
+            "at": round(time.time(), 3),
+            "queryId": self.query_id,
+            "runId": self._run_id,
+            "lastBatch": batch,
+            "target": self.control.target,
+            "registered": len(totals.registered),
+            "cores": totals.cores,
+            "released": self.control.released,
+            "failedTasks": totals.failed_tasks,
+        }
+        if capacity is not None:
+            report["capacity"] = {
+                "recordsPerCoreSecond": round(capacity.records_per_core_second, 3),
+                "batchOverheadSeconds": round(capacity.batch_overhead_seconds, 3),
+                "batches": capacity.batches,
+            }
+        self.channel.publish(report)
+        return report
+
+    def run(self, done: threading.Event) -> None:
+        """Rounds until ``done``; errors are logged, never raised into the stream."""
+        while not done.is_set():
+            try:
+                self.step()
+            except Exception as error:
+                log.warning("autoscaling round failed (executors kept as they are): %s", error)
+            done.wait(self.period)

@@ -1,0 +1,173 @@
+"""What the autoscaler is fed: the driver's capacity measurement, its report, Kafka lag and rates,
+and the operator's manual mode and Kafka settings; all without a cluster."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from deltaflow_operator.api import DeltaIngestion
+from deltaflow_operator.autoscaler import observe
+from deltaflow_operator.autoscaler.observe import OffsetSnapshot, kafka_view, parse_report
+from deltaflow_operator.builders.driver import spark_conf
+from deltaflow_operator.scaling import executor_selector, kafka_config
+from deltaflow_operator.settings import Settings
+from deltaflow_runtime import pod_channel
+from deltaflow_runtime.capacity import BatchSample, CapacityMeter, effective_parallelism
+from support.manifests import valid_manifest
+
+
+def test_both_sides_use_the_same_annotations() -> None:
+    assert observe.DESIRED_ANNOTATION == pod_channel.DESIRED_ANNOTATION
+    assert observe.REPORT_ANNOTATION == pod_channel.REPORT_ANNOTATION
+
+
+@pytest.mark.parametrize(
+    ("slots", "partitions", "expected"),
+    [(1, 8, 1.0), (3, 8, 8 / 3), (4, 8, 4.0), (7, 8, 4.0), (8, 8, 8.0), (20, 8, 8.0), (3, 0, 3.0)],
+)
+def test_tasks_run_in_waves(slots: int, partitions: int, expected: float) -> None:
+    assert effective_parallelism(slots, partitions) == pytest.approx(expected)
+
+
+def test_capacity_is_records_per_busy_core_second_and_the_unexplained_wall_time() -> None:
+    meter = CapacityMeter(min_batches=3)
+    assert meter.capacity() is None
+    # 4 partitions on 2 slots: 2 waves, parallelism 2. 10k records took 4 busy core-seconds
+    # (2.5k rec/core-s); wall 3 s = 2 s of parallel work + 1 s fixed cost.
+    for _ in range(3):
+        meter.add(BatchSample(10_000, 3.0, 4.0, slots=2, partitions=4))
+    meter.add(BatchSample(0, 0.5, 0.0, slots=2, partitions=4))  # an empty batch says nothing
+    capacity = meter.capacity()
+    assert capacity is not None
+    assert capacity.records_per_core_second == pytest.approx(2500)
+    assert capacity.batch_overhead_seconds == pytest.approx(1.0)
+    assert capacity.batches == 3
+
+
+def test_capacity_window_forgets_old_batches() -> None:
+    meter = CapacityMeter(window=3, min_batches=1)
+    meter.add(BatchSample(1000, 1.0, 1.0, slots=1, partitions=1))
+    for _ in range(3):
+        meter.add(BatchSample(4000, 2.0, 1.0, slots=1, partitions=1))
+    capacity = meter.capacity()
+    assert capacity is not None
+    assert capacity.records_per_core_second == pytest.approx(4000)
+
+
+def _report(**over: object) -> str:
+    body: dict[str, object] = {
+        "at": 100.0,
+        "queryId": "q",
+        "runId": "r",
+        "target": 2,
+        "registered": 1,
+        "released": 0,
+        "failedTasks": 0,
+        "capacity": {"recordsPerCoreSecond": 5000.0, "batchOverheadSeconds": 1.5, "batches": 7},
+    }
+    body.update(over)
+    return json.dumps(body)
+
+
+def test_report_is_parsed_and_judged_fresh_or_stale() -> None:
+    report = parse_report(_report())
+    assert report is not None
+    assert (report.target, report.registered) == (2, 1)
+    assert report.capacity is not None
+    assert report.capacity.records_per_core_second == 5000.0
+    assert report.fresh(110.0)
+    assert not report.fresh(100.0 + observe.REPORT_STALE_SECONDS + 1)
+
+
+@pytest.mark.parametrize(
+    "text", [None, "", "not json", "[]", json.dumps({"at": 1}), _report(target="x")]
+)
+def test_a_broken_report_is_no_report(text: str | None) -> None:
+    assert parse_report(text) is None
+
+
+def test_a_report_without_measured_capacity_says_unknown_not_zero() -> None:
+    for capacity in (None, {"recordsPerCoreSecond": 0, "batchOverheadSeconds": 1, "batches": 3}):
+        report = parse_report(_report(capacity=capacity))
+        assert report is not None
+        assert report.capacity is None
+
+
+def test_desired_annotation_is_read_from_the_pod() -> None:
+    pod = {"metadata": {"annotations": {observe.DESIRED_ANNOTATION: "3"}}}
+    assert observe.desired_annotation(pod) == 3
+    assert observe.desired_annotation({"metadata": {}}) is None
+    assert observe.desired_annotation(None) is None
+    bad = {"metadata": {"annotations": {observe.DESIRED_ANNOTATION: "three"}}}
+    assert observe.desired_annotation(bad) is None
+
+
+def test_lag_and_rates_from_two_snapshots() -> None:
+    first = OffsetSnapshot(
+        at=0.0, end={("t", 0): 100, ("t", 1): 50}, committed={("t", 0): 100, ("t", 1): 40}
+    )
+    second = OffsetSnapshot(
+        at=10.0, end={("t", 0): 1100, ("t", 1): 150}, committed={("t", 0): 600, ("t", 1): 140}
+    )
+    assert kafka_view(None, first).arrival_rate is None  # one snapshot: no rate yet
+    view = kafka_view(first, second)
+    assert view.partitions is not None
+    assert [(p.partition, p.lag, p.arrival_rate) for p in view.partitions] == [
+        (0, 500, 100.0),
+        (1, 10, 10.0),
+    ]
+    assert view.arrival_rate == pytest.approx(110.0)
+    assert view.consumption_rate == pytest.approx(60.0)
+
+
+def test_a_partition_never_committed_makes_lag_unknown() -> None:
+    snapshot = OffsetSnapshot(at=0.0, end={("t", 0): 10, ("t", 1): 10}, committed={("t", 0): 10})
+    assert kafka_view(None, snapshot).partitions is None
+
+
+def test_operator_kafka_settings_carry_credentials_only_from_the_secrets_given() -> None:
+    m = valid_manifest()
+    assert kafka_config(DeltaIngestion.model_validate(m).spec.source, {}) == {
+        "bootstrap.servers": "kafka.data.svc:9092"
+    }
+    m["spec"]["source"]["auth"] = {
+        "securityProtocol": "SASL_SSL",
+        "saslMechanism": "SCRAM-SHA-512",
+        "username": {"name": "kafka", "key": "user"},
+        "password": {"name": "kafka", "key": "password"},
+        "caCertificate": {"name": "kafka", "key": "ca.crt"},
+    }
+    source = DeltaIngestion.model_validate(m).spec.source
+    config = kafka_config(source, {"username": "u", "password": "p", "caCertificate": "PEM"})
+    assert config["security.protocol"] == "SASL_SSL"
+    assert config["sasl.mechanisms"] == "SCRAM-SHA-512"
+    assert (config["sasl.username"], config["sasl.password"], config["ssl.ca.pem"]) == (
+        "u",
+        "p",
+        "PEM",
+    )
+
+
+def test_executors_start_at_the_manual_count_and_dynamic_allocation_stays_off() -> None:
+    m = valid_manifest()
+    m["spec"]["scaling"].update(mode="manual", executors=3, minExecutors=1, maxExecutors=8)
+    ingestion = DeltaIngestion.model_validate(m)
+    conf = spark_conf(ingestion, Settings())
+    assert conf["spark.executor.instances"] == "3"
+    assert conf["spark.dynamicAllocation.enabled"] == "false"
+    lag_mode = DeltaIngestion.model_validate(valid_manifest())
+    assert spark_conf(lag_mode, Settings())["spark.executor.instances"] == "1"
+
+
+def test_scale_selector_matches_the_executor_pods_labels() -> None:
+    ingestion = DeltaIngestion.model_validate(valid_manifest())
+    conf = spark_conf(ingestion, Settings())
+    executor_labels = {
+        k.removeprefix("spark.kubernetes.executor.label."): v
+        for k, v in conf.items()
+        if k.startswith("spark.kubernetes.executor.label.")
+    }
+    selector = dict(part.split("=") for part in executor_selector(ingestion).split(","))
+    assert selector == executor_labels
