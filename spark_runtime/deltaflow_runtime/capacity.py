@@ -1,19 +1,29 @@
 """What one executor core can do, measured from the stream's own batches (pure).
 
-The autoscaler sizes executors from this, as DS2 does from "true processing rates": records per
-*busy* task-slot second (task time, summed over the batch's tasks, from Spark's status store) is
-what one core does when it works, whatever the load; the wall time a batch takes beyond its
-parallel busy time is the fixed per-batch cost (planning, the Delta commit, the consumer-group
-commit) that more executors do not shorten. Ratios of sums over a window of recent batches, so
-a busy sample attributed to the neighbouring batch evens out.
+The autoscaler sizes executors from this, as DS2 does from "true processing rates": task time
+(summed over a batch's tasks, from Spark's status store) is what the batch cost in cores. Part of
+it does not depend on the batch's size (Delta's log replay, task start-up), so a batch's busy time
+is fitted as ``fixed + records / rate`` by least squares over recent batches: the slope gives the
+records one busy core processes per second. While the batches are all about the same size the
+slope cannot be told from the fixed part, and records / busy time is used: a lower bound (it
+counts the fixed part as work), so the autoscaler errs towards more executors, never fewer. The
+largest batches the driver has run are kept besides the recent ones, so one backlog teaches the
+meter the slope for good.
+
+The wall time a batch takes beyond its records' parallel work is the per-batch overhead
+(planning, the Delta commit, the consumer-group commit) that more executors do not shorten.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 import statistics
 from collections import deque
 from dataclasses import dataclass
+
+# Records of the largest batch must be at least this multiple of the smallest for the fit.
+SPREAD_FOR_FIT = 3.0
 
 
 @dataclass(frozen=True)
@@ -34,6 +44,7 @@ class MeasuredCapacity:
     records_per_core_second: float
     batch_overhead_seconds: float
     batches: int
+    fitted: bool  # False: records / busy time, a lower bound (batches of one size so far)
 
 
 def effective_parallelism(slots: int, partitions: int) -> float:
@@ -49,34 +60,60 @@ def _parallelism(sample: BatchSample) -> float:
     return effective_parallelism(sample.slots, sample.partitions)
 
 
-class CapacityMeter:
-    """A sliding window of batch samples and the capacity they show."""
+def _slope_rate(samples: list[BatchSample]) -> float | None:
+    """Records per busy core-second from the fit busy = fixed + records / rate, or None."""
+    records = [float(s.records) for s in samples]
+    if min(records) * SPREAD_FOR_FIT > max(records):
+        return None
+    mean_r = statistics.fmean(records)
+    mean_b = statistics.fmean(s.busy_core_seconds for s in samples)
+    var = sum((r - mean_r) ** 2 for r in records)
+    busy = [s.busy_core_seconds for s in samples]
+    cov = sum((r - mean_r) * (b - mean_b) for r, b in zip(records, busy, strict=True))
+    if var <= 0 or cov <= 0:
+        return None
+    return var / cov
 
-    def __init__(self, window: int = 30, min_batches: int = 3) -> None:
-        self._samples: deque[BatchSample] = deque(maxlen=window)
+
+class CapacityMeter:
+    """Recent batch samples plus the largest ones, and the capacity they show."""
+
+    def __init__(self, window: int = 30, min_batches: int = 3, largest: int = 5) -> None:
+        self._recent: deque[BatchSample] = deque(maxlen=window)
+        self._largest: list[tuple[int, int, BatchSample]] = []  # min-heap by records
+        self._keep_largest = largest
         self._min_batches = min_batches
+        self._count = 0
 
     def add(self, sample: BatchSample) -> None:
         """Count a batch; empty batches say nothing about capacity and are skipped."""
-        if sample.records > 0 and sample.busy_core_seconds > 0 and sample.slots > 0:
-            self._samples.append(sample)
+        if sample.records <= 0 or sample.busy_core_seconds <= 0 or sample.slots <= 0:
+            return
+        self._count += 1
+        self._recent.append(sample)
+        entry = (sample.records, self._count, sample)
+        if len(self._largest) < self._keep_largest:
+            heapq.heappush(self._largest, entry)
+        elif sample.records > self._largest[0][0]:
+            heapq.heapreplace(self._largest, entry)
 
     def capacity(self) -> MeasuredCapacity | None:
         """The measured capacity, or None until enough batches carried records."""
-        samples = list(self._samples)
-        if len(samples) < self._min_batches:
+        recent = list(self._recent)
+        if len(recent) < self._min_batches:
             return None
-        records = sum(s.records for s in samples)
-        busy = sum(s.busy_core_seconds for s in samples)
+        ids = {id(s) for s in recent}
+        samples = recent + [s for _, _, s in self._largest if id(s) not in ids]
+        rate = _slope_rate(samples)
+        fitted = rate is not None
+        if rate is None:
+            rate = sum(s.records for s in recent) / sum(s.busy_core_seconds for s in recent)
         overheads = [
-            max(
-                0.0,
-                s.wall_seconds - s.busy_core_seconds / effective_parallelism(s.slots, s.partitions),
-            )
-            for s in samples
+            max(0.0, s.wall_seconds - s.records / (rate * _parallelism(s))) for s in recent
         ]
         return MeasuredCapacity(
-            records_per_core_second=records / busy,
+            records_per_core_second=rate,
             batch_overhead_seconds=statistics.median(overheads),
             batches=len(samples),
+            fitted=fitted,
         )

@@ -98,6 +98,7 @@ class ScalingAgent:
                 "recordsPerCoreSecond": round(capacity.records_per_core_second, 3),
                 "batchOverheadSeconds": round(capacity.batch_overhead_seconds, 3),
                 "batches": capacity.batches,
+                "fitted": capacity.fitted,
             }
         self.channel.publish(report)
         return report

@@ -547,7 +547,7 @@ def test_kubectl_scale_sets_the_executors_live_in_manual_mode(stream: Stream) ->
     record(f"kubectl scale --replicas=2 -> 2 executors registered {time.monotonic() - scaled:.0f}s")
     scale = kube.kubectl_json("-n", NS, "get", "deltaingestion", NAME, "--subresource=scale")
     assert (scale["spec"]["replicas"], scale["status"]["replicas"]) == (2, 2)
-    assert "spark-role=executor" in scale["status"]["selector"]
+    assert "app.kubernetes.io/component=executor" in scale["status"]["selector"]
     assert stream.driver_uid() == driver
     stream.produce(1000)
     stream.wait_all_landed()

@@ -46,6 +46,30 @@ def test_capacity_is_records_per_busy_core_second_and_the_unexplained_wall_time(
     assert capacity.batches == 3
 
 
+def test_fixed_busy_time_per_batch_is_fitted_out_of_the_rate() -> None:
+    # Every batch costs 2 core-seconds whatever its size (log replay, task start-up) plus
+    # records / 20k. Small batches alone show only a lower bound: 2k / 2.1 s.
+    meter = CapacityMeter(window=30, min_batches=3)
+    for _ in range(30):
+        meter.add(BatchSample(2000, 2.5, 2.0 + 2000 / 20_000, slots=1, partitions=1))
+    lower = meter.capacity()
+    assert lower is not None
+    assert not lower.fitted
+    assert lower.records_per_core_second == pytest.approx(2000 / 2.1)
+    # One backlog batch of 300k records shows the slope ...
+    meter.add(BatchSample(300_000, 17.5, 2.0 + 300_000 / 20_000, slots=1, partitions=1))
+    fitted = meter.capacity()
+    assert fitted is not None
+    assert fitted.fitted
+    assert fitted.records_per_core_second == pytest.approx(20_000, rel=1e-6)
+    # ... and keeps it after it left the window of recent batches.
+    for _ in range(60):
+        meter.add(BatchSample(2000, 2.5, 2.0 + 2000 / 20_000, slots=1, partitions=1))
+    kept = meter.capacity()
+    assert kept is not None
+    assert kept.records_per_core_second == pytest.approx(20_000, rel=1e-6)
+
+
 def test_capacity_window_forgets_old_batches() -> None:
     meter = CapacityMeter(window=3, min_batches=1)
     meter.add(BatchSample(1000, 1.0, 1.0, slots=1, partitions=1))
