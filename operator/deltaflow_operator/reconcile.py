@@ -98,11 +98,13 @@ class Reconciler:
                 break
             ingestion = ingestion.model_copy(update={"status": self._status(ingestion, plan)})
             plan = self._plan(ingestion, changed)
-        status = self._status(ingestion, plan)
-        status = self._scale(body, ingestion, status)
-        self.kube.patch_status(
-            namespace, name, status.model_dump(by_alias=True, mode="json", exclude_none=True)
-        )
+        status = self._scale(body, ingestion, self._status(ingestion, plan))
+        document = status.model_dump(by_alias=True, mode="json", exclude_none=True)
+        # Measured figures that became unknown must go, not linger as if current: a null
+        # deletes a field in a merge patch.
+        for key in ("lag", "executors", "autoscaler"):
+            document[key] = getattr(status, key).model_dump(by_alias=True, mode="json")
+        self.kube.patch_status(namespace, name, document)
         return plan.requeue_after
 
     def _scale(
@@ -208,6 +210,7 @@ class Reconciler:
         The table and the checkpoint are never touched: deleting the resource stops ingesting,
         it does not delete data.
         """
+        self.autoscaler.forget(namespace, name)
         pod = self.kube.get_pod(namespace, driver_pod_name(name))
         if pod is not None:
             self.kube.delete_pod(namespace, driver_pod_name(name), uid=pod["metadata"]["uid"])

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +59,10 @@ from deltaflow_operator.kube import Kube
 log = logging.getLogger(__name__)
 
 KAFKA_TIMEOUT_SECONDS = 5.0
+# How long a reconciliation waits for this round's Kafka read before using the last one.
+KAFKA_WAIT_SECONDS = 0.5
+# A Kafka view older than this is not acted on: the broker is treated as unreachable.
+VIEW_STALE_SECONDS = 60.0
 WORST_PARTITIONS = 3
 # Verdicts that say "more executors would not help": worth a Warning when they first appear.
 LIMIT_VERDICTS = ("Ineffective", "HotPartition", "BatchCap", "PartitionCeiling", "AtMaximum")
@@ -155,14 +161,28 @@ def lag_status(view: KafkaView | None, seconds: float | None, now: float) -> Lag
     )
 
 
+@dataclass
+class _KafkaWatch:
+    """One resource's Kafka readings: the read in flight, the rate baseline, the last view."""
+
+    uid: str
+    future: Future[OffsetSnapshot] | None = None
+    baseline: tuple[OffsetSnapshot, KafkaView] | None = None
+    view: KafkaView | None = None
+    view_at: float = 0.0
+    error: str = ""
+
+
 class Autoscaler:
-    """One per operator; keeps only rate baselines in memory."""
+    """One per operator. Kafka is read in background threads, so an unreachable broker never
+    stalls a reconciliation for long; only rate baselines are kept in memory."""
 
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
-        self._baselines: dict[str, tuple[OffsetSnapshot, KafkaView]] = {}
+        self._watches: dict[str, _KafkaWatch] = {}
         self._admins: dict[str, KafkaAdmin] = {}
         self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kafka-offsets")
 
     # --- observe ---------------------------------------------------------------------------
     def _admin(self, ingestion: DeltaIngestion) -> KafkaAdmin:
@@ -181,8 +201,8 @@ class Autoscaler:
                 self._admins[key] = KafkaAdmin(config, timeout=KAFKA_TIMEOUT_SECONDS)
             return self._admins[key]
 
-    def read_offsets(self, ingestion: DeltaIngestion, now: float) -> OffsetSnapshot:
-        """Log-end offsets of the topic(s) and the stream's committed offsets."""
+    def read_offsets(self, ingestion: DeltaIngestion) -> OffsetSnapshot:
+        """Log-end offsets of the topic(s) and the stream's committed offsets, read now."""
         admin = self._admin(ingestion)
         source = ingestion.spec.source
         topics = (
@@ -198,22 +218,56 @@ class Autoscaler:
         end = admin.latest_offsets(tps)
         committed = admin.group_offsets(identity(ingestion).consumer_group)
         return OffsetSnapshot(
-            at=now,
+            at=time.time(),
             end={(t, p): o for t, ps in end.items() for p, o in ps.items()},
             committed={
                 (t, p): o for t, ps in committed.items() for p, o in ps.items() if (t, p) in tps
             },
         )
 
-    def _view(self, uid: str, snapshot: OffsetSnapshot) -> KafkaView:
-        base = self._baselines.get(uid)
+    def observe_kafka(self, ingestion: DeltaIngestion, now: float) -> tuple[KafkaView | None, str]:
+        """The freshest Kafka view (None when there is none recent) and the last read error.
+
+        Starts a read when none is in flight and waits briefly for it: a healthy broker answers
+        within the wait, so decisions use this round's offsets.
+        """
+        key = f"{ingestion.namespace}/{ingestion.name}"
+        uid = str(ingestion.metadata.get("uid") or key)
+        with self._lock:
+            watch = self._watches.get(key)
+            if watch is None or watch.uid != uid:
+                watch = self._watches[key] = _KafkaWatch(uid)
+            if watch.future is None:
+                watch.future = self._pool.submit(self.read_offsets, ingestion)
+            future = watch.future
+        wait([future], timeout=KAFKA_WAIT_SECONDS)
+        with self._lock:
+            if future.done() and watch.future is future:
+                watch.future = None
+                try:
+                    self._advance(watch, future.result())
+                except Exception as error:  # unreachable, unknown topic, auth: hold the count
+                    watch.error = str(error) or type(error).__name__
+                    log.warning("%s: reading Kafka offsets failed: %s", key, watch.error)
+            fresh = watch.view is not None and now - watch.view_at <= VIEW_STALE_SECONDS
+            return (watch.view if fresh else None), watch.error
+
+    @staticmethod
+    def _advance(watch: _KafkaWatch, snapshot: OffsetSnapshot) -> None:
+        base = watch.baseline
         if base is not None and snapshot.at - base[0].at < MIN_RATE_INTERVAL_SECONDS:
-            # Too soon for a rate: today's lag with the last measured rates.
-            fresh = kafka_view(None, snapshot)
-            return KafkaView(fresh.partitions, base[1].consumption_rate, base[1].arrival_rate)
-        view = kafka_view(base[0] if base is not None else None, snapshot)
-        self._baselines[uid] = (snapshot, view)
-        return view
+            # Too soon for a rate: this read's lag with the last measured rates.
+            lag = kafka_view(None, snapshot)
+            watch.view = KafkaView(lag.partitions, base[1].consumption_rate, base[1].arrival_rate)
+        else:
+            watch.view = kafka_view(base[0] if base is not None else None, snapshot)
+            watch.baseline = (snapshot, watch.view)
+        watch.view_at, watch.error = snapshot.at, ""
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Drop what is kept of a deleted resource."""
+        with self._lock:
+            self._watches.pop(f"{namespace}/{name}", None)
 
     # --- one round -------------------------------------------------------------------------
     def step(
@@ -221,17 +275,10 @@ class Autoscaler:
     ) -> ScalingOutcome:
         """Observe, decide, act on the driver pod, and say what happened."""
         ns, name = ingestion.namespace, ingestion.name
-        uid = str(ingestion.metadata.get("uid") or f"{ns}/{name}")
         previous = (ingestion.status or DeltaIngestionStatus()).autoscaler
         scaling = ingestion.spec.scaling
 
-        view: KafkaView | None = None
-        kafka_error = ""
-        try:
-            view = self._view(uid, self.read_offsets(ingestion, now))
-        except Exception as error:  # unreachable, unknown topic, auth: say so, hold the count
-            kafka_error = str(error) or type(error).__name__
-            log.warning("%s/%s: reading Kafka offsets failed: %s", ns, name, kafka_error)
+        view, kafka_error = self.observe_kafka(ingestion, now)
 
         annotations = ((driver_pod or {}).get("metadata") or {}).get("annotations") or {}
         report = parse_report(annotations.get(REPORT_ANNOTATION))
@@ -325,10 +372,6 @@ class Autoscaler:
             condition=_condition(decision, kafka_error, reporting, registered),
             events=events,
         )
-
-    def forget(self, uid: str) -> None:
-        """Drop the rate baseline of a deleted resource."""
-        self._baselines.pop(uid, None)
 
     @staticmethod
     def _export(ingestion: DeltaIngestion, decision: Decision, registered: int | None) -> None:
