@@ -12,22 +12,41 @@ The model of one configuration (DS2-like: sized from measured capacity, not from
     P = 8 and one core each, 5, 6 and 7 executors are no faster than 4). A batch of R records
     takes ``overhead + max(R / (r * P / waves), R * hottest_share / r)``: the second term is the
     hottest partition's task, which runs on one core however many executors there are.
-    Throughput is R over that time, where R is what the next batch would take: the backlog or one
-    trigger interval of arrivals, whichever is larger, capped by maxOffsetsPerTrigger.
+    Throughput is R over that time, where R is what the next batch would take: one trigger
+    interval of arrivals plus the backlog (below), capped by maxOffsetsPerTrigger. A count keeps
+    up when its throughput on such batches reaches the arrival rate, i.e. when a batch of one
+    interval's arrivals fits in the interval.
+
+Backlog
+    A micro-batch stream that keeps up always has lag: the records that arrived since the last
+    trigger (up to one interval of arrivals) and the batch in flight, committed only when it
+    ends (its run time of arrivals). Kafka's lag of such a stream is up to
+    ``arrivals * (triggerInterval + batch time)`` however many executors it has. That is not
+    backlog: counted as backlog (about 13 s of arrivals with a 10 s trigger), it added ~20% to
+    the need with a 60 s target and scaled up early. The backlog is
+    ``max(0, lag - arrivals * (triggerInterval + batch time))``, where the batch time is what the
+    model gives for a batch of one interval's arrivals at the registered count (the batch in
+    flight runs on those), at most one interval. From the model rather than trigger + overhead:
+    near a boundary, where the decision matters, the tasks' time is most of a batch's time; and
+    capped, because a count whose batches overrun the interval does not keep up, so what piles
+    up beyond two intervals of arrivals is backlog to clear. The same backlog, never the lag,
+    feeds the scale-down's need and the hottest partition's share.
 
 Sizing
-    The stream needs ``arrivals + lag / targetLagSeconds`` records/s: keep up and clear the
+    The stream needs ``arrivals + backlog / targetLagSeconds`` records/s: keep up and clear the
     backlog within the target. When the current count falls short, the recommendation is the
     smallest count that meets the need. When no count within the bounds does, it is the smallest
     count reaching the best throughput there is (executors that add nothing are never asked for)
-    and the verdict says what stops it: HotPartition (the hottest partition's task outlasts a
-    whole wave; it runs on one core whatever the count), BatchCap (maxOffsetsPerTrigger over the
-    batch overhead caps the rate), PartitionCeiling (as many task slots as partitions already)
-    or AtMaximum (maxExecutors). This is found from the model before anything is asked for, not
-    by trying. The hottest share is weighed like the need: each partition's arrivals plus its
-    backlog over the target.
+    and the verdict says what stops it: HotPartition (the hottest partition carries more than
+    1.5 times an even share of the work and its task outlasts a whole wave; it runs on one core
+    whatever the count), BatchCap (maxOffsetsPerTrigger over the batch overhead caps the rate),
+    PartitionCeiling (as many task slots as partitions already) or AtMaximum (maxExecutors).
+    With partitions evenly loaded but for noise, a task a few percent longer than the others is
+    not a hot partition: the ceiling or the maximum is named. This is found from the model before
+    anything is asked for, not by trying. The hottest share is weighed like the need: each
+    partition's arrivals plus its own backlog (its lag beyond its natural lag) over the target.
 
-    A smaller count is only recommended with 25% headroom over the highest arrival rate seen in
+    A smaller count is only recommended with 15% headroom over the highest arrival rate seen in
     the scale-down window (plus the backlog term), while scaling up needs no headroom; between the
     two the count holds, so noise of +-10% around a boundary never flips it back and forth.
 
@@ -45,10 +64,18 @@ Stabilization
 Unknowns and mistakes
     When Kafka or the driver cannot be reached, or capacity or arrival rates are not measured
     yet, the count is held (clamped into the bounds, which the spec may have changed), never
-    dropped, and such rounds are not recorded. A scale-up is checked afterwards: once its
-    executors have registered and a scale-up window (at least two triggers) has passed, a stream
-    still behind its target that commits less than half of the promised rate is Ineffective, and
-    nothing more is added until it commits 80% of the promise, catches up, or scales down.
+    dropped, and such rounds are not recorded. A scale-up is checked afterwards, on the
+    consumption rate (records committed per second over the last round, ~10 s): once its
+    executors have registered and a scale-up window (at least two triggers) has passed, a round
+    of a stream still behind its target that commits less than half of the promised rate starts a
+    shortfall (``History.shortfall_since``). One round proves little: while one long catch-up
+    batch runs nothing commits, and the round reads 0. So the shortfall is Ineffective only once
+    it has lasted the longest of the scale-up window, three trigger intervals, 60 s and the time
+    the model gives the next batch at the registered count; any round committing half of the
+    promise or more ends it. While it lasts nothing more is added (Stabilizing; the
+    recommendations are still recorded, so the scale-up window runs), and once Ineffective,
+    nothing more is added until the stream commits 80% of the promise, catches up, or scales
+    down.
 
 Compared with other autoscalers
     KEDA's Kafka scaler sets ``replicas = ceil(total lag / lagThreshold)`` and the HPA scales up
@@ -70,13 +97,30 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
-# A smaller count must carry the recent peak need with this much to spare: noise of +-10%
-# around a boundary then never scales back up right after a scale down.
-DOWN_HEADROOM = 1.25
+# A smaller count must carry the recent peak need with this much to spare, so that it does not
+# scale back up right after a scale down. It absorbs noise above the scale-down window's peak
+# (small: the peak holds the noise's upper tail; with +-10% noise a 300 s window's peak is ~+9%,
+# an hour's ~+10%), error in the driver's measured capacity (fitted from recent batches, a few
+# percent between fits) and in a round's arrival estimate. It was 25% while the natural
+# micro-batch lag counted as backlog: the need then also swung with the moment the lag was read
+# (0 to 1 trigger interval of arrivals over the target: up to ~17% with a 10 s trigger and a 60 s
+# target). Without that swing, 15%: at the window's peak the smaller count's batch of one
+# interval's arrivals fills at most ~87% of the interval, and it scales back up only once a
+# backlog of 15% of the target lag's worth of the peak (9 s of arrivals at 60 s) builds up within
+# a scale-up window. 10% would pass the +-10% noise checks too, but leaves little for a capacity
+# estimate a few percent off on top of noise.
+DOWN_HEADROOM = 1.15
+# A partition is hot only with more than this many times an even share (1 / partitions) of the
+# work: below it, one task a little longer than the others is noise, not the limit.
+HOT_SHARE_OVER_EVEN = 1.5
 # A scale-up that yields less than this share of the rate it promised was ineffective...
 INEFFECTIVE_BELOW = 0.5
 # ...and counts as working again from this share (a gap between the two, so it does not flicker).
 RECOVERED_FROM = 0.8
+# A shortfall is a verdict only once it has lasted this long (and at least the scale-up window,
+# three trigger intervals and the batch the model expects): one round measures ~10 s, and while
+# one long catch-up batch runs nothing commits.
+SHORTFALL_SECONDS = 60.0
 # Recommendations are kept this much longer than the longest window, so the one in force when a
 # window opens is still known.
 HISTORY_MARGIN_SECONDS = 60.0
@@ -171,6 +215,9 @@ class History:
     recommendations: tuple[Recommendation, ...] = ()
     last_action: LastAction | None = None
     ineffective_since: float | None = None
+    # When the last scale-up, settled, started committing less than INEFFECTIVE_BELOW of its
+    # promise while the stream is behind; None when it does not (or once Ineffective is declared).
+    shortfall_since: float | None = None
 
 
 @dataclass(frozen=True)
@@ -212,18 +259,34 @@ def throughput(  # noqa: PLR0917 - positional, as the callers in the operator us
     hottest_share: float,
 ) -> float:
     """Records/s that ``executors`` sustain on batches of ``batch_records`` (see the module doc)."""
+    records = max(batch_records, 1.0)
+    seconds = _batch_seconds(
+        executors, capacity, cores_per_executor, partitions, records, hottest_share
+    )
+    if math.isinf(seconds):
+        return 0.0
+    return records / seconds if seconds > 0 else math.inf
+
+
+def _batch_seconds(  # noqa: PLR0917 - the same figures as throughput()
+    executors: int,
+    capacity: Capacity,
+    cores_per_executor: int,
+    partitions: int,
+    records: float,
+    hottest_share: float,
+) -> float:
+    """How long ``executors`` take over a batch of ``records``; infinite without a task slot."""
     slots = executors * cores_per_executor
     rate = capacity.records_per_core_second
     if slots <= 0 or rate <= 0:
-        return 0.0
+        return math.inf
     # Tasks run in waves of ``slots``: a count that leaves the number of waves unchanged adds
     # nothing, however many slots it adds.
     parallelism = partitions / math.ceil(partitions / slots) if partitions > 0 else float(slots)
-    records = max(batch_records, 1.0)
-    seconds = capacity.batch_overhead_seconds + max(
+    return capacity.batch_overhead_seconds + max(
         records / (rate * parallelism), records * min(max(hottest_share, 0.0), 1.0) / rate
     )
-    return records / seconds if seconds > 0 else math.inf
 
 
 @dataclass(frozen=True)
@@ -236,13 +299,25 @@ class _Model:
     hottest_share: float
     interval: float
     max_offsets: int | None
-    lag: int
+    backlog: float  # records beyond the natural micro-batch lag
 
     def batch_records(self, arrival_rate: float) -> float:
-        records = max(float(self.lag), arrival_rate * self.interval)
+        """What the next batch takes: a trigger interval of arrivals and the backlog."""
+        records = self.backlog + arrival_rate * self.interval
         if self.max_offsets is not None:
             records = min(records, float(self.max_offsets))
         return max(records, 1.0)
+
+    def batch_seconds(self, executors: int, arrival_rate: float) -> float:
+        """How long ``executors`` take over the next batch (infinite without a task slot)."""
+        return _batch_seconds(
+            executors,
+            self.capacity,
+            self.cores,
+            self.partitions,
+            self.batch_records(arrival_rate),
+            self.hottest_share,
+        )
 
     def throughput(self, executors: int, arrival_rate: float) -> float:
         return throughput(
@@ -297,14 +372,16 @@ def decide(observation: Observation, limits: Limits, history: History) -> Decisi
     lag = sum(p.lag for p in parts)
     arrival = float(sum(known))
     target_lag = max(limits.target_lag_seconds, 1e-9)
+    natural = _natural_lag_seconds(obs, capacity, parts, arrival)
+    backlog = max(0.0, lag - arrival * natural)
     model = _Model(
         capacity,
         obs.cores_per_executor,
         len(parts),
-        _hottest_share(parts, target_lag),
+        _hottest_share(parts, target_lag, natural),
         obs.trigger_interval_seconds,
         obs.max_offsets_per_trigger,
-        lag,
+        backlog,
     )
     measured = obs.consumption_rate
     behind_s = lag_seconds(
@@ -312,8 +389,38 @@ def decide(observation: Observation, limits: Limits, history: History) -> Decisi
         arrival,
         measured if measured else model.throughput(obs.current_executors, arrival),
     )
-    round_ = _Round(obs, limits, model, low, high, base, lag, arrival, target_lag, behind_s)
+    round_ = _Round(
+        obs, limits, model, low, high, base, lag, backlog, arrival, target_lag, behind_s
+    )
     return round_.decide(history)
+
+
+def _natural_lag_seconds(
+    obs: Observation, capacity: Capacity, parts: tuple[PartitionLag, ...], arrival: float
+) -> float:
+    """Seconds of arrivals in the lag of a stream that keeps up, at most (see the module doc).
+
+    The records waiting for the next trigger (one interval of arrivals) and the batch in flight:
+    as many seconds of arrivals as the model says a batch of one interval's arrivals takes at the
+    registered count, at most one interval (a count whose batches overrun the interval does not
+    keep up, and what it leaves behind is backlog).
+    """
+    interval = max(obs.trigger_interval_seconds, 0.0)
+    records = arrival * interval
+    if obs.max_offsets_per_trigger is not None:
+        records = min(records, float(obs.max_offsets_per_trigger))
+    # The batch of a stream that keeps up holds one interval of arrivals: its hottest task is
+    # the partition with the most arrivals.
+    share = max((p.arrival_rate or 0.0) for p in parts) / arrival if parts and arrival > 0 else 0.0
+    batch = _batch_seconds(
+        obs.current_executors,
+        capacity,
+        obs.cores_per_executor,
+        len(parts),
+        max(records, 1.0),
+        share,
+    )
+    return interval + min(batch, interval)
 
 
 @dataclass(frozen=True)
@@ -327,14 +434,15 @@ class _Round:
     high: int
     base: int  # target_executors clamped into the bounds
     lag: int
+    backlog: float  # the lag beyond the natural micro-batch lag
     arrival: float
     target_lag: float
     lag_s: float | None
 
     def decide(self, history: History) -> Decision:
         obs, model = self.obs, self.model
-        need_up = self.arrival + self.lag / self.target_lag
-        ineffective_since = self._ineffective_since(history)
+        need_up = self.arrival + self.backlog / self.target_lag
+        ineffective_since, shortfall_since = self._judged(history)
 
         limit: Verdict | None = None
         if model.throughput(self.base, self.arrival) < need_up * (1 - _SAME):
@@ -350,9 +458,18 @@ class _Round:
             # Measured, not modelled: more executors did not help last time.
             raw = self.base
         recs = (*history.recommendations, Recommendation(obs.now, raw, self.arrival))
-        history = replace(history, recommendations=recs, ineffective_since=ineffective_since)
+        history = replace(
+            history,
+            recommendations=recs,
+            ineffective_since=ineffective_since,
+            shortfall_since=shortfall_since,
+        )
 
-        if raw > self.base:
+        if raw > self.base and shortfall_since is not None:
+            # The last scale-up has not delivered yet: see whether it does before adding more.
+            # The recommendation is kept, so the scale-up window runs meanwhile.
+            desired, verdict, why = self._judging(history, raw)
+        elif raw > self.base:
             desired, verdict, why = self._up(recs, raw, limit, need_up)
         elif raw < self.base:
             desired, verdict, why = self._down(recs, raw)
@@ -380,6 +497,7 @@ class _Round:
                 last_action=LastAction(
                     obs.now, target, desired, model.throughput(desired, self.arrival)
                 ),
+                shortfall_since=None,  # a new action is judged afresh
             )
             if desired < target:
                 history = replace(history, ineffective_since=None)
@@ -397,7 +515,7 @@ class _Round:
 
     def _sized_down(self, arrival_rate: float) -> int:
         """The smallest count below the current one with headroom over ``arrival_rate``."""
-        need = DOWN_HEADROOM * (arrival_rate + self.lag / self.target_lag)
+        need = DOWN_HEADROOM * (arrival_rate + self.backlog / self.target_lag)
         smaller = self.model.smallest_meeting(self.low, self.base - 1, need, arrival_rate)
         return self.base if smaller is None else smaller
 
@@ -411,8 +529,11 @@ class _Round:
             else float(slots)
         )
         # The hottest partition's task outlasts a whole wave: it alone bounds the batch, on one
-        # core, and no executor count shortens it.
-        if model.hottest_share * parallelism > 1 + 1e-6:
+        # core, and no executor count shortens it. Only when that partition is materially hotter
+        # than an even share: with evenly spread partitions, noise makes one task a few percent
+        # longer than a wave, and the count (maxExecutors, the partitions) is what limits.
+        hot = model.hottest_share
+        if hot > HOT_SHARE_OVER_EVEN / max(model.partitions, 1) and hot * parallelism > 1 + 1e-6:
             return "HotPartition"
         cap, overhead = model.max_offsets, capacity.batch_overhead_seconds
         if cap is not None and overhead > 0 and cap / overhead < need:
@@ -421,27 +542,49 @@ class _Round:
             return "PartitionCeiling"
         return "AtMaximum"
 
-    def _ineffective_since(self, history: History) -> float | None:
-        """When the last scale-up was found not to deliver; None while it does (or is untested)."""
+    def _judged(self, history: History) -> tuple[float | None, float | None]:
+        """The last scale-up judged on what the stream commits: (ineffective_since,
+        shortfall_since). Ineffective once it has had its chance (its executors registered, a
+        scale-up window and two triggers passed) and has committed less than INEFFECTIVE_BELOW
+        of its promise for a sustained period (``_sustain``); a round at or above that resets
+        the shortfall, and RECOVERED_FROM of the promise (or catching up) ends Ineffective."""
         last, obs = history.last_action, self.obs
         measured = obs.consumption_rate
         if last is None or last.to_executors <= last.from_executors:
-            return None
+            return None, None
         if measured is None:
-            return history.ineffective_since
+            return history.ineffective_since, history.shortfall_since
         behind = self.lag_s is not None and self.lag_s > self.limits.target_lag_seconds
         if not behind or measured >= RECOVERED_FROM * last.expected_rate:
-            return None
+            return None, None
         if history.ineffective_since is not None:
-            return history.ineffective_since
+            return history.ineffective_since, None
         settle = max(self.limits.scale_up_stabilization_seconds, 2 * obs.trigger_interval_seconds)
         if (
-            obs.now - last.at >= settle
-            and obs.current_executors >= last.to_executors
-            and measured < INEFFECTIVE_BELOW * last.expected_rate
+            obs.now - last.at < settle
+            or obs.current_executors < last.to_executors
+            or measured >= INEFFECTIVE_BELOW * last.expected_rate
         ):
-            return obs.now
-        return None
+            return None, None
+        since = history.shortfall_since
+        if since is None or since > obs.now:
+            since = obs.now
+        if obs.now - since >= self._sustain():
+            return obs.now, None
+        return None, since
+
+    def _sustain(self) -> float:
+        """How long a shortfall must last to be a verdict: one round's consumption is a ~10 s
+        sample, 0 whenever no batch committed in it, and a catch-up batch of the whole backlog
+        commits only when it ends."""
+        obs, limits = self.obs, self.limits
+        batch = self.model.batch_seconds(obs.current_executors, self.arrival)
+        return max(
+            limits.scale_up_stabilization_seconds,
+            3 * obs.trigger_interval_seconds,
+            SHORTFALL_SECONDS,
+            batch if math.isfinite(batch) else 0.0,
+        )
 
     # -- stabilization ------------------------------------------------------------------------
 
@@ -524,7 +667,12 @@ class _Round:
 
     def _state(self) -> str:
         text = f"lag {_num(self.lag)} records"
-        return text if self.lag_s is None else f"{text} ≈ {_num(self.lag_s)} s"
+        if self.lag_s is not None:
+            text = f"{text} ≈ {_num(self.lag_s)} s"
+        if self.backlog >= 1:
+            # The rest is the natural micro-batch lag, which the need leaves out.
+            text = f"{text}, {_num(self.backlog)} of it backlog"
+        return text
 
     def _hold_text(self, need_up: float) -> str:
         target = _num(self.limits.target_lag_seconds)
@@ -559,6 +707,23 @@ class _Round:
             )
         return f"maxExecutors {self.high} reached; {figures}"
 
+    def _judging(self, history: History, raw: int) -> tuple[int, Verdict, str]:
+        last, since = history.last_action, history.shortfall_since
+        promised = _num(last.expected_rate) if last is not None else "?"
+        step = f"{last.from_executors} -> {last.to_executors}" if last is not None else "last"
+        measured = _num(self.obs.consumption_rate or 0.0)
+        lasted = self.obs.now - since if since is not None else 0.0
+        wait = max(0.0, self._sustain() - lasted)
+        short = f"for {_num(lasted)} s" if lasted > 0 else "this round"
+        return (
+            self.base,
+            "Stabilizing",
+            f"want {raw} executors (now {self.base}): {self._state()}; the {step} scale-up "
+            f"promised {promised} rec/s, the stream commits {measured} rec/s (under "
+            f"{INEFFECTIVE_BELOW:.0%} of it {short}): waiting up to {_num(wait)} s more for it "
+            "to deliver before adding more",
+        )
+
     def _ineffective_text(self, history: History) -> str:
         last = history.last_action
         promised = _num(last.expected_rate) if last is not None else "?"
@@ -585,11 +750,17 @@ def _unknown(obs: Observation, history: History, base: int, why: str) -> Decisio
     return Decision(base, "Unknown", text, lag, behind, arrival, history)
 
 
-def _hottest_share(parts: tuple[PartitionLag, ...], target_lag: float) -> float:
+def _hottest_share(
+    parts: tuple[PartitionLag, ...], target_lag: float, natural_seconds: float
+) -> float:
     """The largest partition's share of the work the stream needs: arrivals plus catch-up."""
-    # Weighed like the need itself (arrivals + lag / target), so a backlog on one partition and
-    # arrivals skewed to one both count; with neither, the partitions are even.
-    weights = [(p.arrival_rate or 0.0) + p.lag / target_lag for p in parts]
+    # Weighed like the need itself (arrivals + backlog / target), so a backlog on one partition
+    # and arrivals skewed to one both count; with neither, the partitions are even. Each
+    # partition's backlog is its lag beyond its own natural micro-batch lag.
+    weights = []
+    for p in parts:
+        rate = p.arrival_rate or 0.0
+        weights.append(rate + max(0.0, p.lag - rate * natural_seconds) / target_lag)
     total = sum(weights)
     if total > 0:
         return max(weights) / total
