@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,10 +113,12 @@ def history_of(status: AutoscalerStatus) -> History:
             expected_rate=action.expected_rate,
         ),
         ineffective_since=status.ineffective_since,
+        shortfall_since=status.shortfall_since,
     )
 
 
-def _history_status(history: History) -> dict[str, Any]:
+def history_status(history: History) -> dict[str, Any]:
+    """The policy's memory as status fields (the inverse of :func:`history_of`)."""
     action = history.last_action
     return {
         "recommendations": [
@@ -132,6 +134,7 @@ def _history_status(history: History) -> dict[str, Any]:
             expected_rate=action.expected_rate,
         ),
         "ineffective_since": history.ineffective_since,
+        "shortfall_since": history.shortfall_since,
     }
 
 
@@ -182,7 +185,6 @@ class Autoscaler:
         self._watches: dict[str, _KafkaWatch] = {}
         self._admins: dict[str, KafkaAdmin] = {}
         self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kafka-offsets")
 
     # --- observe ---------------------------------------------------------------------------
     def _admin(self, ingestion: DeltaIngestion) -> KafkaAdmin:
@@ -225,6 +227,20 @@ class Autoscaler:
             },
         )
 
+    def _read_in_background(self, ingestion: DeltaIngestion) -> Future[OffsetSnapshot]:
+        # A daemon thread, not an executor's worker: a read stuck on an unreachable broker must
+        # not hold up the operator's exit on SIGTERM (executors join their workers at exit).
+        future: Future[OffsetSnapshot] = Future()
+
+        def read() -> None:
+            try:
+                future.set_result(self.read_offsets(ingestion))
+            except Exception as error:
+                future.set_exception(error)
+
+        threading.Thread(target=read, name="kafka-offsets", daemon=True).start()
+        return future
+
     def observe_kafka(self, ingestion: DeltaIngestion, now: float) -> tuple[KafkaView | None, str]:
         """The freshest Kafka view (None when there is none recent) and the last read error.
 
@@ -238,7 +254,7 @@ class Autoscaler:
             if watch is None or watch.uid != uid:
                 watch = self._watches[key] = _KafkaWatch(uid)
             if watch.future is None:
-                watch.future = self._pool.submit(self.read_offsets, ingestion)
+                watch.future = self._read_in_background(ingestion)
             future = watch.future
         wait([future], timeout=KAFKA_WAIT_SECONDS)
         with self._lock:
@@ -357,7 +373,7 @@ class Autoscaler:
             update={
                 "verdict": decision.verdict,
                 "reason": decision.reason,
-                **_history_status(decision.history),
+                **history_status(decision.history),
             }
         )
         return ScalingOutcome(
@@ -390,6 +406,7 @@ def _history_fields(status: AutoscalerStatus) -> dict[str, Any]:
         "recommendations": status.recommendations,
         "last_action": status.last_action,
         "ineffective_since": status.ineffective_since,
+        "shortfall_since": status.shortfall_since,
     }
 
 

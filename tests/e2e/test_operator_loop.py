@@ -80,13 +80,18 @@ def test_status_columns_conditions_and_events(
     )
     table = operator.kube.kubectl("-n", NS, "get", "deltaingestions").stdout
     header = table.splitlines()[0].split()
-    assert header[:5] == ["NAME", "READY", "REASON", "LAG", "EXECUTORS"], table
+    assert header[:7] == ["NAME", "READY", "REASON", "LAG", "LAG(S)", "EXECUTORS", "DESIRED"], table
     obj = operator.get("deltaingestion", "orders", NS)
     assert obj is not None
     status = obj["status"]
     assert status["observedGeneration"] == obj["metadata"]["generation"]
     types = {c["type"] for c in status["conditions"]}
-    assert {"Ready", "Progressing", "Degraded", "Suspended"} <= types
+    assert {"Ready", "Progressing", "Degraded", "Suspended", "Scaling"} <= types
+    # This manifest's broker does not exist and no driver reports: nothing measured is shown
+    # as a number (absent, never 0), and the executor count is not decided.
+    assert "records" not in status.get("lag", {}), status.get("lag")
+    assert "current" not in status.get("executors", {}), status.get("executors")
+    assert operator.condition("orders", NS, "Scaling")["reason"] == "DriverNotRunning"
     for cond in status["conditions"]:
         assert set(cond) >= {
             "type",

@@ -8,10 +8,12 @@ import json
 import pytest
 
 from deltaflow_operator.api import DeltaIngestion
+from deltaflow_operator.api.v1alpha1 import AutoscalerStatus
 from deltaflow_operator.autoscaler import observe
 from deltaflow_operator.autoscaler.observe import OffsetSnapshot, kafka_view, parse_report
+from deltaflow_operator.autoscaler.policy import History, LastAction, Recommendation
 from deltaflow_operator.builders.driver import spark_conf
-from deltaflow_operator.scaling import executor_selector, kafka_config
+from deltaflow_operator.scaling import executor_selector, history_of, history_status, kafka_config
 from deltaflow_operator.settings import Settings
 from deltaflow_runtime import pod_channel
 from deltaflow_runtime.capacity import BatchSample, CapacityMeter, effective_parallelism
@@ -195,3 +197,15 @@ def test_scale_selector_matches_the_executor_pods_labels() -> None:
     }
     selector = dict(part.split("=") for part in executor_selector(ingestion).split(","))
     assert selector == executor_labels
+
+
+def test_the_policys_memory_survives_the_status_round_trip() -> None:
+    # A new leader reads it back from status.autoscaler: every field must come back.
+    history = History(
+        recommendations=(Recommendation(10.0, 3, 1234.5), Recommendation(20.0, 4, 2000.0)),
+        last_action=LastAction(at=15.0, from_executors=1, to_executors=3, expected_rate=9000.0),
+        ineffective_since=18.0,
+        shortfall_since=17.0,
+    )
+    stored = AutoscalerStatus(**history_status(history)).model_dump(by_alias=True, mode="json")
+    assert history_of(AutoscalerStatus.model_validate(stored)) == history

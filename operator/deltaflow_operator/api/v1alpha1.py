@@ -581,6 +581,7 @@ class AutoscalerStatus(StatusModel):
     recommendations: list[RecommendationStatus] = []
     last_action: ScaleActionStatus | None = None
     ineffective_since: float | None = None
+    shortfall_since: float | None = None
 
 
 class DeltaIngestionStatus(StatusModel):
