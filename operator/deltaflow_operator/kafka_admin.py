@@ -8,7 +8,31 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from deltaflow_operator.api.v1alpha1 import KafkaSource
+
 TopicOffsets = dict[str, dict[int, int]]
+
+
+def client_config(
+    source: KafkaSource,
+    username: str | None = None,
+    password: str | None = None,
+    ca: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """librdkafka settings for ``source``: the driver passes its CA as a file
+    (``ssl.ca.location``), the operator as PEM text (``ssl.ca.pem``); credentials are the
+    values the Secrets referenced by ``source.auth`` hold."""
+    config = {"bootstrap.servers": source.bootstrap_servers}
+    auth = source.auth
+    if auth is None:
+        return config
+    config["security.protocol"] = auth.security_protocol
+    if auth.security_protocol.startswith("SASL") and auth.sasl_mechanism is not None:
+        config["sasl.mechanisms"] = auth.sasl_mechanism
+        config["sasl.username"] = username or ""
+        config["sasl.password"] = password or ""
+    config.update(ca or {})
+    return config
 
 
 class KafkaAdmin:

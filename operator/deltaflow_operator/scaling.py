@@ -53,7 +53,7 @@ from deltaflow_operator.autoscaler.policy import (
 )
 from deltaflow_operator.builders.common import driver_pod_name, labels
 from deltaflow_operator.decisions.driver import Event
-from deltaflow_operator.kafka_admin import KafkaAdmin
+from deltaflow_operator.kafka_admin import KafkaAdmin, client_config
 from deltaflow_operator.kube import Kube
 
 log = logging.getLogger(__name__)
@@ -82,18 +82,8 @@ class ScalingOutcome:
 def kafka_config(source: KafkaSource, secrets: dict[str, str]) -> dict[str, str]:
     """librdkafka settings for the operator's admin client; ``secrets`` holds the referenced
     values (username, password, caCertificate), read from the Secrets only into memory."""
-    config = {"bootstrap.servers": source.bootstrap_servers}
-    auth = source.auth
-    if auth is None:
-        return config
-    config["security.protocol"] = auth.security_protocol
-    if auth.security_protocol.startswith("SASL") and auth.sasl_mechanism is not None:
-        config["sasl.mechanisms"] = auth.sasl_mechanism
-        config["sasl.username"] = secrets.get("username", "")
-        config["sasl.password"] = secrets.get("password", "")
-    if "caCertificate" in secrets:
-        config["ssl.ca.pem"] = secrets["caCertificate"]
-    return config
+    ca = {"ssl.ca.pem": secrets["caCertificate"]} if "caCertificate" in secrets else {}
+    return client_config(source, secrets.get("username"), secrets.get("password"), ca)
 
 
 def history_of(status: AutoscalerStatus) -> History:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from deltaflow_operator.api.v1alpha1 import KafkaSource
+from deltaflow_operator.kafka_admin import client_config
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -109,18 +110,8 @@ def spark_kafka_options(source: KafkaSource, secrets: KafkaSecrets) -> dict[str,
 
 def librdkafka_config(source: KafkaSource, secrets: KafkaSecrets) -> dict[str, str]:
     """The same connection for confluent-kafka's admin client (librdkafka property names)."""
-    config = {"bootstrap.servers": source.bootstrap_servers}
-    auth = source.auth
-    if auth is None:
-        return config
-    config["security.protocol"] = auth.security_protocol
-    if auth.security_protocol.startswith("SASL") and auth.sasl_mechanism is not None:
-        config["sasl.mechanisms"] = auth.sasl_mechanism
-        config["sasl.username"] = secrets.username or ""
-        config["sasl.password"] = secrets.password or ""
-    if secrets.ca_file is not None:
-        config["ssl.ca.location"] = secrets.ca_file
-    return config
+    ca = {"ssl.ca.location": secrets.ca_file} if secrets.ca_file is not None else {}
+    return client_config(source, secrets.username, secrets.password, ca)
 
 
 def read_stream(spark: SparkSession, options: Mapping[str, str]) -> DataFrame:
