@@ -18,6 +18,8 @@ from deltaflow_runtime.executors import ExecutorControl, ExecutorTotals
 
 log = logging.getLogger("deltaflow.scaling")
 
+HEARTBEAT_SECONDS = 10.0
+
 
 class Channel(Protocol):
     """Where the desired count comes from and the report goes (the driver's pod)."""
@@ -40,6 +42,8 @@ class ScalingAgent:
         self._last_totals: ExecutorTotals | None = None
         self._last_batch = -1
         self._run_id = ""
+        self._published: dict[str, Any] | None = None
+        self._published_at = 0.0
 
     def on_batch(self, batch_id: int, records: int, wall_seconds: float, partitions: int) -> None:
         """Count a finished batch: its share of busy task time since the previous one."""
@@ -100,7 +104,12 @@ class ScalingAgent:
                 "batches": capacity.batches,
                 "fitted": capacity.fitted,
             }
-        self.channel.publish(report)
+        # Publish on change, else as a heartbeat: the operator treats a report older than 30 s
+        # as a driver that stopped reporting. Keeps the API server's load per stream low.
+        content = {k: v for k, v in report.items() if k != "at"}
+        if content != self._published or time.monotonic() - self._published_at >= HEARTBEAT_SECONDS:
+            self.channel.publish(report)
+            self._published, self._published_at = content, time.monotonic()
         return report
 
     def run(self, done: threading.Event) -> None:
