@@ -1,0 +1,94 @@
+"""A MinIO server (S3-compatible) for s3a:// tables: one process, one data folder, credentials
+made up per run.
+
+It listens on one address: the pod network's gateway when the node runs (host processes reach it
+there too, as Kafka's pod listener), else loopback. Path-style access (no bucket DNS names).
+"""
+
+from __future__ import annotations
+
+import secrets
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from devstack.install import installed_path
+from devstack.process import Service, free_port
+
+REGION = "us-east-1"
+
+
+@dataclass
+class ObjectStore:
+    """A running MinIO: where it answers and the root credentials of this run."""
+
+    endpoint: str  # http://host:port
+    access_key: str
+    secret_key: str
+    service: Service
+
+    def storage_options(self) -> dict[str, str]:
+        """Options for deltalake (delta-rs) to read s3a:// tables of this store."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_REGION": REGION,
+            "AWS_ALLOW_HTTP": "true",
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+        }
+
+    def create_bucket(self, name: str) -> None:
+        """Create bucket ``name`` (an existing one is fine)."""
+        from pyarrow import fs  # type: ignore[import-untyped]
+
+        host = self.endpoint.removeprefix("http://")
+        store = fs.S3FileSystem(
+            access_key=self.access_key,
+            secret_key=self.secret_key,
+            endpoint_override=host,
+            scheme="http",
+            region=REGION,
+            allow_bucket_creation=True,
+        )
+        store.create_dir(name)
+
+    def stop(self) -> None:
+        """Stop the server (its data goes with the run's temp dir)."""
+        self.service.stop()
+
+
+def _live(endpoint: str) -> bool:
+    with urllib.request.urlopen(f"{endpoint}/minio/health/live", timeout=2) as response:
+        return bool(response.status == 200)
+
+
+def start_minio(work_dir: Path, address: str = "127.0.0.1", timeout: float = 60.0) -> ObjectStore:
+    """Start MinIO on ``address`` with fresh root credentials; return once it is live."""
+    binary = installed_path("minio") / "minio"
+    port = free_port()
+    access_key, secret_key = "deltaflow", secrets.token_hex(16)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(work_dir),
+        "MINIO_ROOT_USER": access_key,
+        "MINIO_ROOT_PASSWORD": secret_key,
+        "MINIO_BROWSER": "off",
+        "MINIO_UPDATE": "off",
+        "MINIO_REGION": REGION,
+    }
+    data = work_dir / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    service = Service(
+        "minio",
+        [str(binary), "server", "--quiet", "--address", f"{address}:{port}", str(data)],
+        work_dir / "minio.log",
+        env=env,
+    )
+    service.start()
+    endpoint = f"http://{address}:{port}"
+    try:
+        service.wait_ready(lambda: _live(endpoint), timeout, "live")
+    except Exception:
+        service.stop()
+        raise
+    return ObjectStore(endpoint, access_key, secret_key, service)
