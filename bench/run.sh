@@ -7,21 +7,38 @@
 #   bash bench/run.sh crash      [--records 1000000] [--kills 10]
 #   bash bench/run.sh autoscale  [--calibration FILE] [--traces step,ramp,sine,bursts,hot]
 #                                [--seconds-per-step 10]   (a model: no broker, no Spark, ~2 s)
+#   bash bench/run.sh autoscale-node [--base-rate N] [--factor 3] [--minutes-base 2]
+#                                [--minutes-step 3] [--minutes-after 3] [--sample-seconds 2]
+#                                (the step on the local node, deltaflow vs fixed-at-max; root,
+#                                 the node to itself, ~25 min)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-what=${1:?usage: bash bench/run.sh throughput|freshness|trickle|crash|autoscale [args...]}
+what=${1:?usage: bash bench/run.sh throughput|freshness|trickle|crash|autoscale|autoscale-node [args...]}
 shift
 case "$what" in
   throughput | freshness | trickle) script="bench/$what.py" ;;
   crash) script="bench/crash_soak.py" ;;
   autoscale) script="bench/autoscale.py" ;;
+  autoscale-node) script="bench/autoscale_node.py" ;;
   *) echo "unknown benchmark: $what" >&2; exit 2 ;;
 esac
-bash stack/install/python.sh >/dev/null
-if [ "$what" != autoscale ]; then # the autoscale model needs only the operator's package
-  bash stack/install/spark-jars.sh >/dev/null
-  bash stack/install/kafka.sh >/dev/null
+if [ "$what" = autoscale-node ]; then
+  # The whole local stack, as scripts/demo.sh installs it: the node needs root, and the image its
+  # pods run is built from the Dockerfile here.
+  [ "$(id -u)" = 0 ] || { echo "autoscale-node runs a Kubernetes node: run it as root" >&2; exit 2; }
+  t0=$SECONDS
+  bash stack/install/all.sh
+  echo "== installs done in $((SECONDS - t0))s"
+else
+  bash stack/install/python.sh >/dev/null
 fi
+case "$what" in
+  autoscale | autoscale-node) ;; # the model needs only the operator's package; all.sh did the rest
+  *)
+    bash stack/install/spark-jars.sh >/dev/null
+    bash stack/install/kafka.sh >/dev/null
+    ;;
+esac
 # Every process the benchmark starts is recorded here and stopped by pid at the end.
 pidfile=$(mktemp "${TMPDIR:-/tmp}/deltaflow-bench-pids.XXXXXX")
 cleanup() {
@@ -31,5 +48,11 @@ cleanup() {
   rm -f "$pidfile"
 }
 trap cleanup EXIT
+status=0
 DELTAFLOW_PIDFILE="$pidfile" PYTHONPATH=stack:bench:tests/integration/runtime \
-  .venv/bin/python "$script" "$@"
+  .venv/bin/python "$script" "$@" || status=$?
+if [ "$what" = autoscale-node ] && [ "$status" != 2 ]; then # 2: refused, the node was busy
+  # The node must leave no mount, namespace, interface, rule or shim behind (as after the demo).
+  PYTHONPATH=stack .venv/bin/python -m devstack.leftovers || status=1
+fi
+exit "$status"
