@@ -40,6 +40,7 @@ from deltaflow_operator.autoscaler.observe import (
     desired_annotation,
     kafka_view,
     parse_report,
+    with_rates,
 )
 from deltaflow_operator.autoscaler.policy import (
     Decision,
@@ -262,9 +263,14 @@ class Autoscaler:
     def _advance(watch: _KafkaWatch, snapshot: OffsetSnapshot) -> None:
         base = watch.baseline
         if base is not None and snapshot.at - base[0].at < MIN_RATE_INTERVAL_SECONDS:
-            # Too soon for a rate: this read's lag with the last measured rates.
+            # Too soon for a rate: this read's lag with the last measured rates, per partition
+            # too (without them every round between two measurements would be Unknown).
             lag = kafka_view(None, snapshot)
-            watch.view = KafkaView(lag.partitions, base[1].consumption_rate, base[1].arrival_rate)
+            watch.view = KafkaView(
+                with_rates(lag.partitions, base[1].partitions),
+                base[1].consumption_rate,
+                base[1].arrival_rate,
+            )
         else:
             watch.view = kafka_view(base[0] if base is not None else None, snapshot)
             watch.baseline = (snapshot, watch.view)

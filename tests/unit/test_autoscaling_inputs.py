@@ -148,6 +148,21 @@ def test_lag_and_rates_from_two_snapshots() -> None:
     assert view.consumption_rate == pytest.approx(60.0)
 
 
+def test_rounds_between_rate_measurements_keep_the_per_partition_rates() -> None:
+    # The operator reconciles more often than it measures rates: a round in between has fresh
+    # lag and the last rates, so the policy can decide instead of calling it Unknown.
+    measured = kafka_view(
+        OffsetSnapshot(0.0, {("t", 0): 0, ("t", 1): 0}, {("t", 0): 0, ("t", 1): 0}),
+        OffsetSnapshot(10.0, {("t", 0): 100, ("t", 1): 50}, {("t", 0): 90, ("t", 1): 50}),
+    )
+    fresh = kafka_view(
+        None, OffsetSnapshot(12.0, {("t", 0): 130, ("t", 1): 60}, {("t", 0): 100, ("t", 1): 60})
+    )
+    combined = observe.with_rates(fresh.partitions, measured.partitions)
+    assert combined is not None
+    assert [(p.lag, p.arrival_rate) for p in combined] == [(30, 10.0), (0, 5.0)]
+
+
 def test_a_partition_never_committed_makes_lag_unknown() -> None:
     snapshot = OffsetSnapshot(at=0.0, end={("t", 0): 10, ("t", 1): 10}, committed={("t", 0): 10})
     assert kafka_view(None, snapshot).partitions is None

@@ -126,3 +126,16 @@ def kafka_view(previous: OffsetSnapshot | None, current: OffsetSnapshot) -> Kafk
         rates = [p.arrival_rate for p in lags if p.arrival_rate is not None]
         arrival = sum(rates) if rates else None
     return KafkaView(tuple(lags), consumption, arrival)
+
+
+def with_rates(
+    partitions: tuple[PartitionLag, ...] | None, measured: tuple[PartitionLag, ...] | None
+) -> tuple[PartitionLag, ...] | None:
+    """``partitions`` (fresh lag) with the arrival rates last measured for each partition."""
+    if partitions is None:
+        return None
+    rates = {(p.topic, p.partition): p.arrival_rate for p in measured or ()}
+    return tuple(
+        PartitionLag(p.topic, p.partition, p.lag, rates.get((p.topic, p.partition)))
+        for p in partitions
+    )
