@@ -703,3 +703,31 @@ def test_the_recommendation_jumps_to_the_next_useful_count() -> None:
     # 8 partitions: 5..7 executors are no faster than 4, so from 4 the next step is 8.
     decision = decide(observation(partitions=8, arrival=4500, executors=4), INSTANT, History())
     assert (decision.verdict, decision.desired) == ("ScaleUp", 8)
+
+
+# Measured on the local node (bench/autoscale_node.py): a batch's fixed cost (2.08 s) outlasts
+# the 2 s trigger; one core does 34k records/s; 3 partitions; target lag 10 s.
+NODE = replace(INSTANT, max_executors=3, target_lag_seconds=10)
+
+
+def _node(arrival: float, executors: int, lag: int) -> Observation:
+    return observation(
+        partitions=3,
+        arrival=arrival,
+        lag=lag,
+        executors=executors,
+        capacity=Capacity(34_000, 2.08, 17),
+        trigger_interval_seconds=2.0,
+    )
+
+
+def test_a_batch_overhead_longer_than_the_trigger_is_latency_not_a_ceiling() -> None:
+    # Batches then run back to back and grow until they carry what arrives meanwhile: one
+    # executor keeps up with 12k/s (the node did). The old model took the overhead per trigger
+    # and scaled to 3 at base load, calling it PartitionCeiling.
+    steady = decide(_node(12_000, 1, lag=40_000), NODE, History())
+    assert (steady.verdict, steady.desired) == ("Hold", 1), steady.reason
+    # At 3x (36k/s) one core cannot keep up at all; two run the 3 partitions in two waves
+    # (1.5 cores' worth, batches beyond the target), three in one: straight to 3.
+    step = decide(_node(36_000, 1, lag=120_000), NODE, History())
+    assert (step.verdict, step.desired) == ("ScaleUp", 3), step.reason

@@ -72,6 +72,17 @@ def test_fixed_busy_time_per_batch_is_fitted_out_of_the_rate() -> None:
     assert kept.records_per_core_second == pytest.approx(20_000, rel=1e-6)
 
 
+def test_a_fit_through_noise_falls_back_to_the_lower_bound() -> None:
+    meter = CapacityMeter(min_batches=3)
+    # Sizes spread 10x but busy time unrelated to them: no slope to trust.
+    for records, busy in ((1000, 3.0), (10_000, 1.0), (5000, 2.5), (2000, 1.2), (9000, 2.9)):
+        meter.add(BatchSample(records, busy + 1, busy, slots=1, partitions=1))
+    capacity = meter.capacity()
+    assert capacity is not None
+    assert not capacity.fitted
+    assert capacity.records_per_core_second == pytest.approx(27_000 / 10.6)
+
+
 def test_capacity_window_forgets_old_batches() -> None:
     meter = CapacityMeter(window=3, min_batches=1)
     meter.add(BatchSample(1000, 1.0, 1.0, slots=1, partitions=1))

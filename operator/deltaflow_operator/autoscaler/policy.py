@@ -301,9 +301,30 @@ class _Model:
     max_offsets: int | None
     backlog: float  # records beyond the natural micro-batch lag
 
-    def batch_records(self, arrival_rate: float) -> float:
-        """What the next batch takes: a trigger interval of arrivals and the backlog."""
-        records = self.backlog + arrival_rate * self.interval
+    target_lag: float = 0.0  # seconds; bounds how long a batch may take (see throughput)
+
+    def _seconds_per_record(self, executors: int) -> float:
+        """The per-record part of a batch's time at ``executors`` (inf without a task slot)."""
+        seconds = _batch_seconds(
+            executors, self.capacity, self.cores, self.partitions, 1.0, self.hottest_share
+        )
+        return seconds - self.capacity.batch_overhead_seconds
+
+    def batch_records(self, executors: int, arrival_rate: float) -> float:
+        """What a batch takes: the backlog plus a trigger interval of arrivals or, when a batch
+        outlasts the trigger, the arrivals during the batch itself. Batches then run back to
+        back and settle where R = arrivals * (overhead + R * c): R = arrivals * overhead /
+        (1 - arrivals * c), c being the per-record time. A count that cannot keep up at all
+        (arrivals * c >= 1) takes ever larger batches: its throughput tends to 1 / c."""
+        per_record = self._seconds_per_record(executors)
+        steady = arrival_rate * self.interval
+        load = arrival_rate * per_record
+        if load >= 1:
+            steady = 1e18
+        elif load > 0:
+            overhead = self.capacity.batch_overhead_seconds
+            steady = max(steady, arrival_rate * overhead / (1 - load))
+        records = self.backlog + steady
         if self.max_offsets is not None:
             records = min(records, float(self.max_offsets))
         return max(records, 1.0)
@@ -315,19 +336,29 @@ class _Model:
             self.capacity,
             self.cores,
             self.partitions,
-            self.batch_records(arrival_rate),
+            self.batch_records(executors, arrival_rate),
             self.hottest_share,
         )
 
     def throughput(self, executors: int, arrival_rate: float) -> float:
-        return throughput(
+        """Records/s ``executors`` sustain. The per-batch overhead costs throughput only in
+        proportion to the batch's length: batches may grow to max(trigger, target lag / 2)
+        (waiting plus processing then stays within the target), so the rate is at most
+        (1 - overhead / that) / c."""
+        rate = throughput(
             executors,
             self.capacity,
             self.cores,
             self.partitions,
-            self.batch_records(arrival_rate),
+            self.batch_records(executors, arrival_rate),
             self.hottest_share,
         )
+        longest = max(self.interval, self.target_lag / 2)
+        overhead = self.capacity.batch_overhead_seconds
+        per_record = self._seconds_per_record(executors)
+        if longest <= 0 or math.isinf(per_record) or per_record <= 0:
+            return rate
+        return min(rate, max(0.0, 1 - overhead / longest) / per_record)
 
     def smallest_meeting(self, low: int, high: int, need: float, arrival_rate: float) -> int | None:
         """The smallest count in [low, high] whose throughput reaches ``need``."""
@@ -382,6 +413,7 @@ def decide(observation: Observation, limits: Limits, history: History) -> Decisi
         obs.trigger_interval_seconds,
         obs.max_offsets_per_trigger,
         backlog,
+        target_lag,
     )
     measured = obs.consumption_rate
     behind_s = lag_seconds(
