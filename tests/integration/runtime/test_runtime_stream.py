@@ -394,23 +394,31 @@ def test_offsets_lost_to_retention_fail_loudly(
 
     # While running: retention takes records the stream has not fetched yet; the batch that needs
     # them fails in Spark, and the runtime says which partition lost how many.
+    # The first batch takes all 10 records there are; the next trigger is 30 s later, so the
+    # records produced meanwhile are deleted before any batch could fetch them (a 1 s trigger
+    # once fetched them first on a loaded machine: nothing was lost, and the test waited in vain).
     topic2 = unique("loss-live")
     create_topic(bootstrap, topic2, partitions=1)
-    produce(bootstrap, topic2, [(b"k", order(i)) for i in range(30)])
+    produce(bootstrap, topic2, [(b"k", order(i)) for i in range(10)])
     doc2 = manifest(
-        unique("loss-live"), topic2, bootstrap, tmp_path, source={"maxOffsetsPerTrigger": 10}
+        unique("loss-live"),
+        topic2,
+        bootstrap,
+        tmp_path,
+        source={"maxOffsetsPerTrigger": 10},
+        spec={"trigger": {"interval": "30s"}},
     )
     runner = StreamRunner(runtime_spark, pipeline(doc2), StreamOptions())
     runner.start()
     writer = runner.writer
     assert writer is not None
     wait_for(lambda: writer.last_report is not None, 120, "the first batch")
-    produce(bootstrap, topic2, [(b"k", order(i)) for i in range(30, 130)])
+    produce(bootstrap, topic2, [(b"k", order(i)) for i in range(10, 130)])
     _delete_records(bootstrap, topic2, 0, 80)
     with pytest.raises(DataLossError) as live:
         runner.wait(timeout=240)
-    assert f"{topic2} partition 0: the stream resumes at offset 30" in str(live.value)
-    assert "earliest retained offset is 80 (50 records lost)" in str(live.value)
+    assert f"{topic2} partition 0: the stream resumes at offset 10" in str(live.value)
+    assert "earliest retained offset is 80 (70 records lost)" in str(live.value)
 
 
 # --- maintenance next to the running stream ------------------------------------------------------
