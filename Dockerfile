@@ -59,14 +59,16 @@ RUN --mount=type=cache,id=deltaflow-uv,target=/root/.cache/uv \
  && UV_CACHE_DIR=/root/.cache/uv UV_PYTHON_DOWNLOADS=never /opt/uv/bin/uv build --quiet --wheel --python /usr/bin/python3.11 \
       --out-dir /dist
 
-# --- Delta, Kafka-connector and Avro jars from Maven Central, as stack/install/spark-jars.sh -----
-# Maven runs on the JRE the os stage already has (resolving jars compiles nothing).
+# --- Delta, Kafka-connector, Avro and s3a jars from Maven Central, and the project's s3a:// LogStore,
+# as stack/install/spark-jars.sh. The JDK is for the LogStore's few lines of Java; none of this stage
+# reaches the runtime image but the jars.
 FROM os AS jars
 RUN --mount=type=cache,id=deltaflow-apt-cache,target=/var/cache/apt,sharing=locked \
     --mount=type=cache,id=deltaflow-apt-lists,target=/var/lib/apt/lists,sharing=locked \
     apt-get update -qq \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends maven
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends maven openjdk-17-jdk-headless
 COPY stack/install/versions.env stack/install/maven/spark-jars.pom.xml /build/
+COPY spark_runtime/logstore /build/logstore
 # Java's truststore for this step only, on a tmpfs over /etc/ssl/certs/java: every certificate of
 # the CA-bundle secret (or of the image's own bundle without one), imported by Debian's
 # ca-certificates-java in one JVM. Nothing of it reaches a layer.
@@ -84,9 +86,13 @@ RUN --mount=type=cache,id=deltaflow-maven,target=/root/.m2 \
  && mvn -B -q -Dstyle.color=never -f /build/spark-jars.pom.xml \
       -Dspark.version="$SPARK_VERSION" -Dspark.minor="${SPARK_VERSION%.*}" \
       -Dscala.binary="$SCALA_BINARY" -Ddelta.version="$DELTA_VERSION" \
-      -Dspark.avro.version="$SPARK_AVRO_VERSION" \
+      -Dspark.avro.version="$SPARK_AVRO_VERSION" -Dhadoop.version="$HADOOP_VERSION" \
+      -Daws.sdk.version="$AWS_SDK_VERSION" \
       org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
-      -DoutputDirectory=/jars -DincludeScope=runtime -DexcludeTransitive=false
+      -DoutputDirectory=/jars -DincludeScope=runtime -DexcludeTransitive=false \
+ && mvn -B -q -Dstyle.color=never -f /build/logstore/pom.xml -Dbuild.dir=/tmp/logstore \
+      -Ddelta.version="$DELTA_VERSION" -Dhadoop.version="$HADOOP_VERSION" package \
+ && cp /tmp/logstore/deltaflow-logstore-*.jar /jars/
 
 # --- Runtime ------------------------------------------------------------------------------------
 FROM os
@@ -119,7 +125,7 @@ RUN --mount=type=bind,from=jars,source=/jars,target=/mnt/connector-jars \
       base=$(basename "$jar" | sed -E 's/-[0-9][^-]*(-[A-Za-z0-9.]+)?\.jar$//'); \
       ls "$SPARK_HOME/jars/$base"-[0-9]*.jar >/dev/null 2>&1 || cp "$jar" "$SPARK_HOME/jars/"; \
     done \
- && for j in delta-spark_ spark-sql-kafka-0-10_ spark-avro_; do \
+ && for j in delta-spark_ spark-sql-kafka-0-10_ spark-avro_ hadoop-aws- deltaflow-logstore-; do \
       ls "$SPARK_HOME/jars/$j"*.jar >/dev/null || exit 1; \
     done
 COPY image/entrypoint.sh /usr/local/bin/deltaflow-entrypoint

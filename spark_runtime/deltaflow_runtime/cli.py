@@ -86,6 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="where s3a://, gs://, abfss:// paths of the manifest go locally (default: "
         "./deltaflow-local)",
     )
+    run.add_argument(
+        "--storage-endpoint",
+        metavar="URL",
+        help="keep s3a:// paths on the object store at URL instead of --local-dir (keys from "
+        "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)",
+    )
     run.add_argument("--cores", type=int, default=None, help="local[N] (default: all cores)")
     _stream_flags(run)
     _common(run)
@@ -150,7 +156,10 @@ def _load(args: argparse.Namespace) -> Pipeline:
     if args.command == "run":
         ingestion = load_ingestion(args.filename)
         local = localize(
-            ingestion, bootstrap_servers=args.bootstrap_servers, local_dir=args.local_dir
+            ingestion,
+            bootstrap_servers=args.bootstrap_servers,
+            local_dir=args.local_dir,
+            storage_endpoint=args.storage_endpoint,
         )
         return Pipeline.of(local)
     return Pipeline.of(load_ingestion(args.config))
@@ -199,6 +208,7 @@ def _dispatch(args: argparse.Namespace, pipeline: Pipeline) -> int:
         run_optimize,
         run_vacuum,
     )
+    from deltaflow_runtime.object_store import ObjectStoreError, check_access
     from deltaflow_runtime.offsets import DataLossError
     from deltaflow_runtime.parse import SchemaError
     from deltaflow_runtime.source import SourceConfigError
@@ -214,6 +224,12 @@ def _dispatch(args: argparse.Namespace, pipeline: Pipeline) -> int:
     work_dir = args.local_dir.resolve() / ".spark" if args.command == "run" else None
     spark = _session(pipeline, args, work_dir)
     try:
+        ident, storage = pipeline.identity, pipeline.ingestion.spec.sink.storage
+        check_access(
+            spark,
+            (ident.table_path, ident.dead_letter_table_path, ident.checkpoint_path),
+            storage.endpoint if storage is not None else None,
+        )
         if args.command in ("run", "stream"):
             from deltaflow_runtime.stream import StreamOptions, run_stream
 
@@ -242,6 +258,8 @@ def _dispatch(args: argparse.Namespace, pipeline: Pipeline) -> int:
         return _fail(EXIT_DATA_LOSS, "DataLoss", str(error))
     except UnsafeRetentionError as error:
         return _fail(EXIT_REFUSED, "VacuumRefused", str(error))
+    except ObjectStoreError as error:
+        return _fail(EXIT_FAILED, error.reason, str(error))
     except Exception as error:
         log.exception("failed")
         return _fail(EXIT_FAILED, "Failed", f"{type(error).__name__}: {str(error)[:2000]}")

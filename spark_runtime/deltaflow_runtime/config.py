@@ -100,14 +100,23 @@ def local_path(uri: str, local_dir: Path) -> str:
 
 
 def localize(
-    ingestion: DeltaIngestion, *, bootstrap_servers: str | None, local_dir: Path
+    ingestion: DeltaIngestion,
+    *,
+    bootstrap_servers: str | None,
+    local_dir: Path,
+    storage_endpoint: str | None = None,
 ) -> DeltaIngestion:
     """The same ingestion for a local try-out: another broker, and object-store paths mapped to
-    ``local_dir`` (storage credentials dropped). Re-validated, so the result obeys every rule."""
+    ``local_dir`` (storage credentials dropped) — or, with ``storage_endpoint``, kept on the object
+    store at that endpoint (the keys then come from ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``
+    in the environment). Re-validated, so the result obeys every rule."""
     wire = ingestion.model_dump(by_alias=True, exclude_none=True, exclude={"status"})
     source, sink = wire["spec"]["source"], wire["spec"]["sink"]
     if bootstrap_servers:
         source["bootstrapServers"] = bootstrap_servers
+    if storage_endpoint is not None:
+        sink.setdefault("storage", {})["endpoint"] = storage_endpoint
+        return DeltaIngestion.model_validate(wire)
     ident = identity(ingestion)
     sink["tablePath"] = local_path(ident.table_path, local_dir)
     # Pin the derived paths before the table moves, so they move with it consistently.

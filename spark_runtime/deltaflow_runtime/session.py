@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from deltaflow_operator.api import DeltaIngestion
+from deltaflow_runtime import object_store
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -29,7 +30,13 @@ IN_CLUSTER_MASTER = "k8s://in-cluster"
 # Set by the kubelet in every container: the API server's Service address, as an IP.
 ENV_K8S_HOST = "KUBERNETES_SERVICE_HOST"
 ENV_K8S_PORT = "KUBERNETES_SERVICE_PORT"
-JAR_PREFIXES = ("delta-spark_", "spark-sql-kafka-0-10_", "spark-avro_")
+JAR_PREFIXES = (
+    "delta-spark_",
+    "spark-sql-kafka-0-10_",
+    "spark-avro_",
+    "hadoop-aws-",
+    "deltaflow-logstore-",
+)
 
 # What the data plane's correctness rests on; spec.sparkConf cannot turn these off.
 PINNED_CONF = {
@@ -98,22 +105,10 @@ def pod_conf(env: Mapping[str, str]) -> dict[str, str]:
     return conf
 
 
-def storage_conf(ingestion: DeltaIngestion, env: Mapping[str, str]) -> dict[str, str]:
-    """Hadoop s3a settings from spec.sink.storage; keys come from the environment (set by the
-    operator from the Secrets) and go into the Hadoop conf so executors' tasks get them too."""
-    storage = ingestion.spec.sink.storage
-    if storage is None:
-        return {}
-    conf = {"spark.hadoop.fs.s3a.path.style.access": str(storage.path_style_access).lower()}
-    if storage.endpoint is not None:
-        conf["spark.hadoop.fs.s3a.endpoint"] = storage.endpoint
-    if storage.region is not None:
-        conf["spark.hadoop.fs.s3a.endpoint.region"] = storage.region
-    key, secret = env.get("AWS_ACCESS_KEY_ID"), env.get("AWS_SECRET_ACCESS_KEY")
-    if storage.access_key_id is not None and key and secret:
-        conf["spark.hadoop.fs.s3a.access.key"] = key
-        conf["spark.hadoop.fs.s3a.secret.key"] = secret
-    return conf
+def storage_conf(ingestion: DeltaIngestion) -> dict[str, str]:
+    """Hadoop s3a settings from spec.sink.storage (see ``object_store``; keys stay in the
+    environment, never in the conf)."""
+    return object_store.storage_conf(ingestion.spec.sink.storage)
 
 
 def runtime_conf(
@@ -129,11 +124,12 @@ def runtime_conf(
     conf = {
         "spark.app.name": f"deltaflow-{ingestion.namespace}-{ingestion.name}",
         **DEFAULT_CONF,
-        **storage_conf(ingestion, e),
+        **storage_conf(ingestion),
         **ingestion.spec.spark_conf,
         **pod_conf(e),
         **(extra or {}),
         **PINNED_CONF,
+        **object_store.PINNED_S3_CONF,
     }
     if master is not None:
         conf["spark.master"] = master

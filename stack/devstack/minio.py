@@ -11,6 +11,7 @@ import secrets
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from devstack.install import installed_path
 from devstack.process import Service, free_port
@@ -37,20 +38,35 @@ class ObjectStore:
             "AWS_SECRET_ACCESS_KEY": self.secret_key,
         }
 
-    def create_bucket(self, name: str) -> None:
-        """Create bucket ``name`` (an existing one is fine)."""
+    def env(self) -> dict[str, str]:
+        """The variables a local driver reads its keys from (S3A's environment provider)."""
+        return {"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key}
+
+    def storage_spec(self) -> dict[str, object]:
+        """``spec.sink.storage`` for this store (the Secret names matter only to the operator)."""
+        return {
+            "endpoint": self.endpoint,
+            "pathStyleAccess": True,
+            "accessKeyId": {"name": "lake-creds", "key": "AWS_ACCESS_KEY_ID"},
+            "secretAccessKey": {"name": "lake-creds", "key": "AWS_SECRET_ACCESS_KEY"},
+        }
+
+    def filesystem(self) -> Any:
+        """A pyarrow S3 filesystem on this store (paths are ``bucket/key``)."""
         from pyarrow import fs  # type: ignore[import-untyped]
 
-        host = self.endpoint.removeprefix("http://")
-        store = fs.S3FileSystem(
+        return fs.S3FileSystem(
             access_key=self.access_key,
             secret_key=self.secret_key,
-            endpoint_override=host,
+            endpoint_override=self.endpoint.removeprefix("http://"),
             scheme="http",
             region=REGION,
             allow_bucket_creation=True,
         )
-        store.create_dir(name)
+
+    def create_bucket(self, name: str) -> None:
+        """Create bucket ``name`` (an existing one is fine)."""
+        self.filesystem().create_dir(name)
 
     def stop(self) -> None:
         """Stop the server (its data goes with the run's temp dir)."""

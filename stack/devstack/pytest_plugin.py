@@ -16,6 +16,7 @@ import pytest
 from devstack.cluster import start_cluster, stop_cluster
 from devstack.kafka import KafkaBroker, start_kafka
 from devstack.kube import KubeControlPlane
+from devstack.minio import ObjectStore, start_minio
 from devstack.network import PodNetwork, create_bridge, remove_bridge
 from devstack.process import Service, record_pid, tail
 from devstack.spark import local_spark_conf
@@ -52,6 +53,18 @@ def kafka(stack_dir: Path, pod_network: PodNetwork) -> Iterator[KafkaBroker]:
     yield broker
     broker.stop()
     _running.remove(broker.service)
+
+
+@pytest.fixture(scope="session")
+def object_store(stack_dir: Path, pod_network: PodNetwork) -> Iterator[ObjectStore]:
+    """A real S3-compatible server (MinIO) with the bucket ``lake``, on the pod network's gateway
+    (pods and host processes reach it there, as Kafka's pod listener)."""
+    store = start_minio(stack_dir / "minio", address=pod_network.gateway)
+    _running.append(store.service)
+    store.create_bucket("lake")
+    yield store
+    store.stop()
+    _running.remove(store.service)
 
 
 @pytest.fixture(scope="session")

@@ -1,23 +1,30 @@
 #!/usr/bin/env bash
-# Resolves the Delta and Kafka-connector jars for Spark from Maven Central into the cache.
-# Jars that the pyspark install already ships (Spark itself, Scala, Jackson, ...) are left out, so
-# the classpath holds one copy of each library.
+# Resolves the Delta, Kafka-connector, Avro and s3a jars for Spark from Maven Central into the
+# cache, and builds the project's Delta LogStore for s3a:// (spark_runtime/logstore). Jars that the
+# pyspark install already ships (Spark itself, Scala, Jackson, Hadoop's client, netty, ...) are left
+# out, so the classpath holds one copy of each library.
 STEP_NAME=spark-jars
 RERUN="stack/install/spark-jars.sh"
 source "$(dirname "$0")/lib.sh"
 
 POM="$INSTALL_DIR/maven/spark-jars.pom.xml"
+LOGSTORE="$REPO_ROOT/spark_runtime/logstore"
 SPARK_MINOR=$(cut -d. -f1,2 <<<"$SPARK_VERSION")
-DEST="$(cache_entry spark-jars "spark$SPARK_VERSION-delta$DELTA_VERSION-$(recipe_hash "$0" "$POM" "avro$SPARK_AVRO_VERSION")")"
+DEST="$(cache_entry spark-jars "spark$SPARK_VERSION-delta$DELTA_VERSION-$(recipe_hash "$0" "$POM" "$LOGSTORE/pom.xml" "$LOGSTORE"/src/main/java/io/deltaflow/storage/*.java "avro$SPARK_AVRO_VERSION-hadoop$HADOOP_VERSION-sdk$AWS_SDK_VERSION")")"
 PYSPARK_JARS="${PYSPARK_JARS:-$REPO_ROOT/.venv/lib/python3.11/site-packages/pyspark/jars}"
 
 build() {
   local out=$1
   [ -d "$PYSPARK_JARS" ] || { log "pyspark is not installed at $PYSPARK_JARS: run stack/install/python.sh first"; return 1; }
+  [ -f "$PYSPARK_JARS/hadoop-client-api-$HADOOP_VERSION.jar" ] || {
+    log "pyspark does not ship Hadoop $HADOOP_VERSION ($(ls "$PYSPARK_JARS" | grep hadoop-client-api)): set HADOOP_VERSION in versions.env to match"
+    return 1
+  }
   log "resolving delta-spark_${SPARK_MINOR}_$SCALA_BINARY:$DELTA_VERSION, spark-sql-kafka-0-10_$SCALA_BINARY:$SPARK_VERSION and spark-avro_$SCALA_BINARY:$SPARK_AVRO_VERSION"
   maven_copy "$POM" "$out/all" -Dspark.version="$SPARK_VERSION" -Dspark.minor="$SPARK_MINOR" \
     -Dscala.binary="$SCALA_BINARY" -Ddelta.version="$DELTA_VERSION" \
-    -Dspark.avro.version="$SPARK_AVRO_VERSION" || return 1
+    -Dspark.avro.version="$SPARK_AVRO_VERSION" -Dhadoop.version="$HADOOP_VERSION" \
+    -Daws.sdk.version="$AWS_SDK_VERSION" || return 1
   mkdir -p "$out/jars"
   local jar base kept=0 skipped=0
   for jar in "$out"/all/*.jar; do
@@ -30,10 +37,18 @@ build() {
     fi
   done
   rm -rf "$out/all"
+  log "building the s3a:// LogStore (spark_runtime/logstore)"
+  mvn -B -q -Dstyle.color=never -f "$LOGSTORE/pom.xml" -Dmaven.repo.local="$MAVEN_REPO" \
+    -Dbuild.dir="$out/logstore-build" -Ddelta.version="$DELTA_VERSION" \
+    -Dhadoop.version="$HADOOP_VERSION" package || return 1
+  mv "$out"/logstore-build/deltaflow-logstore-*.jar "$out/jars/"
+  rm -rf "$out/logstore-build"
   log "kept $kept jars, left out $skipped that pyspark already ships"
   ls "$out/jars" | grep -q "^delta-spark_" || { log "delta-spark jar missing"; return 1; }
   ls "$out/jars" | grep -q "^spark-sql-kafka" || { log "spark-sql-kafka jar missing"; return 1; }
   ls "$out/jars" | grep -q "^spark-avro_" || { log "spark-avro jar missing"; return 1; }
+  ls "$out/jars" | grep -q "^hadoop-aws-" || { log "hadoop-aws jar missing"; return 1; }
+  ls "$out/jars" | grep -q "^deltaflow-logstore-" || { log "deltaflow-logstore jar missing"; return 1; }
 }
 
 if is_complete "$DEST"; then

@@ -92,6 +92,28 @@ def test_localize_maps_object_store_paths_and_the_broker(tmp_path: Path) -> None
     assert local.spec.format == load_ingestion(EXAMPLE).spec.format
 
 
+def test_localize_with_a_storage_endpoint_keeps_the_object_store_and_only_moves_the_endpoint(
+    tmp_path: Path,
+) -> None:
+    example = load_ingestion(EXAMPLE)
+    local = localize(
+        example,
+        bootstrap_servers=None,
+        local_dir=tmp_path,
+        storage_endpoint="http://127.0.0.1:9000",
+    )
+    assert local.spec.sink.table_path == example.spec.sink.table_path == "s3a://lake/orders"
+    assert local.spec.dead_letter.table_path == "s3a://lake/orders_dead_letter"
+    assert local.spec.sink.storage is not None
+    assert example.spec.sink.storage is not None
+    assert local.spec.sink.storage.endpoint == "http://127.0.0.1:9000"
+    assert (
+        local.spec.sink.storage.model_copy(update={"endpoint": example.spec.sink.storage.endpoint})
+        == example.spec.sink.storage
+    )
+    assert local.spec.source == example.spec.source
+
+
 def test_local_paths_stay_local(tmp_path: Path) -> None:
     assert local_path("file:///data/t", tmp_path) == "file:///data/t"
     assert local_path("/data/t", tmp_path) == "/data/t"

@@ -19,6 +19,7 @@ from deltaflow_runtime.maintenance import (
     write_termination_message,
 )
 from deltaflow_runtime.metrics import RuntimeMetrics, progress_sample
+from deltaflow_runtime.object_store import bucket_of, classify, probe_paths
 from deltaflow_runtime.parse import REASONS, Reason, avro_all_null_encoding, avro_required_fields
 from deltaflow_runtime.session import runtime_conf, storage_conf
 
@@ -148,7 +149,7 @@ def test_runtime_conf_keeps_what_correctness_needs() -> None:
     assert runtime_conf(ingestion, master="local[2]", env={})["spark.master"] == "local[2]"
 
 
-def test_storage_conf_from_spec_and_environment() -> None:
+def test_storage_conf_never_holds_the_keys_and_pins_the_conditional_logstore() -> None:
     ingestion = _ingestion(
         sink={
             "tablePath": "s3a://lake/orders",
@@ -160,13 +161,76 @@ def test_storage_conf_from_spec_and_environment() -> None:
             },
         }
     )
-    env = {"AWS_ACCESS_KEY_ID": "AK", "AWS_SECRET_ACCESS_KEY": "SK"}
-    assert storage_conf(ingestion, env) == {
-        "spark.hadoop.fs.s3a.path.style.access": "true",
-        "spark.hadoop.fs.s3a.endpoint": "http://minio:9000",
-        "spark.hadoop.fs.s3a.access.key": "AK",
-        "spark.hadoop.fs.s3a.secret.key": "SK",
-    }
+    conf = storage_conf(ingestion)
+    assert conf["spark.hadoop.fs.s3a.path.style.access"] == "true"
+    assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://minio:9000"
+    assert conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"
+    # A custom endpoint needs a region; the keys are read from the environment by the SDK.
+    assert conf["spark.hadoop.fs.s3a.endpoint.region"] == "us-east-1"
+    assert conf["spark.hadoop.fs.s3a.aws.credentials.provider"].endswith(
+        "EnvironmentVariableCredentialsProvider"
+    )
+    env = {"AWS_ACCESS_KEY_ID": "AK-VALUE", "AWS_SECRET_ACCESS_KEY": "SK-VALUE"}
+    full = runtime_conf(ingestion, env=env, extra={"spark.delta.logStore.s3a.impl": "x"})
+    assert not [k for k, v in full.items() if "AK-VALUE" in v or "SK-VALUE" in v]
+    # No sparkConf can swap the store that keeps two writers from overwriting a commit.
+    assert full["spark.delta.logStore.s3a.impl"] == "io.deltaflow.storage.S3ConditionalLogStore"
+    assert full["spark.hadoop.fs.s3a.create.conditional.enabled"] == "true"
+
+
+def test_storage_conf_without_keys_uses_the_default_chain_for_workload_identity() -> None:
+    ingestion = _ingestion(
+        sink={"tablePath": "s3a://lake/orders", "storage": {"region": "eu-west-1"}}
+    )
+    conf = storage_conf(ingestion)
+    assert conf["spark.hadoop.fs.s3a.aws.credentials.provider"].endswith(
+        "DefaultCredentialsProvider"
+    )
+    assert conf["spark.hadoop.fs.s3a.endpoint.region"] == "eu-west-1"
+    assert "spark.hadoop.fs.s3a.endpoint" not in conf
+    https = _ingestion(
+        sink={"tablePath": "s3a://lake/o", "storage": {"endpoint": "https://s3.example:443"}}
+    )
+    assert storage_conf(https)["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "true"
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        (
+            "java.nio.file.AccessDeniedException: s3a://lake/x: getFileStatus",
+            "ObjectStoreAccessDenied",
+        ),
+        ("org.apache.hadoop.fs.s3a.UnknownStoreException: s3a://nope/", "BucketNotFound"),
+        ("...NoSuchBucket: The specified bucket does not exist", "BucketNotFound"),
+        (
+            "org.apache.hadoop.fs.s3a.auth.NoAuthWithAWSException: No AWS credentials",
+            "ObjectStoreNoCredentials",
+        ),
+        (
+            "InvalidAccessKeyId: The Access Key Id you provided does not exist",
+            "ObjectStoreAccessDenied",
+        ),
+        ("SignatureDoesNotMatch: The request signature we calculated", "ObjectStoreAccessDenied"),
+        ("java.net.ConnectException: Connection refused", "ObjectStoreUnreachable"),
+        ("java.net.UnknownHostException: minio.data.svc", "ObjectStoreUnreachable"),
+        ("something else entirely", "ObjectStoreError"),
+    ],
+)
+def test_object_store_failures_get_a_reason_and_advice(text: str, reason: str) -> None:
+    got, advice = classify(text)
+    assert got == reason
+    assert advice
+
+
+def test_one_probe_per_bucket_only_for_object_store_paths() -> None:
+    assert bucket_of("s3a://lake/orders") == "lake"
+    assert bucket_of("s3://lake") == "lake"
+    assert bucket_of("/data/orders") is None
+    assert bucket_of("gs://lake/orders") is None
+    assert probe_paths(
+        ["s3a://lake/orders", "s3a://lake/orders_dead_letter", "s3a://ckpt/x", "/tmp/y"]
+    ) == ["s3a://lake/orders", "s3a://ckpt/x"]
 
 
 def test_progress_sample_from_a_spark_progress_report() -> None:

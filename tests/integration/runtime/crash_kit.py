@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 from confluent_kafka import Producer
 
+from devstack.minio import ObjectStore
 from devstack.process import record_pid
 
 STRATEGIES = ("random", "mid-write", "after-table-commit", "after-plan")
@@ -102,7 +103,13 @@ def stream_argv(config: Path, work: Path, *, available_now: bool, port: int = 0)
 class ProcessGroup:
     """A process in its own process group (a driver's JVM goes with it), output to ``log``."""
 
-    def __init__(self, argv: list[str], log: Path, cwd: Path | None = None) -> None:
+    def __init__(
+        self,
+        argv: list[str],
+        log: Path,
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.started = time.monotonic()
         with log.open("ab") as out:
             self.proc = subprocess.Popen(
@@ -112,6 +119,7 @@ class ProcessGroup:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 cwd=cwd,
+                env={**os.environ, **env} if env else None,
             )
         record_pid(self.proc.pid)
 
@@ -135,41 +143,67 @@ class ProcessGroup:
 class Driver(ProcessGroup):
     """One ``deltaflow stream`` process."""
 
-    def __init__(self, config: Path, work: Path, log: Path, *, available_now: bool = False):
-        super().__init__(stream_argv(config, work, available_now=available_now), log)
+    def __init__(
+        self,
+        config: Path,
+        work: Path,
+        log: Path,
+        *,
+        available_now: bool = False,
+        env: dict[str, str] | None = None,
+    ):
+        super().__init__(stream_argv(config, work, available_now=available_now), log, env=env)
 
 
 class TableWatch:
-    """Watches a table and the checkpoint on disk (what a kill strategy waits for)."""
+    """Watches a table and the checkpoint where they are stored (what a kill strategy waits for):
+    a local folder, or, with ``store``, s3a:// paths listed on the object store itself."""
 
-    def __init__(self, table: Path, checkpoint: Path) -> None:
+    def __init__(self, table: str, checkpoint: str, store: ObjectStore | None = None) -> None:
         self.table = table
         self.checkpoint = checkpoint
+        self._s3 = store.filesystem() if store is not None else None
+
+    def _names(self, folder: str) -> list[str]:
+        if self._s3 is None:
+            return os.listdir(folder) if os.path.isdir(folder) else []
+        from pyarrow import fs
+
+        selector = fs.FileSelector(_key(folder), allow_not_found=True)
+        return [info.base_name for info in self._s3.get_file_info(selector)]
 
     def version(self) -> int:
         """Latest committed version (-1: no table yet)."""
-        log = self.table / "_delta_log"
-        if not log.is_dir():
-            return -1
-        versions = [
-            int(n[:20]) for n in os.listdir(log) if n.endswith(".json") and n[:20].isdigit()
-        ]
+        names = self._names(f"{self.table}/_delta_log")
+        versions = [int(n[:20]) for n in names if n.endswith(".json") and n[:20].isdigit()]
         return max(versions, default=-1)
 
     def data_files(self) -> set[str]:
-        """Every data file on disk (committed or not)."""
-        out = set()
-        for root, dirs, files in os.walk(self.table):
-            dirs[:] = [d for d in dirs if d != "_delta_log"]
-            out.update(os.path.join(root, f) for f in files if f.endswith(".parquet"))
-        return out
+        """Every data file stored (committed or not)."""
+        if self._s3 is None:
+            out = set()
+            for root, dirs, files in os.walk(self.table):
+                dirs[:] = [d for d in dirs if d != "_delta_log"]
+                out.update(os.path.join(root, f) for f in files if f.endswith(".parquet"))
+            return out
+        from pyarrow import fs
+
+        selector = fs.FileSelector(_key(self.table), recursive=True, allow_not_found=True)
+        return {
+            i.path
+            for i in self._s3.get_file_info(selector)
+            if i.path.endswith(".parquet") and "/_delta_log/" not in i.path
+        }
 
     def planned(self) -> int:
         """Latest batch Spark planned (-1: none)."""
-        offsets = self.checkpoint / "offsets"
-        if not offsets.is_dir():
-            return -1
-        return max((int(n) for n in os.listdir(offsets) if n.isdigit()), default=-1)
+        names = self._names(f"{self.checkpoint}/offsets")
+        return max((int(n) for n in names if n.isdigit()), default=-1)
+
+
+def _key(path: str) -> str:
+    """``bucket/key`` of an s3a:// path (pyarrow's form)."""
+    return path.removeprefix("s3a://").rstrip("/")
 
 
 def _wait(predicate: Callable[[], bool], timeout: float, poll: float = 0.005) -> bool:
@@ -247,9 +281,20 @@ class BackgroundProducer:
 
 
 def write_config(
-    path: Path, name: str, topic: str, bootstrap: str, root: Path, *, max_offsets: int
-) -> tuple[Path, Path, Path]:
-    """The DeltaIngestion the drivers run; returns (config, table dir, checkpoint dir)."""
+    path: Path,
+    name: str,
+    topic: str,
+    bootstrap: str,
+    root: str,
+    *,
+    max_offsets: int,
+    storage: dict[str, Any] | None = None,
+) -> tuple[Path, str, str]:
+    """The DeltaIngestion the drivers run under ``root`` (a folder or an s3a:// prefix); returns
+    (config, table path, checkpoint path)."""
+    sink: dict[str, Any] = {"tablePath": f"{root}/lake/{name}", "partitionBy": ["country"]}
+    if storage is not None:
+        sink["storage"] = storage
     document = {
         "apiVersion": "deltaflow.io/v1alpha1",
         "kind": "DeltaIngestion",
@@ -264,12 +309,12 @@ def write_config(
                 "type": "json",
                 "schema": "id BIGINT NOT NULL, amount DOUBLE, ts TIMESTAMP, country STRING",
             },
-            "sink": {"tablePath": str(root / "lake" / name), "partitionBy": ["country"]},
+            "sink": sink,
             "trigger": {"interval": "1s"},
         },
     }
     path.write_text(yaml.safe_dump(document))
-    return path, root / "lake" / name, root / "lake" / "_checkpoints" / "crash" / name
+    return path, f"{root}/lake/{name}", f"{root}/lake/_checkpoints/crash/{name}"
 
 
 def crash_soak(
@@ -283,17 +328,29 @@ def crash_soak(
     max_offsets: int,
     seed: int = 7,
     say: Callable[[str], None] = print,
+    store: ObjectStore | None = None,
 ) -> CrashResult:
     """Produce (at least ``records``, and until the last kill) in the background, kill the driver
-    ``kills`` times, drain, count."""
+    ``kills`` times, drain, count. With ``store``, the table, the dead-letter table and the
+    checkpoint live on that object store (s3a://lake/<topic>/...)."""
     from deltalake import DeltaTable
 
     rng = random.Random(seed)
     work.mkdir(parents=True, exist_ok=True)
+    root = str(work) if store is None else f"s3a://lake/{topic}"
     config, table, checkpoint = write_config(
-        work / "ingestion.yaml", "soak", topic, bootstrap, work, max_offsets=max_offsets
+        work / "ingestion.yaml",
+        "soak",
+        topic,
+        bootstrap,
+        root,
+        max_offsets=max_offsets,
+        storage=None if store is None else store.storage_spec(),
     )
-    watch = TableWatch(table, checkpoint)
+    env = None if store is None else store.env()
+    options = None if store is None else store.storage_options()
+    watch = TableWatch(table, checkpoint, store)
+    poll = 0.002 if store is None else 0.02  # a listing on the object store costs a request
     log = work / "driver.log"
     producer = BackgroundProducer(bootstrap, topic, records, rate)
     producer.start()
@@ -303,11 +360,11 @@ def crash_soak(
         for number in range(1, kills + 1):
             strategy = STRATEGIES[(number - 1) % len(STRATEGIES)]
             before = watch.version()
-            driver = Driver(config, work, log)
+            driver = Driver(config, work, log, env=env)
             if not _wait(lambda: watch.version() > before, 300, poll=0.05):  # noqa: B023
                 raise AssertionError(f"restart {number}: no commit within 300s (see {log})")
             recovered = time.monotonic() - driver.started
-            hit = _kill_window(strategy, watch, rng)
+            hit = _kill_window(strategy, watch, rng, poll)
             killed_at = time.monotonic() - driver.started
             assert driver.alive(), f"restart {number}: the driver died by itself (see {log})"
             driver.kill()
@@ -320,8 +377,8 @@ def crash_soak(
         # The last life drains Kafka (the consumer group reaches the log end), then stops
         # gracefully: SIGTERM lets the in-flight batch finish and the driver exits 0.
         started = time.monotonic()
-        driver = Driver(config, work, log)
-        if not _wait(lambda: _drained(bootstrap, topic, config), 1800, poll=1.0):
+        driver = Driver(config, work, log, env=env)
+        if not _wait(lambda: drained(bootstrap, topic, config), 1800, poll=1.0):
             raise AssertionError(f"the final run did not drain Kafka (see {log})")
         drain_seconds = time.monotonic() - started
         stopping = time.monotonic()
@@ -332,10 +389,10 @@ def crash_soak(
         if driver is not None and driver.alive():
             driver.kill()
 
-    rows = DeltaTable(str(table)).to_pyarrow_table(
+    rows = DeltaTable(table, storage_options=options).to_pyarrow_table(
         columns=["_kafka_topic", "_kafka_partition", "_kafka_offset"]
     )
-    dead = DeltaTable(str(table) + "_dead_letter").to_pyarrow_table(
+    dead = DeltaTable(table + "_dead_letter", storage_options=options).to_pyarrow_table(
         columns=["_kafka_topic", "_kafka_partition", "_kafka_offset"]
     )
 
@@ -361,7 +418,7 @@ def crash_soak(
     )
 
 
-def _drained(bootstrap: str, topic: str, config: Path) -> bool:
+def drained(bootstrap: str, topic: str, config: Path) -> bool:
     """Whether the stream's consumer group sits at the log end on every partition."""
     from deltaflow_runtime.config import Pipeline, load_ingestion
     from deltaflow_runtime.offsets import KafkaAdmin
@@ -372,16 +429,16 @@ def _drained(bootstrap: str, topic: str, config: Path) -> bool:
     return bool(latest) and admin.group_offsets(group) == latest
 
 
-def _kill_window(strategy: str, watch: TableWatch, rng: random.Random) -> bool:
+def _kill_window(strategy: str, watch: TableWatch, rng: random.Random, poll: float) -> bool:
     """Wait for the moment a strategy aims at; True if it came (else the caller kills anyway)."""
     if strategy == "random":
         time.sleep(rng.uniform(0.1, 4.0))
         return True
     if strategy == "mid-write":
         known = watch.data_files()
-        return _wait(lambda: bool(watch.data_files() - known), 60)
+        return _wait(lambda: bool(watch.data_files() - known), 60, poll=max(poll, 0.005))
     if strategy == "after-table-commit":
         version = watch.version()
-        return _wait(lambda: watch.version() > version, 60, poll=0.002)
+        return _wait(lambda: watch.version() > version, 60, poll=poll)
     planned = watch.planned()
-    return _wait(lambda: watch.planned() > planned, 60, poll=0.002)
+    return _wait(lambda: watch.planned() > planned, 60, poll=poll)

@@ -7,6 +7,10 @@ reader (and Spark where a test says so); nothing is mocked.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections import Counter
@@ -21,6 +25,7 @@ from confluent_kafka.cimpl import NewTopic
 
 from deltaflow_operator.api import DeltaIngestion
 from deltaflow_runtime.config import Pipeline
+from devstack.process import record_pid
 
 # (topic, partition, offset): how every check matches records.
 Tpo = tuple[str, int, int]
@@ -133,11 +138,40 @@ def pipeline(document: Mapping[str, Any]) -> Pipeline:
     return Pipeline.of(DeltaIngestion.model_validate(dict(document)))
 
 
-def read_table(path: str) -> list[dict[str, Any]]:
-    """All rows of a Delta table, read with deltalake (delta-rs), an independent reader."""
+def read_table(path: str, storage_options: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """All rows of a Delta table, read with deltalake (delta-rs), an independent reader (from an
+    object store with ``storage_options``)."""
     from deltalake import DeltaTable
 
-    return DeltaTable(path).to_pyarrow_table().to_pylist()
+    return DeltaTable(path, storage_options=storage_options).to_pyarrow_table().to_pylist()
+
+
+DELTAFLOW = str(Path(sys.executable).parent / "deltaflow")
+
+
+def run_cli(
+    args: list[str], cwd: Path, timeout: float, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the ``deltaflow`` console script to its end (killed, and the test failed, on timeout);
+    ``env`` is added to this process's environment."""
+    proc = subprocess.Popen(
+        [DELTAFLOW, *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, **env} if env else None,
+    )
+    record_pid(proc.pid)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        ran = f"deltaflow {' '.join(args)} ran over {timeout}s"
+        raise AssertionError(f"{ran}:\n{out}\n{err}") from None
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def tpos(rows: Iterable[Mapping[str, Any]]) -> list[Tpo]:

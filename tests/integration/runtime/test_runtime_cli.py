@@ -4,43 +4,23 @@ into a local table, and a manifest with a mistake refused by field."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 from confluent_kafka.admin import AdminClient
-from runtime_kit import log_end_offsets, order, produce, read_table
+from runtime_kit import DELTAFLOW, log_end_offsets, order, produce, read_table, run_cli
 
 from devstack.kafka import KafkaBroker
-from devstack.process import record_pid
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "examples" / "orders.yaml"
-DELTAFLOW = str(Path(sys.executable).parent / "deltaflow")
 
 
 def _run(args: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.Popen(
-        [DELTAFLOW, *args],
-        cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    record_pid(proc.pid)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"deltaflow {' '.join(args)} ran over {timeout}s:\n{out}\n{err}")
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    return run_cli(args, cwd, timeout)
 
 
 @pytest.mark.kafka

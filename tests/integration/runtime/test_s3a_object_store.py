@@ -1,0 +1,354 @@
+"""Tables, dead letters and checkpoints on s3a:// against a real S3-compatible server (MinIO, built
+and started by the stack), read back with the independent ``deltalake`` reader from the bucket.
+
+Two writers (the stream and a maintenance job, in two processes) commit to the same table through
+``S3ConditionalLogStore``: one conditional PUT per commit, so a version is created once or the
+writer is told it lost the race. The first test shows that on the store itself; the last one runs
+OPTIMIZE and VACUUM as separate processes while the stream appends.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from crash_kit import Driver, crash_soak, drained, write_config
+from runtime_kit import (
+    Sent,
+    create_topic,
+    duplicates,
+    log_end_offsets,
+    order,
+    produce,
+    read_table,
+    run_cli,
+    tpos,
+    unique,
+    wait_for,
+)
+
+from devstack.demo import BROKEN
+from devstack.kafka import KafkaBroker
+from devstack.minio import REGION, ObjectStore
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from pyspark.sql import SparkSession
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+
+REPO = Path(__file__).resolve().parents[3]
+EXAMPLE = REPO / "examples" / "orders.yaml"
+
+
+def _delta_log(store: ObjectStore, table: str) -> dict[int, list[dict[str, Any]]]:
+    """Every commit of a table as stored in the bucket: version -> its actions."""
+    from pyarrow import fs
+
+    s3 = store.filesystem()
+    key = table.removeprefix("s3a://") + "/_delta_log"
+    commits: dict[int, list[dict[str, Any]]] = {}
+    for info in s3.get_file_info(fs.FileSelector(key, allow_not_found=True)):
+        name = info.base_name
+        if name.endswith(".json") and name[:20].isdigit():
+            with s3.open_input_stream(info.path) as stream:
+                lines = stream.read().decode().splitlines()
+            commits[int(name[:20])] = [json.loads(line) for line in lines if line]
+    return commits
+
+
+def test_the_logstore_lets_exactly_one_of_many_writers_create_a_version(
+    object_store: ObjectStore, runtime_spark: SparkSession
+) -> None:
+    from py4j.protocol import Py4JJavaError
+
+    sc = runtime_spark.sparkContext
+    jvm: Any = sc._jvm
+    conf = jvm.org.apache.hadoop.conf.Configuration(sc._jsc.hadoopConfiguration())
+    for key, value in {
+        "fs.s3a.endpoint": object_store.endpoint,
+        "fs.s3a.endpoint.region": REGION,
+        "fs.s3a.path.style.access": "true",
+        "fs.s3a.connection.ssl.enabled": "false",
+        "fs.s3a.access.key": object_store.access_key,  # test-only: the product uses the env
+        "fs.s3a.secret.key": object_store.secret_key,
+        "fs.s3a.create.conditional.enabled": "true",
+    }.items():
+        conf.set(key, value)
+    store = jvm.io.deltaflow.storage.S3ConditionalLogStore(conf)
+    commit = f"s3a://lake/race-{uuid.uuid4().hex[:8]}/_delta_log/00000000000000000000.json"
+    path = jvm.org.apache.hadoop.fs.Path(commit)
+
+    def write(line: str, overwrite: bool = False) -> str:
+        lines = jvm.java.util.ArrayList()
+        lines.add(line)
+        try:
+            store.write(path, lines.iterator(), overwrite, conf)
+        except Py4JJavaError as error:
+            return str(error.java_exception.getClass().getName())
+        return "created"
+
+    writers = 8
+    start = threading.Barrier(writers)
+    outcomes: dict[int, str] = {}
+
+    def race(i: int) -> None:
+        start.wait()
+        outcomes[i] = write(json.dumps({"commitInfo": {"writer": i}}))
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    counts = Counter(outcomes.values())
+    assert counts == {"created": 1, "java.nio.file.FileAlreadyExistsException": writers - 1}
+    (winner,) = (i for i, outcome in outcomes.items() if outcome == "created")
+    with object_store.filesystem().open_input_stream(commit.removeprefix("s3a://")) as stored:
+        assert json.loads(stored.read()) == {"commitInfo": {"writer": winner}}
+
+    # A retry of the winner's own PUT (its answer lost) is not a conflict; anyone else's is.
+    assert write(json.dumps({"commitInfo": {"writer": winner}})) == "created"
+    assert write(json.dumps({"commitInfo": {"writer": -1}})).endswith("FileAlreadyExistsException")
+    # Files Delta may replace (overwrite=true) are replaced.
+    assert write(json.dumps({"commitInfo": {"writer": -2}}), overwrite=True) == "created"
+
+
+def test_run_the_example_manifest_on_the_object_store_lands_good_and_bad_records_exactly_once(
+    kafka: KafkaBroker, object_store: ObjectStore, tmp_path: Path
+) -> None:
+    bootstrap = kafka.bootstrap_servers
+    if "orders" not in log_end_offsets_topics(bootstrap):
+        create_topic(bootstrap, "orders", partitions=3)
+    good = produce(bootstrap, "orders", [(str(i).encode(), order(i, "FR")) for i in range(3000)])
+    bad = produce(bootstrap, "orders", BROKEN)
+    ends = log_end_offsets(bootstrap, "orders")
+
+    # The manifest unchanged but for the endpoint (and the broker): s3a://lake/orders on MinIO.
+    result = run_cli(
+        [
+            "run", "-f", str(EXAMPLE),
+            "--bootstrap-servers", bootstrap,
+            "--storage-endpoint", object_store.endpoint,
+            "--available-now", "--metrics-port", "0", "--cores", "2",
+        ],
+        cwd=tmp_path,
+        timeout=600,
+        env=object_store.env(),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "table:       s3a://lake/orders" in result.stdout
+    assert "checkpoint:  s3a://lake/_checkpoints/data/orders" in result.stdout
+    assert not (tmp_path / "deltaflow-local" / "lake").exists()  # nothing went to local disk
+
+    options = object_store.storage_options()
+    rows = tpos(read_table("s3a://lake/orders", options))
+    dead = tpos(read_table("s3a://lake/orders_dead_letter", options))
+    everything = [("orders", p, o) for p, end in ends.items() for o in range(end)]
+    assert duplicates(rows + dead) == []
+    assert sorted(rows + dead) == sorted(everything)
+    assert sorted(dead) == sorted(s.tpo for s in bad)
+    assert {s.tpo for s in good} <= set(rows)
+    # The checkpoint is on the object store too: a second run finds nothing new to do.
+    again = run_cli(
+        [
+            "run", "-f", str(EXAMPLE), "--bootstrap-servers", bootstrap,
+            "--storage-endpoint", object_store.endpoint, "--available-now", "--metrics-port", "0",
+        ],
+        cwd=tmp_path,
+        timeout=600,
+        env=object_store.env(),
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert sorted(tpos(read_table("s3a://lake/orders", options))) == sorted(rows)
+
+
+def log_end_offsets_topics(bootstrap: str) -> set[str]:
+    """Topics the broker has."""
+    from confluent_kafka.admin import AdminClient
+
+    return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics)
+
+
+def test_wrong_credentials_a_missing_bucket_or_no_endpoint_fail_naming_what_to_fix(
+    kafka: KafkaBroker, object_store: ObjectStore, tmp_path: Path
+) -> None:
+    bootstrap = kafka.bootstrap_servers
+    topic = unique("s3-errors")
+    create_topic(bootstrap, topic, partitions=1)
+    wrong_secret = "wrong-" + uuid.uuid4().hex
+    cases = [
+        # (what, where the tables go, endpoint, env, words the error must hold)
+        (
+            "wrong secret key",
+            "s3a://lake/errors",
+            object_store.endpoint,
+            {**object_store.env(), "AWS_SECRET_ACCESS_KEY": wrong_secret},
+            ["bucket 'lake'", object_store.endpoint, "secretAccessKey"],
+        ),
+        (
+            "missing bucket",
+            "s3a://no-such-bucket",
+            object_store.endpoint,
+            object_store.env(),
+            ["bucket 'no-such-bucket'", "does not exist"],
+        ),
+        (
+            "nothing listening at the endpoint",
+            "s3a://lake/errors",
+            "http://127.0.0.1:9",
+            object_store.env(),
+            ["bucket 'lake'", "http://127.0.0.1:9", "does not answer"],
+        ),
+    ]
+    for what, root, endpoint, env, words in cases:
+        config, _, _ = write_config(
+            tmp_path / f"{what.replace(' ', '-')}.yaml", "orders", topic, bootstrap, root,
+            max_offsets=100,
+            storage={**object_store.storage_spec(), "endpoint": endpoint},
+        )  # fmt: skip
+        started = time.monotonic()
+        result = run_cli(
+            ["stream", "--config", str(config), "--master", "local[1]", "--available-now",
+             "--metrics-port", "0"],
+            cwd=tmp_path,
+            timeout=300,
+            env=env,
+        )  # fmt: skip
+        took = time.monotonic() - started
+        output = result.stdout + result.stderr
+        print(f"{what} ({took:.0f}s, exit {result.returncode}): {result.stderr.strip()[-600:]}")
+        assert result.returncode != 0, f"{what}: {output[-2000:]}"
+        message = next(
+            (line for line in result.stderr.splitlines() if line.startswith("deltaflow: ")), ""
+        )
+        for word in words:
+            assert word in message, f"{what}: {word!r} not in {message!r}"
+        assert wrong_secret not in output
+        assert object_store.secret_key not in output
+        assert took < 120, f"{what}: {took:.0f}s to fail"
+
+
+def test_sigkill_the_driver_five_times_with_everything_on_the_object_store(
+    kafka: KafkaBroker,
+    object_store: ObjectStore,
+    tmp_path: Path,
+    record_property: Callable[[str, object], None],
+) -> None:
+    topic = unique("s3-crash")
+    create_topic(kafka.bootstrap_servers, topic, partitions=3)
+    result = crash_soak(
+        kafka.bootstrap_servers,
+        topic,
+        tmp_path / "soak",
+        records=15_000,
+        kills=5,
+        rate=300,
+        max_offsets=3_000,
+        store=object_store,
+    )
+    print(result.summary())
+    for restart in result.restarts:
+        record_property(f"recovery_seconds_{restart.number}", round(restart.recovery_seconds, 1))
+    assert len(result.restarts) == 5
+    assert result.duplicates == 0
+    assert result.lost == 0
+    assert result.unexpected == 0
+    assert result.produced >= 15_000
+    assert result.in_table + result.in_dead_letter == result.produced
+    hits = {r.strategy for r in result.restarts if r.hit}
+    assert {"mid-write", "after-table-commit"} <= hits
+
+
+def test_optimize_and_vacuum_in_their_own_processes_while_the_stream_appends_on_the_bucket(
+    kafka: KafkaBroker, object_store: ObjectStore, tmp_path: Path
+) -> None:
+    bootstrap = kafka.bootstrap_servers
+    topic = unique("s3-maint")
+    create_topic(bootstrap, topic, partitions=2)
+    config, table, _ = write_config(
+        tmp_path / "ingestion.yaml", "maint", topic, bootstrap, f"s3a://lake/{topic}",
+        max_offsets=2_000, storage=object_store.storage_spec(),
+    )  # fmt: skip
+    env = object_store.env()
+    sent: list[Sent] = []
+    stop = threading.Event()
+
+    def producer() -> None:
+        i = 0
+        while not stop.is_set():
+            chunk = [(b"k", order(i + j, ["DE", "FR", "US"][j % 3])) for j in range(200)]
+            sent.extend(produce(bootstrap, topic, chunk))
+            i += 200
+            time.sleep(0.5)
+
+    feeder = threading.Thread(target=producer, daemon=True)
+    driver = Driver(config, tmp_path, tmp_path / "driver.log", env=env)
+    feeder.start()
+    try:
+        wait_for(lambda: len(_delta_log(object_store, table)) >= 6, 240, "six stream commits")
+        # Two maintenance jobs, each its own JVM, commit while the stream keeps committing.
+        jobs: dict[str, Any] = {}
+
+        def job(name: str, args: list[str]) -> None:
+            jobs[name] = run_cli(
+                [name, "--config", str(config), "--master", "local[1]", *args],
+                tmp_path,
+                600,
+                env=env,
+            )
+
+        runs = [
+            threading.Thread(target=job, args=("optimize", [])),
+            threading.Thread(target=job, args=("vacuum", ["--retention-hours", "168"])),
+        ]
+        for run in runs:
+            run.start()
+        for run in runs:
+            run.join(660)
+        assert driver.alive(), (tmp_path / "driver.log").read_text()[-3000:]
+        for name, done in jobs.items():
+            assert done.returncode == 0, f"{name}: {done.stderr[-3000:]}"
+        events = [
+            json.loads(line) for line in jobs["optimize"].stdout.splitlines() if line[:1] == "{"
+        ]
+        assert events[0]["reason"] == "OptimizeCompleted", events
+        after_maintenance = max(_delta_log(object_store, table))
+        wait_for(
+            lambda: max(_delta_log(object_store, table)) >= after_maintenance + 3,
+            120,
+            "the stream to keep committing after the maintenance jobs",
+        )
+    finally:
+        stop.set()
+        feeder.join(60)
+    wait_for(lambda: drained(bootstrap, topic, config), 240, "the stream to drain")
+    assert driver.terminate(timeout=120) == 0
+
+    commits = _delta_log(object_store, table)
+    # No version is missing (a lost commit) and each stream batch committed once.
+    assert sorted(commits) == list(range(max(commits) + 1))
+    operations = Counter(
+        a["commitInfo"]["operation"] for actions in commits.values() for a in actions
+        if "commitInfo" in a
+    )  # fmt: skip
+    assert operations["OPTIMIZE"] == 1
+    assert operations["VACUUM START"] == operations["VACUUM END"] == 1
+    txns = Counter(
+        (a["txn"]["appId"], a["txn"]["version"])
+        for actions in commits.values()
+        for a in actions
+        if "txn" in a
+    )
+    assert txns
+    assert [txn for txn, n in txns.items() if n > 1] == []
+    rows = tpos(read_table(table, object_store.storage_options()))
+    assert duplicates(rows) == []
+    assert sorted(rows) == sorted(s.tpo for s in sent)
