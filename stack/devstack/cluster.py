@@ -7,9 +7,11 @@ import os
 import tarfile
 import time
 from pathlib import Path
+from typing import cast
 
 from devstack.install import REPO_ROOT, installed_path
 from devstack.kube import KubeControlPlane, start_control_plane
+from devstack.minio import ObjectStore
 from devstack.network import PodNetwork
 from devstack.node import record_container_pids, start_node
 
@@ -116,6 +118,29 @@ def lake_volume(
         "-",
         stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests}),
     )
+
+
+def lake_credentials(plane: KubeControlPlane, namespace: str, store: ObjectStore) -> str:
+    """The Secret ``store.storage_spec()`` references (``lake-creds``: AWS_ACCESS_KEY_ID and
+    AWS_SECRET_ACCESS_KEY) in ``namespace``, holding the store's keys; returns its name.
+
+    The keys reach kubectl on stdin, so they are on no command line and in no file, and ``create``
+    (not ``apply``) leaves no last-applied copy of them in an annotation.
+    """
+    spec = store.storage_spec()
+    key_id = cast(dict[str, str], spec["accessKeyId"])
+    secret_key = cast(dict[str, str], spec["secretAccessKey"])
+    if key_id["name"] != secret_key["name"]:
+        raise ValueError("storage_spec() names two Secrets; lake_credentials makes one")
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": key_id["name"], "namespace": namespace},
+        "type": "Opaque",
+        "stringData": {key_id["key"]: store.access_key, secret_key["key"]: store.secret_key},
+    }
+    plane.kubectl("create", "-f", "-", stdin=json.dumps(manifest))
+    return key_id["name"]
 
 
 def install_operator(

@@ -2,10 +2,11 @@
 
 Starts a real KRaft broker and a real Kubernetes cluster (control plane + a containerd/kubelet
 node running the project's image, built from its Dockerfile), installs the operator with the Helm
-chart, applies a DeltaIngestion, produces sample orders with a few broken records, and shows as it
-goes: the driver pod and the executor pods Spark creates running, `kubectl get deltaingestions`,
-the rows in the Delta table and the dead letters (read back with the independent deltalake
-reader), and the resource's Events. Everything is stopped and removed at the end.
+chart, applies a DeltaIngestion whose tables live on an S3-compatible object store (a local MinIO,
+s3a://lake/...), produces sample orders with a few broken records, and shows as it goes: the driver
+pod and the executor pods Spark creates running, `kubectl get deltaingestions`, the rows in the
+Delta table and the dead letters (read back from the bucket with the independent deltalake reader),
+and the resource's Events. Everything is stopped and removed at the end.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from typing import Any
 
 import yaml
 
-from devstack.cluster import install_operator, lake_volume, start_cluster, stop_cluster
+from devstack.cluster import install_operator, lake_credentials, start_cluster, stop_cluster
 from devstack.install import REPO_ROOT
 from devstack.kafka import KafkaBroker, start_kafka
 from devstack.kube import KubeControlPlane
+from devstack.minio import ObjectStore, start_minio
 from devstack.network import create_bridge, remove_bridge
 
 COUNTRIES = ["DE", "FR", "US", "BR", "JP", "IN"]
@@ -36,6 +38,7 @@ BROKEN: list[tuple[bytes | None, bytes | None]] = [
 ]
 NAMESPACE = "data"
 LAKE_MOUNT = "/lake"
+BUCKET = "lake"
 
 
 class Clock:
@@ -99,21 +102,34 @@ def cluster_manifest(
     trigger: str = "5s",
     executors: int = 1,
     namespace: str = NAMESPACE,
+    storage: dict[str, object] | None = None,
+    lake: str | None = None,
 ) -> dict[str, Any]:
-    """examples/orders.yaml for the local cluster: the broker's pod listener, tables on the
-    ``lake`` claim, and CPU requests that fit a 2-core node (Spark still runs 1 core each)."""
+    """examples/orders.yaml for the local cluster: the broker's pod listener, CPU requests that
+    fit a 2-core node (Spark still runs 1 core each), and the tables (``<lake>/<name>`` and
+    ``<lake>/<name>_dead_letter``, the checkpoint next to them by default).
+
+    With ``storage`` (``spec.sink.storage``, e.g. :meth:`ObjectStore.storage_spec`) the tables
+    live on the object store under ``lake`` (an s3a:// prefix, default ``s3a://lake``); without
+    it, on the ``lake`` claim mounted at ``/lake`` in every pod (see
+    :func:`devstack.cluster.lake_volume`).
+    """
     document: dict[str, Any] = yaml.safe_load((REPO_ROOT / "examples" / "orders.yaml").read_text())
     document["metadata"].update(name=name, namespace=namespace)
     spec = document["spec"]
     spec["source"]["bootstrapServers"] = bootstrap
     spec["source"]["topic"] = topic
     spec["source"]["maxOffsetsPerTrigger"] = 20000
-    spec["sink"] = {
-        "tablePath": f"file://{LAKE_MOUNT}/{name}",
-        "partitionBy": spec["sink"]["partitionBy"],
-    }
-    spec["deadLetter"] = {"tablePath": f"file://{LAKE_MOUNT}/{name}_dead_letter"}
-    spec["volumes"] = [{"name": "lake", "claimName": "lake", "mountPath": LAKE_MOUNT}]
+    if storage is None:
+        if lake is not None:
+            raise ValueError("lake needs storage: without it the tables are on the lake claim")
+        lake = f"file://{LAKE_MOUNT}"
+        spec["volumes"] = [{"name": "lake", "claimName": "lake", "mountPath": LAKE_MOUNT}]
+    lake = (lake or f"s3a://{BUCKET}").rstrip("/")
+    spec["sink"] = {"tablePath": f"{lake}/{name}", "partitionBy": spec["sink"]["partitionBy"]}
+    if storage is not None:
+        spec["sink"]["storage"] = storage
+    spec["deadLetter"] = {"tablePath": f"{lake}/{name}_dead_letter"}
     spec["trigger"] = {"interval": trigger}
     spec["scaling"] = {"minExecutors": executors, "maxExecutors": max(executors, 2)}
     spec["driver"] = {"cores": 1, "coreRequest": "300m", "memory": "1g"}
@@ -121,13 +137,14 @@ def cluster_manifest(
     return document
 
 
-def table_rows(path: Path) -> int:
-    """Rows in the Delta table at ``path`` (0 before its first commit), read with deltalake."""
+def table_rows(uri: str, storage_options: dict[str, str] | None = None) -> int:
+    """Rows in the Delta table at ``uri`` (0 before its first commit), read with deltalake."""
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
     try:
-        return int(DeltaTable(str(path)).to_pyarrow_dataset().count_rows())
+        table = DeltaTable(uri, storage_options=storage_options)
+        return int(table.to_pyarrow_dataset().count_rows())
     except TableNotFoundError:
         return 0
 
@@ -171,26 +188,41 @@ def main(argv: list[str] | None = None) -> int:
     clock.say("creating the pod network (bridge dflow0, never routed off this machine)")
     net = create_bridge()
     broker: KafkaBroker | None = None
+    store: ObjectStore | None = None
     plane: KubeControlPlane | None = None
     try:
         clock.say("starting Kafka (KRaft), listening on loopback and for pods")
         broker = start_kafka(out / "kafka", pod_address=net.gateway)
+        clock.say(f"starting MinIO (S3-compatible) for pods and this host, bucket {BUCKET!r}")
+        store = start_minio(out / "minio", address=net.gateway)
+        store.create_bucket(BUCKET)
+        clock.say(f"object store at {store.endpoint} (path-style, keys made up for this run)")
         clock.say("starting the cluster (first run: the image was just built from the Dockerfile)")
         plane = start_cluster(out / "cluster", net)
-        _run_loop(clock, broker, plane, out, args.records)
+        _run_loop(clock, broker=broker, store=store, plane=plane, out=out, records=args.records)
     finally:
-        clock.say("stopping the cluster and Kafka, removing the node's mounts, links and rules")
+        clock.say(
+            "stopping the cluster, Kafka and MinIO, removing the node's mounts, links and rules"
+        )
         if plane is not None:
             stop_cluster(plane)
         if broker is not None:
             broker.stop()
+        if store is not None:
+            store.stop()
         remove_bridge()
     clock.say("done")
     return 0
 
 
 def _run_loop(
-    clock: Clock, broker: KafkaBroker, plane: KubeControlPlane, out: Path, records: int
+    clock: Clock,
+    *,
+    broker: KafkaBroker,
+    store: ObjectStore,
+    plane: KubeControlPlane,
+    out: Path,
+    records: int,
 ) -> None:
     clock.say(f"helm install deltaflow charts/deltaflow (image {plane.image}), --wait")
     install_operator(plane)
@@ -198,17 +230,25 @@ def _run_loop(
     clock.say(f"operator pods: {operator_pods}")
     plane.kubectl("create", "namespace", NAMESPACE)
     plane.kubectl("label", "namespace", NAMESPACE, "pod-security.kubernetes.io/enforce=restricted")
-    lake_volume(plane, NAMESPACE, out / "lake")
+    # The keys go in as a Secret (from stdin, never on a command line or in demo-output); the
+    # DeltaIngestion only names it.
+    lake_credentials(plane, NAMESPACE, store)
+    clock.say(f"Secret {NAMESPACE}/lake-creds holds the object store's keys")
     create_topic(broker, "orders", 3)
     assert broker.pod_bootstrap_servers is not None
-    manifest = cluster_manifest("orders", broker.pod_bootstrap_servers)
+    manifest = cluster_manifest(
+        "orders", broker.pod_bootstrap_servers, storage=store.storage_spec()
+    )
+    table = manifest["spec"]["sink"]["tablePath"]
+    dead = manifest["spec"]["deadLetter"]["tablePath"]
+    options = store.storage_options()
     (out / "orders.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
     clock.say(f"kubectl apply -f {out / 'orders.yaml'}")
     applied = clock.now()
     plane.kubectl("apply", "-f", str(out / "orders.yaml"))
     produced = produce_orders(broker, "orders", records)
     clock.say(f"produced {records} orders and {len(BROKEN)} broken records")
-    table = out / "lake" / "orders"
+    clock.say(f"the table: {table} (dead letters: {dead}) on {store.endpoint}")
     driver = "app.kubernetes.io/instance=orders,app.kubernetes.io/component=driver"
     wait(clock, "driver pod Running", lambda: any(map(running, pods(plane, NAMESPACE, driver))))
     t_driver = clock.now() - applied
@@ -218,13 +258,12 @@ def _run_loop(
         lambda: any(map(running, pods(plane, NAMESPACE, "spark-role=executor"))),
     )
     t_exec = clock.now() - applied
-    wait(clock, "first batch committed to the table", lambda: table_rows(table) > 0)
+    wait(clock, "first batch committed to the table", lambda: table_rows(table, options) > 0)
     t_batch = clock.now() - applied
-    dead = out / "lake" / "orders_dead_letter"
     wait(
         clock,
         f"all {records} orders in the table and the {len(BROKEN)} broken ones dead-lettered",
-        lambda: table_rows(table) == records and table_rows(dead) == len(BROKEN),
+        lambda: table_rows(table, options) == records and table_rows(dead, options) == len(BROKEN),
     )
     ready = "jsonpath={.status.conditions[?(@.type=='Ready')].status}"
     wait(
@@ -234,7 +273,7 @@ def _run_loop(
     )
     print(plane.kubectl("-n", NAMESPACE, "get", "pods", "-o", "wide").stdout, flush=True)
     print(plane.kubectl("-n", NAMESPACE, "get", "deltaingestions").stdout, flush=True)
-    _show(clock, out, produced)
+    _show(clock, table, dead, options, produced)
     events = plane.kubectl(
         "-n", NAMESPACE, "get", "events", "--field-selector", "involvedObject.kind=DeltaIngestion"
     )
@@ -252,14 +291,19 @@ def _pod_line(plane: KubeControlPlane, namespace: str, selector: str) -> str:
     )
 
 
-def _show(clock: Clock, out: Path, produced: int) -> None:
+def _show(
+    clock: Clock, table_uri: str, dead_uri: str, options: dict[str, str], produced: int
+) -> None:
     from deltalake import DeltaTable
 
-    table = DeltaTable(str(out / "lake" / "orders")).to_pyarrow_table().sort_by("id")
-    clock.say(f"the table holds {table.num_rows} rows (read back with the deltalake reader):")
+    table = DeltaTable(table_uri, storage_options=options).to_pyarrow_table().sort_by("id")
+    clock.say(
+        f"the table {table_uri} holds {table.num_rows} rows "
+        "(read back from the bucket with the deltalake reader):"
+    )
     for row in table.slice(0, 3).to_pylist():
         print("   ", row)
-    dead = DeltaTable(str(out / "lake" / "orders_dead_letter")).to_pyarrow_table()
+    dead = DeltaTable(dead_uri, storage_options=options).to_pyarrow_table()
     clock.say(f"the dead-letter table holds {dead.num_rows} records, each with its reason:")
     for row in dead.select(["_kafka_partition", "_kafka_offset", "reason", "detail"]).to_pylist():
         print("   ", row)

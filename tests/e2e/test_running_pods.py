@@ -2,16 +2,21 @@
 
 The chart's operator Deployment runs as pods; a DeltaIngestion becomes a driver pod whose
 executors are pods created by Spark's Kubernetes backend; records go from the real broker through
-them into a Delta table on a PersistentVolume, which the test reads back with deltalake. Every
+them into a Delta table on an S3-compatible object store (MinIO, s3a://lake/e2e/...: table,
+dead-letter table and checkpoint), which the test reads back from the bucket with deltalake. Every
 fault (driver process killed, executor pod deleted, Kafka restarted, operator leader deleted, a
 driver replacement, suspend/resume) is followed by the same check: every record the broker holds
-is in the table or the dead-letter table exactly once, by (partition, offset).
+is in the table or the dead-letter table exactly once, by (partition, offset). The object store's
+secret key must appear nowhere but in its Secret: not in a ConfigMap, a pod spec, an Event, the
+status, a CronJob or Job, or a log line of the operator, driver and executor pods.
 
 The tests run in file order and share one stream: each one starts from where the last left it.
 """
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
 import os
 import signal
@@ -24,10 +29,11 @@ from typing import Any
 
 import pytest
 
-from devstack.cluster import built_image_id, install_operator, lake_volume
+from devstack.cluster import built_image_id, install_operator, lake_credentials
 from devstack.demo import BROKEN, cluster_manifest, create_topic, pods, produce_orders, running
 from devstack.kafka import KafkaBroker
 from devstack.kube import KubeControlPlane
+from devstack.minio import ObjectStore
 from support.figures import record
 from support.operator_harness import OPERATOR_NAMESPACE, wait_for
 from support.pod_watch import PodWatch
@@ -41,6 +47,7 @@ EXECUTORS = f"spark-app-selector,spark-role=executor,app.kubernetes.io/instance=
 REPORT = "deltaflow.io/driver-report"
 BURST = 300_000
 OPERATOR_PODS = "app.kubernetes.io/name=deltaflow"
+LAKE = "s3a://lake/e2e"  # the table, the dead-letter table and (by default) the checkpoint
 SCALING = {
     "minExecutors": 1,
     "maxExecutors": 3,
@@ -56,20 +63,27 @@ class Stream:
 
     kube: KubeControlPlane
     kafka: KafkaBroker
-    lake: Path
+    store: ObjectStore
+    table: str  # s3a:// URIs, as in the spec
+    dead_letter: str
+    checkpoint: str
     next_id: int = 0
     produced_broken: int = 0
     timings: dict[str, float] = field(default_factory=dict)
 
-    @property
-    def table(self) -> Path:
-        """The Delta table's folder on the host."""
-        return self.lake / NAME
+    def delta(self, uri: str) -> Any:
+        """The Delta table at ``uri``, read from the bucket with deltalake."""
+        from deltalake import DeltaTable
 
-    @property
-    def dead_letter(self) -> Path:
-        """The dead-letter table's folder on the host."""
-        return self.lake / f"{NAME}_dead_letter"
+        return DeltaTable(uri, storage_options=self.store.storage_options())
+
+    def objects(self, uri: str) -> list[str]:
+        """Keys of every object under ``uri`` (an s3a:// prefix), listed on the bucket."""
+        from pyarrow import fs  # type: ignore[import-untyped]
+
+        selector = fs.FileSelector(uri.removeprefix("s3a://"), recursive=True, allow_not_found=True)
+        infos = self.store.filesystem().get_file_info(selector)
+        return [i.path for i in infos if i.type == fs.FileType.File]
 
     def produce(self, count: int, broken: bool = False) -> None:
         """Produce ``count`` new valid orders (and the broken records, if asked)."""
@@ -146,13 +160,12 @@ class Stream:
 
     def landed(self) -> list[tuple[int, int]]:
         """(partition, offset) of every row of the table and the dead-letter table."""
-        from deltalake import DeltaTable
         from deltalake.exceptions import TableNotFoundError
 
         rows: list[tuple[int, int]] = []
-        for path in (self.table, self.dead_letter):
+        for uri in (self.table, self.dead_letter):
             try:
-                data = DeltaTable(str(path)).to_pyarrow_table(
+                data = self.delta(uri).to_pyarrow_table(
                     columns=["_kafka_partition", "_kafka_offset"]
                 )
             except TableNotFoundError:
@@ -190,9 +203,10 @@ class Stream:
 
 @pytest.fixture(scope="module")
 def stream(
-    chart_installed: KubeControlPlane, kafka: KafkaBroker, tmp_path_factory: pytest.TempPathFactory
+    chart_installed: KubeControlPlane, kafka: KafkaBroker, object_store: ObjectStore
 ) -> Iterator[Stream]:
-    """The chart's operator as pods, and one DeltaIngestion writing to a table on a volume."""
+    """The chart's operator as pods, and one DeltaIngestion writing to a table on the object store
+    (its keys in the Secret ``lake-creds``, referenced from spec.sink.storage)."""
     kube = chart_installed
     # The session's release has no operator pods (the operator-logic tests run their own
     # process); this module installs the chart for real: helm install --wait, pods Running.
@@ -208,14 +222,30 @@ def stream(
     )
     kube.kubectl("create", "namespace", NS)
     kube.kubectl("label", "namespace", NS, "pod-security.kubernetes.io/enforce=restricted")
-    lake = tmp_path_factory.mktemp("lake")
-    lake_volume(kube, NS, lake)
+    lake_credentials(kube, NS, object_store)
     create_topic(kafka, TOPIC, PARTITIONS)
     assert kafka.pod_bootstrap_servers is not None
-    s = Stream(kube, kafka, lake)
     manifest = cluster_manifest(
-        NAME, kafka.pod_bootstrap_servers, topic=TOPIC, trigger="2s", namespace=NS
+        NAME,
+        kafka.pod_bootstrap_servers,
+        topic=TOPIC,
+        trigger="2s",
+        namespace=NS,
+        storage=object_store.storage_spec(),
+        lake=LAKE,
     )
+    assert "volumes" not in manifest["spec"]  # the pods mount nothing: the tables are in S3
+    s = Stream(
+        kube,
+        kafka,
+        object_store,
+        table=manifest["spec"]["sink"]["tablePath"],
+        dead_letter=manifest["spec"]["deadLetter"]["tablePath"],
+        # The operator's default: beside the table, never in it.
+        checkpoint=f"{LAKE}/_checkpoints/{NS}/{NAME}",
+    )
+    assert s.table == f"{LAKE}/{NAME}"
+    assert s.dead_letter == f"{LAKE}/{NAME}_dead_letter"
     # Autoscaling sized for this 2-core node and CI: 1..3 executors (3 partitions), a burst is
     # a backlog past 10 s, and executors go again 30 s after it is gone.
     manifest["spec"]["scaling"] = SCALING
@@ -275,9 +305,7 @@ def test_records_flow_through_driver_and_executor_pods_exactly_once(stream: Stre
         f"kubectl apply -> driver Running {t_driver:.0f}s, executors Running {t_executors:.0f}s, "
         f"first committed batch {t_batch:.0f}s"
     )
-    from deltalake import DeltaTable
-
-    dead = DeltaTable(str(stream.dead_letter)).to_pyarrow_table(columns=["reason"])
+    dead = stream.delta(stream.dead_letter).to_pyarrow_table(columns=["reason"])
     reasons = Counter(dead.column("reason").to_pylist())
     assert reasons == Counter(
         {"malformed_json": 1, "schema_mismatch": 1, "tombstone": 1, "invalid_utf8": 1}
@@ -409,10 +437,8 @@ def test_driver_replacement_never_overlaps_a_terminating_driver(stream: Stream) 
 
 
 def test_optimize_job_from_the_cronjob_compacts_while_the_stream_appends(stream: Stream) -> None:
-    from deltalake import DeltaTable
-
     wait_for("a running driver", stream.driver_uid, timeout=120)
-    before = DeltaTable(str(stream.table))
+    before = stream.delta(stream.table)
     files_before = len(before.file_uris())
     rows_before = before.to_pyarrow_dataset().count_rows()
     stream.kube.kubectl(
@@ -424,11 +450,11 @@ def test_optimize_job_from_the_cronjob_compacts_while_the_stream_appends(stream:
     )
     pods = stream.kube.kubectl_json("-n", NS, "get", "pods", "-l", "job-name=optimize-now")
     assert [p["status"]["phase"] for p in pods["items"]] == ["Succeeded"]
-    history = DeltaTable(str(stream.table)).history()
+    history = stream.delta(stream.table).history()
     assert any(h.get("operation") == "OPTIMIZE" for h in history), history[:5]
     stream.wait_all_landed()
     stream.assert_exactly_once()
-    after = DeltaTable(str(stream.table))
+    after = stream.delta(stream.table)
     assert after.to_pyarrow_dataset().count_rows() >= rows_before
     assert files_before > PARTITIONS * 2
     assert len(after.file_uris()) < files_before
@@ -583,17 +609,141 @@ def test_the_standard_consumer_group_listing_shows_the_streams_lag(stream: Strea
     assert {p: lag for p, (_, lag) in offsets.items()} == dict.fromkeys(ends, 0)
 
 
-def test_delete_and_uninstall_leave_no_pod_and_keep_the_table(stream: Stream) -> None:
-    from deltalake import DeltaTable
+def _needles(secret: str) -> list[str]:
+    """What ``secret`` looks like written out: as is, and base64-encoded at each of the three
+    alignments it can have inside a longer encoded value (the characters that depend on its
+    bytes alone)."""
+    raw = secret.encode()
+    encoded = []
+    for lead in range(3):  # bytes sharing a base64 group with whatever precedes the value
+        body = raw[lead:]
+        encoded.append(base64.b64encode(body[: len(body) - len(body) % 3]).decode())
+    return [secret, *encoded]
 
-    rows = DeltaTable(str(stream.table)).to_pyarrow_dataset().count_rows()
+
+def _leaks(text: str, secret: str) -> list[str]:
+    """Lines of ``text`` holding ``secret`` in any of its written-out forms."""
+    needles = _needles(secret)
+    return [line[:200] for line in text.splitlines() if any(n in line for n in needles)]
+
+
+def _env_refs(pod_spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """AWS_* variables of a pod spec's containers: name -> its env entry."""
+    return {
+        e["name"]: e
+        for c in [*pod_spec.get("initContainers", []), *pod_spec["containers"]]
+        for e in c.get("env", [])
+        if e["name"].startswith("AWS_")
+    }
+
+
+def test_the_object_stores_secret_key_is_in_no_object_event_status_or_log(stream: Stream) -> None:
+    kube, secret = stream.kube, stream.store.secret_key
+    wait_for("a running driver", stream.driver_uid, timeout=120)
+    wait_for("a running executor", lambda: stream.running(EXECUTORS), timeout=120)
+
+    # Positive control: the same search finds the key where it does belong, in the Secret (base64
+    # in the API object, as is once decoded): a leak anywhere else would be found the same way.
+    stored = kube.kubectl("-n", NS, "get", "secret", "lake-creds", "-o", "json").stdout
+    data = json.loads(stored)["data"]
+    assert base64.b64decode(data["AWS_SECRET_ACCESS_KEY"]).decode() == secret
+    assert _leaks(stored, secret), "the search does not find the key in its own Secret"
+    decoded = "\n".join(base64.b64decode(v).decode() for v in data.values())
+    assert _leaks(decoded, secret)
+
+    # The key reaches the pods only by reference: driver, executors and the maintenance jobs.
+    driver = stream.running(DRIVER)[0]
+    executor = stream.running(EXECUTORS)[0]
+    cronjob = kube.kubectl_json("-n", NS, "get", "cronjob", f"{NAME}-optimize")
+    specs = {
+        "driver pod": driver["spec"],
+        "executor pod": executor["spec"],
+        "optimize CronJob": cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"],
+    }
+    for what, spec in specs.items():
+        env = _env_refs(spec)
+        assert set(env) >= {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}, (what, env)
+        for entry in env.values():
+            assert "value" not in entry, (what, entry)
+            assert entry["valueFrom"]["secretKeyRef"]["name"] == "lake-creds", (what, entry)
+
+    # Every API object but Secrets: ConfigMaps, pods (env values, annotations), Events, the
+    # DeltaIngestion and its status, CronJobs and Jobs by name, and every other listable kind.
+    sources: dict[str, str] = {}
+    named = {
+        "ConfigMaps": "configmaps",
+        "pods": "pods",
+        "Events": "events",
+        "DeltaIngestions (spec and status)": "deltaingestions",
+        "CronJobs and Jobs": "cronjobs,jobs",
+    }
+    for what, kinds in named.items():
+        sources[what] = kube.kubectl("get", kinds, "-A", "-o", "json").stdout
+    listable = kube.kubectl("api-resources", "--verbs=list", "-o", "name").stdout.split()
+    searched = {"secrets", *",".join(named.values()).split(",")}
+    others = [k for k in listable if k.split(".")[0] not in searched]
+    sources["every other kind"] = kube.kubectl("get", ",".join(others), "-A", "-o", "json").stdout
+    status = stream.status()
+    assert status.get("conditions"), status  # the status is there to search
+    sources["the DeltaIngestion's status"] = json.dumps(status)
+
+    # Logs: the operator's pods (DEBUG since the upgrade), the driver, the executors and the
+    # maintenance job, each container and its previous run where there is one; and every log
+    # file the node keeps (containers that already exited included).
+    logged = 0
+    for namespace in (NS, OPERATOR_NAMESPACE):
+        for pod in kube.kubectl_json("-n", namespace, "get", "pods")["items"]:
+            spec = pod["spec"]
+            for container in [*spec.get("initContainers", []), *spec["containers"]]:
+                for previous in ((), ("--previous",)):
+                    out = kube.kubectl(
+                        "-n", namespace, "logs", pod["metadata"]["name"],
+                        "-c", container["name"], *previous, check=False,
+                    )  # fmt: skip
+                    if out.returncode == 0:
+                        name = f"log {namespace}/{pod['metadata']['name']}/{container['name']}"
+                        sources[name + (" (previous)" if previous else "")] = out.stdout
+                        logged += 1
+    assert kube.node is not None
+    pod_logs = kube.node.work_dir / "pod-logs"
+    for path in sorted(pod_logs.rglob("*.log*")):
+        if path.is_file():
+            raw = path.read_bytes()
+            raw = gzip.decompress(raw) if path.name.endswith(".gz") else raw
+            sources[f"node log file {path.relative_to(pod_logs)}"] = raw.decode(errors="replace")
+    # Something was searched for each role (executors come and go: any executor's log will do).
+    for role in ("driver", "exec"):
+        assert any(f"{NAME}-{role}" in k and text for k, text in sources.items()), f"no {role} log"
+    operator_logs = [
+        k for k, t in sources.items() if k.startswith(f"log {OPERATOR_NAMESPACE}/") and t
+    ]
+    assert len(operator_logs) >= 2, operator_logs
+
+    found = {what: hits for what, text in sources.items() if (hits := _leaks(text, secret))}
+    assert not found, f"the secret key is written out in: {found}"
+    size = sum(map(len, sources.values()))
+    record(
+        f"secret key grep: 0 hits in {len(sources)} sources ({size / 1e6:.1f} MB: ConfigMaps, "
+        f"pods, Events, DeltaIngestions, CronJobs/Jobs, {len(others)} other kinds, {logged} "
+        "container logs, the node's log files); found in its Secret (control)"
+    )
+
+
+def test_delete_and_uninstall_leave_no_pod_and_keep_the_table(stream: Stream) -> None:
+    rows = stream.delta(stream.table).to_pyarrow_dataset().count_rows()
     stream.kube.kubectl("-n", NS, "delete", "deltaingestion", NAME, "--timeout=120s")
     wait_for(
         "no driver or executor pod left",
         lambda: not stream.kube.kubectl_json("-n", NS, "get", "pods")["items"],
         timeout=180,
     )
-    assert DeltaTable(str(stream.table)).to_pyarrow_dataset().count_rows() == rows
+    assert stream.delta(stream.table).to_pyarrow_dataset().count_rows() == rows
+    # The tables and the checkpoint stay in the bucket; with no writer left, they stay as they are.
+    stored = (stream.table, stream.dead_letter, stream.checkpoint)
+    objects = {uri: sorted(stream.objects(uri)) for uri in stored}
+    assert all(objects.values()), {uri: len(keys) for uri, keys in objects.items()}
+    assert any("/_delta_log/" in key for key in objects[stream.table])
+    assert any("/offsets/" in key for key in objects[stream.checkpoint])
     stream.kube.helm("uninstall", "deltaflow", "--namespace", OPERATOR_NAMESPACE, "--wait")
     wait_for(
         "no operator pod left",
@@ -604,3 +754,5 @@ def test_delete_and_uninstall_leave_no_pod_and_keep_the_table(stream: Stream) ->
         ),
         timeout=120,
     )
+    assert stream.delta(stream.table).to_pyarrow_dataset().count_rows() == rows
+    assert {uri: sorted(stream.objects(uri)) for uri in stored} == objects
