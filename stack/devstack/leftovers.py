@@ -1,4 +1,5 @@
-"""What a stopped stack must not leave on the machine: mounts, namespaces, links, rules, shims.
+"""What a stopped stack must not leave on the machine: mounts, namespaces, links, rules, shims,
+the object store's process.
 
 ``python -m devstack.leftovers`` prints each leftover and exits 1 if there is any; the test
 command runs it after pytest, next to its check of the pids the stack started.
@@ -50,7 +51,10 @@ def leftovers() -> list[str]:
                 argv0 = (entry / "cmdline").read_bytes().split(b"\0")[0]
             except OSError:
                 continue
-            if argv0.endswith((b"containerd-shim-runc-v2", b"kubelet", b"kube-proxy")):
+            ours = argv0.endswith((b"containerd-shim-runc-v2", b"kubelet", b"kube-proxy"))
+            # The stack's object store (stack/install/minio.sh builds it into the cache).
+            ours = ours or (argv0.endswith(b"/minio") and b"/minio/" in argv0)
+            if ours:
                 found.append(f"process {entry.name} {argv0.decode(errors='replace')}")
     return found
 
@@ -61,7 +65,10 @@ def main() -> int:
     for item in found:
         print(f"left behind: {item}")
     if not found:
-        print("no mount, network namespace, interface, iptables chain or shim of the node is left")
+        print(
+            "no mount, network namespace, interface, iptables chain or shim of the node, and no "
+            "object store, is left"
+        )
     return 1 if found else 0
 
 
