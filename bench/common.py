@@ -85,17 +85,69 @@ def produce(bootstrap: str, topic: str, count: int, *, start: int = 0, rate: flo
     return time.monotonic() - began
 
 
+@dataclass
+class Lake:
+    """Where a benchmark's tables go: a local folder, or (``--object-store``) the bucket ``lake``
+    of a MinIO server the benchmark starts on loopback, written through s3a://."""
+
+    root: str
+    store: Any = None  # devstack.minio.ObjectStore when on the object store
+
+    @property
+    def kind(self) -> str:
+        """'object store (MinIO, s3a://)' or 'local disk', for the printed figures."""
+        return "object store (MinIO, s3a://)" if self.store is not None else "local disk"
+
+    @property
+    def env(self) -> dict[str, str] | None:
+        """What a job's process needs in its environment (the store's keys)."""
+        return None if self.store is None else dict(self.store.env())
+
+    @property
+    def options(self) -> dict[str, str] | None:
+        """deltalake's storage options for the tables."""
+        return None if self.store is None else dict(self.store.storage_options())
+
+    def filesystem(self) -> tuple[Any, str]:
+        """(pyarrow filesystem, path of the root in it), to read a table's files directly."""
+        if self.store is None:
+            from pyarrow import fs
+
+            return fs.LocalFileSystem(), self.root
+        return self.store.filesystem(), self.root.removeprefix("s3a://")
+
+    def stop(self) -> None:
+        """Stop the object store, if one was started."""
+        if self.store is not None:
+            self.store.stop()
+
+
+def lake(work: Path, object_store: bool) -> Lake:
+    """A local lake under ``work``, or a fresh MinIO with the bucket ``lake``."""
+    if not object_store:
+        return Lake(str(work))
+    from devstack.minio import start_minio
+
+    store = start_minio(work / "minio")
+    store.create_bucket("lake")
+    return Lake("s3a://lake/bench", store)
+
+
 def write_manifest(
     path: Path,
     name: str,
     topic: str,
     bootstrap: str,
-    root: Path,
+    where: Lake,
     *,
     max_offsets: int,
     trigger: str,
-) -> tuple[Path, Path]:
-    """The DeltaIngestion both jobs run; returns (table dir, checkpoint dir)."""
+) -> str:
+    """The DeltaIngestion both jobs run; returns the table's path."""
+    table = f"{where.root}/lake/{name}"
+    sink: dict[str, Any] = {"tablePath": table, "partitionBy": ["country"]}
+    if where.store is not None:
+        sink["storage"] = where.store.storage_spec()
     document = {
         "apiVersion": "deltaflow.io/v1alpha1",
         "kind": "DeltaIngestion",
@@ -107,12 +159,12 @@ def write_manifest(
                 "maxOffsetsPerTrigger": max_offsets,
             },
             "format": {"type": "json", "schema": SCHEMA},
-            "sink": {"tablePath": str(root / "lake" / name), "partitionBy": ["country"]},
+            "sink": sink,
             "trigger": {"interval": trigger},
         },
     }
     path.write_text(yaml.safe_dump(document))
-    return root / "lake" / name, root / "lake" / "_checkpoints" / "bench" / name
+    return table
 
 
 def spark_args(work: Path) -> list[str]:
@@ -183,8 +235,8 @@ class Run:
 class Job(ProcessGroup):
     """A job process in its own group, with CPU accounting."""
 
-    def __init__(self, argv: list[str], log: Path) -> None:
-        super().__init__(argv, log, cwd=REPO)
+    def __init__(self, argv: list[str], log: Path, env: dict[str, str] | None = None) -> None:
+        super().__init__(argv, log, cwd=REPO, env=env)
         self.cpu = CpuSampler(self.proc.pid)
 
     def wait(self, timeout: float) -> Run:
@@ -206,15 +258,27 @@ class Job(ProcessGroup):
 
 
 def deltaflow_job(
-    config: Path, work: Path, log: Path, *, available_now: bool, port: int = 0
+    config: Path,
+    work: Path,
+    log: Path,
+    *,
+    available_now: bool,
+    port: int = 0,
+    env: dict[str, str] | None = None,
 ) -> Job:
     """``python -m deltaflow_runtime stream`` on a config."""
     argv = stream_argv(config, work, available_now=available_now, port=port)
-    return Job([*argv, "--conf", "spark.driver.memory=2g"], log)
+    return Job([*argv, "--conf", "spark.driver.memory=2g"], log, env)
 
 
 def baseline_job(
-    config: Path, work: Path, log: Path, *, available_now: bool, validate: bool = False
+    config: Path,
+    work: Path,
+    log: Path,
+    *,
+    available_now: bool,
+    validate: bool = False,
+    env: dict[str, str] | None = None,
 ) -> Job:
     """The minimal hand-written job (bench/baseline_job.py) on the same config; ``validate``
     adds the runtime's validity checks to it."""
@@ -224,7 +288,7 @@ def baseline_job(
         argv.append("--available-now")
     if validate:
         argv.append("--validate")
-    return Job(argv, log)
+    return Job(argv, log, env)
 
 
 def percentile(values: list[float], q: float) -> float:

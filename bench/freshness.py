@@ -4,7 +4,9 @@ Runs ``deltaflow stream`` (processing-time trigger), produces at a fixed rate fo
 then reads the table's own log: for every row, (commit time of the Delta version that added it -
 its Kafka produce timestamp) / trigger interval; and data files per million records.
 
-    bash bench/run.sh freshness [--rate 5000] [--seconds 120] [--trigger 5s]
+    bash bench/run.sh freshness [--rate 5000] [--seconds 120] [--trigger 5s] [--object-store]
+
+``--object-store``: the table and the checkpoint on a MinIO server (s3a://) the benchmark starts.
 """
 
 from __future__ import annotations
@@ -16,29 +18,48 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import broker, create_topic, deltaflow_job, percentile, produce, write_manifest
+from common import (
+    Lake,
+    broker,
+    create_topic,
+    deltaflow_job,
+    lake,
+    percentile,
+    produce,
+    write_manifest,
+)
 
 from deltaflow_runtime.config import trigger_seconds
 
 
-def commits(table: Path) -> list[tuple[int, float, list[str]]]:
+def commits(table: str, where: Lake) -> list[tuple[int, float, list[str]]]:
     """(version, commit time in s, added data files) of every stream commit (WRITE)."""
+    from pyarrow import fs
+
+    files, root = where.filesystem()
+    base = f"{root}/{table.removeprefix(where.root).strip('/')}/_delta_log"
+    logs = sorted(
+        i.path for i in files.get_file_info(fs.FileSelector(base)) if i.path.endswith(".json")
+    )
     out = []
-    for log in sorted((table / "_delta_log").glob("*.json")):
+    for log in logs:
         info: dict[str, object] = {}
         added = []
-        for line in log.read_text().splitlines():
+        with files.open_input_stream(log) as stream:
+            text = stream.read().decode()
+        for line in text.splitlines():
             action = json.loads(line)
             if "commitInfo" in action:
                 info = action["commitInfo"]
             elif "add" in action and action["add"].get("dataChange", True):
                 added.append(action["add"]["path"])
         if info.get("operation") == "WRITE":
-            out.append((int(log.name[:20]), float(info["timestamp"]) / 1000, added))  # type: ignore[arg-type]
+            name = log.rsplit("/", 1)[-1]
+            out.append((int(name[:20]), float(info["timestamp"]) / 1000, added))  # type: ignore[arg-type]
     return out
 
 
-def latencies(table: Path) -> tuple[list[float], int, int]:
+def latencies(table: str, where: Lake) -> tuple[list[float], int, int]:
     """Per-row (commit - produce) seconds, rows, data files."""
     import urllib.parse
 
@@ -47,15 +68,35 @@ def latencies(table: Path) -> tuple[list[float], int, int]:
 
     values: list[float] = []
     files = 0
-    for _, committed, added in commits(table):
+    store, root = where.filesystem()
+    base = f"{root}/{table.removeprefix(where.root).strip('/')}"
+    for _, committed, added in commits(table, where):
         for rel in added:
             files += 1
-            column = pq.read_table(table / urllib.parse.unquote(rel), columns=["_kafka_timestamp"])
+            column = pq.read_table(
+                f"{base}/{urllib.parse.unquote(rel)}",
+                columns=["_kafka_timestamp"],
+                filesystem=store,
+            )
             # Spark may write INT96 (read back as ns) or INT64 micros: normalise to micros.
             micros = column.column(0).cast(pa.timestamp("us", tz="UTC"), safe=False)
             stamps = micros.cast(pa.int64()).to_pylist()
             values.extend(committed - s / 1e6 for s in stamps)
     return values, len(values), files
+
+
+def _wait_rows(table: str, where: Lake, total: int, timeout: float) -> None:
+    """Until the table holds ``total`` rows (or ``timeout``)."""
+    from deltalake import DeltaTable
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if DeltaTable(table, storage_options=where.options).count() >= total:
+                return
+        except Exception:  # no table yet
+            pass
+        time.sleep(1)
 
 
 def main() -> int:
@@ -66,25 +107,27 @@ def main() -> int:
     parser.add_argument("--trigger", default="5s")
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--work", type=Path, default=None)
+    parser.add_argument("--object-store", action="store_true", help="the table on MinIO (s3a://)")
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="deltaflow-fresh-"))
     work.mkdir(parents=True, exist_ok=True)
     interval = trigger_seconds(args.trigger)
     kafka = broker(work)
+    where = lake(work, args.object_store)
     try:
         create_topic(kafka.bootstrap_servers, "fresh", args.partitions)
         config = work / "fresh.yaml"
-        table, _ = write_manifest(
+        table = write_manifest(
             config,
             "fresh",
             "fresh",
             kafka.bootstrap_servers,
-            work,
+            where,
             max_offsets=10_000_000,
             trigger=args.trigger,
         )
         log = work / "fresh.log"
-        job = deltaflow_job(config, work, log, available_now=False)
+        job = deltaflow_job(config, work, log, available_now=False, env=where.env)
         deadline = time.monotonic() + 300
         while '"stream_starting"' not in log.read_text(errors="replace"):
             if time.monotonic() > deadline or job.proc.poll() is not None:
@@ -94,25 +137,23 @@ def main() -> int:
         total = int(args.rate * args.seconds)
         took = produce(kafka.bootstrap_servers, "fresh", total, rate=args.rate)
         print(f"produced {total} records at {total / took:.0f}/s over {took:.0f}s", flush=True)
-        from deltalake import DeltaTable
-
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            if table.exists() and DeltaTable(str(table)).count() >= total:
-                break
-            time.sleep(1)
+        _wait_rows(table, where, total, 300)
         run = job.stop()
         print(
             f"driver stopped (exit {run.code}); cpu {run.cpu:.1f}s over {run.wall:.0f}s", flush=True
         )
+        values, rows, files = latencies(table, where)
+        batches = len(commits(table, where))
     finally:
         kafka.stop()
-    values, rows, files = latencies(table)
+        where.stop()
     if rows != total:
         raise SystemExit(f"the table holds {rows} rows, produced {total}")
     ratios = [v / interval for v in values]
-    batches = len(commits(table))
-    print(f"\n== freshness at {args.rate:.0f} records/s, trigger {args.trigger}, {batches} commits")
+    print(
+        f"\n== freshness at {args.rate:.0f} records/s, trigger {args.trigger}, {batches} commits, "
+        f"table on the {where.kind}"
+    )
     print(
         f"(commit - produce) / trigger interval: p50 {percentile(ratios, 50):.2f}, "
         f"p99 {percentile(ratios, 99):.2f}  "

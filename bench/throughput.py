@@ -10,7 +10,10 @@ ratio deltaflow/baseline is the issue's figure; validated/baseline is what the p
 cost by themselves, deltaflow/validated what the rest of the runtime costs (exactly-once writes,
 dead-letter table, guards, consumer-group commits, metrics).
 
-    bash bench/run.sh throughput [--records 5000000] [--repeat 1]
+    bash bench/run.sh throughput [--records 5000000] [--repeat 1] [--object-store]
+
+``--object-store`` puts every job's tables and checkpoints on a MinIO server (s3a://, started by
+the benchmark on loopback) instead of the local disk: the same jobs, the same ratios.
 """
 
 from __future__ import annotations
@@ -21,13 +24,45 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import Run, baseline_job, broker, create_topic, deltaflow_job, produce, write_manifest
+from common import (
+    Lake,
+    Run,
+    baseline_job,
+    broker,
+    create_topic,
+    deltaflow_job,
+    lake,
+    produce,
+    write_manifest,
+)
 
 
-def _rows(table: Path) -> int:
+def _rows(table: str, where: Lake) -> int:
     from deltalake import DeltaTable
 
-    return int(DeltaTable(str(table)).count())
+    return int(DeltaTable(table, storage_options=where.options).count())
+
+
+def _drain(
+    job: str, name: str, *, work: Path, bootstrap: str, where: Lake, args: argparse.Namespace
+) -> tuple[Run, int]:
+    """One job drains the topic into its own table: (its run, rows in its table)."""
+    config = work / f"{name}.yaml"
+    table = write_manifest(
+        config, name, "bench", bootstrap, where, max_offsets=args.max_offsets, trigger="1s"
+    )
+    log = work / f"{name}.log"
+    if job == "deltaflow":
+        started = deltaflow_job(config, work, log, available_now=True, env=where.env)
+    else:
+        validate = job == "validated"
+        started = baseline_job(
+            config, work, log, available_now=True, validate=validate, env=where.env
+        )
+    run = started.wait(timeout=7200)
+    if run.code != 0:
+        raise SystemExit(f"{job} exited {run.code}: see {log}")
+    return run, _rows(table if job == "deltaflow" else table + "_baseline", where)
 
 
 def main() -> int:
@@ -38,10 +73,13 @@ def main() -> int:
     parser.add_argument("--max-offsets", type=int, default=500_000)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--work", type=Path, default=None)
+    parser.add_argument("--object-store", action="store_true", help="tables on MinIO (s3a://)")
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="deltaflow-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     kafka = broker(work)
+    where = lake(work, args.object_store)
+    print(f"tables on the {where.kind}", flush=True)
     results: list[tuple[str, Run, int]] = []
     try:
         create_topic(kafka.bootstrap_servers, "bench", args.partitions)
@@ -51,28 +89,14 @@ def main() -> int:
         for rep in range(args.repeat):
             order = jobs[rep % 3 :] + jobs[: rep % 3]
             for job in order:
-                name = f"tp-{job}-{rep}"
-                config = work / f"{name}.yaml"
-                table, _ = write_manifest(
-                    config,
-                    name,
-                    "bench",
-                    kafka.bootstrap_servers,
-                    work,
-                    max_offsets=args.max_offsets,
-                    trigger="1s",
+                run, rows = _drain(
+                    job,
+                    f"tp-{job}-{rep}",
+                    work=work,
+                    bootstrap=kafka.bootstrap_servers,
+                    where=where,
+                    args=args,
                 )
-                log = work / f"{name}.log"
-                if job == "deltaflow":
-                    started = deltaflow_job(config, work, log, available_now=True)
-                else:
-                    validate = job == "validated"
-                    started = baseline_job(config, work, log, available_now=True, validate=validate)
-                run = started.wait(timeout=7200)
-                if run.code != 0:
-                    raise SystemExit(f"{job} exited {run.code}: see {log}")
-                out = table if job == "deltaflow" else table.parent / (table.name + "_baseline")
-                rows = _rows(out)
                 results.append((job, run, rows))
                 print(
                     f"{job:9s} run {rep}: {rows} rows, wall {run.wall:6.1f}s, cpu {run.cpu:6.1f}s "
@@ -83,13 +107,16 @@ def main() -> int:
                 time.sleep(2)
     finally:
         kafka.stop()
+        where.stop()
     per_job: dict[str, list[float]] = {}
     for job, run, rows in results:
         if rows != args.records:
             raise SystemExit(f"{job} wrote {rows} rows, expected {args.records}")
         per_job.setdefault(job, []).append(rows / run.cpu)
     mean = {job: sum(v) / len(v) for job, v in per_job.items()}
-    print("\n== drain throughput (records per CPU-second, mean of runs)")
+    print(
+        f"\n== drain throughput (records per CPU-second, mean of runs), tables on the {where.kind}"
+    )
     for job in jobs:
         print(f"{job:9s} {mean[job]:10.0f}")
     for a, b in (("deltaflow", "baseline"), ("validated", "baseline"), ("deltaflow", "validated")):

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from common import (
+    Lake,
     baseline_job,
     broker,
     create_topic,
@@ -74,14 +75,16 @@ def main() -> int:
             topic = f"trickle-{job_name}"
             create_topic(kafka.bootstrap_servers, topic, 2)
             config = work / f"{topic}.yaml"
-            table, _ = write_manifest(
-                config,
-                topic,
-                topic,
-                kafka.bootstrap_servers,
-                work,
-                max_offsets=100_000,
-                trigger=args.trigger,
+            table = Path(
+                write_manifest(
+                    config,
+                    topic,
+                    topic,
+                    kafka.bootstrap_servers,
+                    Lake(str(work)),
+                    max_offsets=100_000,
+                    trigger=args.trigger,
+                )
             )
             if job_name == "baseline":
                 table = table.parent / (table.name + "_baseline")

@@ -319,6 +319,12 @@ def test_missing_secret_blocks_start_until_created(
         "username": {"name": "kafka-creds", "key": "username"},
         "password": {"name": "kafka-creds", "key": "password"},
     }
+    manifest["spec"]["sink"]["storage"] = {
+        "endpoint": "http://minio.example:9000",
+        "pathStyleAccess": True,
+        "accessKeyId": {"name": "lake-creds", "key": "AWS_ACCESS_KEY_ID"},
+        "secretAccessKey": {"name": "lake-creds", "key": "AWS_SECRET_ACCESS_KEY"},
+    }
     operator.apply(manifest)
     cond = wait_for(
         "SecretMissing",
@@ -330,6 +336,27 @@ def test_missing_secret_blocks_start_until_created(
     )
     assert "kafka-creds" in cond["message"]
     assert "spec.source.auth.username" in cond["message"]
+    # The object store's keys are named too: the Secret and the field that references it.
+    assert (
+        f"Secret {NS}/lake-creds (referenced by spec.sink.storage.accessKeyId)" in cond["message"]
+    )
+    operator.kube.kubectl(
+        "-n", NS, "create", "secret", "generic", "lake-creds", "--from-literal=AWS_ACCESS_KEY_ID=a"
+    )
+    cond = wait_for(
+        "the missing storage key named",
+        lambda: (
+            (c := operator.condition("payments", NS, "Ready"))
+            and "'AWS_SECRET_ACCESS_KEY'" in c["message"]
+            and c
+        ),
+    )
+    assert "spec.sink.storage.secretAccessKey" in cond["message"]
+    operator.kube.kubectl("-n", NS, "delete", "secret", "lake-creds")
+    operator.kube.kubectl(
+        "-n", NS, "create", "secret", "generic", "lake-creds",
+        "--from-literal=AWS_ACCESS_KEY_ID=a", "--from-literal=AWS_SECRET_ACCESS_KEY=s",
+    )  # fmt: skip
     time.sleep(2)
     assert operator.get("pod", "payments-driver", NS) is None
 
@@ -364,9 +391,14 @@ def test_missing_secret_blocks_start_until_created(
         "secretKeyRef": {"name": "kafka-creds", "key": "password"}
     }
     assert "value" not in env["DELTAFLOW_KAFKA_PASSWORD"]  # by reference only
+    assert env["AWS_SECRET_ACCESS_KEY"] == {
+        "name": "AWS_SECRET_ACCESS_KEY",
+        "valueFrom": {"secretKeyRef": {"name": "lake-creds", "key": "AWS_SECRET_ACCESS_KEY"}},
+    }
     operator.kube.kubectl(
         "-n", NS, "delete", "deltaingestion", "payments", "--wait=true", "--timeout=60s"
     )
+    operator.kube.kubectl("-n", NS, "delete", "secret", "lake-creds")
 
 
 def test_delete_removes_children_and_keeps_the_data(
