@@ -419,14 +419,15 @@ def crash_soak(
 
 
 def drained(bootstrap: str, topic: str, config: Path) -> bool:
-    """Whether the stream's consumer group sits at the log end on every partition."""
+    """Whether the stream's consumer group sits at the log end on every partition of ``topic``
+    (only that topic: another soak may have used the same group for its own topic)."""
     from deltaflow_runtime.config import Pipeline, load_ingestion
     from deltaflow_runtime.offsets import KafkaAdmin
 
     group = Pipeline.of(load_ingestion(config)).identity.consumer_group
     admin = KafkaAdmin({"bootstrap.servers": bootstrap})
     latest = admin.latest_offsets(admin.partitions([topic]))
-    return bool(latest) and admin.group_offsets(group) == latest
+    return bool(latest) and admin.group_offsets(group).get(topic) == latest.get(topic)
 
 
 def _kill_window(strategy: str, watch: TableWatch, rng: random.Random, poll: float) -> bool:

@@ -236,6 +236,7 @@ def test_wrong_credentials_a_missing_bucket_or_no_endpoint_fail_naming_what_to_f
         assert took < 120, f"{what}: {took:.0f}s to fail"
 
 
+@pytest.mark.timeout(1200)
 def test_sigkill_the_driver_five_times_with_everything_on_the_object_store(
     kafka: KafkaBroker,
     object_store: ObjectStore,
