@@ -93,6 +93,7 @@ class ObjectStoreError(Exception):
         return self.message
 
 
+_NO_BUCKET = "the bucket does not exist: create it, or fix the bucket in the path"
 # Java exception class (simple name) or message fragment -> (reason, what to check).
 _CAUSES: tuple[tuple[str, str, str], ...] = (
     # The store's own error codes first: they say more than the exception class around them.
@@ -107,16 +108,8 @@ _CAUSES: tuple[tuple[str, str, str], ...] = (
         "ObjectStoreAccessDenied",
         "the secret key is wrong: check the Secret that spec.sink.storage.secretAccessKey names",
     ),
-    (
-        "NoSuchBucket",
-        "BucketNotFound",
-        "the bucket does not exist: create it, or fix the bucket in the path",
-    ),
-    (
-        "UnknownStoreException",
-        "BucketNotFound",
-        "the bucket does not exist: create it, or fix the bucket in the path",
-    ),
+    ("NoSuchBucket", "BucketNotFound", _NO_BUCKET),
+    ("UnknownStoreException", "BucketNotFound", _NO_BUCKET),
     (
         "NoAuthWithAWSException",
         "ObjectStoreNoCredentials",

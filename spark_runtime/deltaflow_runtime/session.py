@@ -105,12 +105,6 @@ def pod_conf(env: Mapping[str, str]) -> dict[str, str]:
     return conf
 
 
-def storage_conf(ingestion: DeltaIngestion) -> dict[str, str]:
-    """Hadoop s3a settings from spec.sink.storage (see ``object_store``; keys stay in the
-    environment, never in the conf)."""
-    return object_store.storage_conf(ingestion.spec.sink.storage)
-
-
 def runtime_conf(
     ingestion: DeltaIngestion,
     *,
@@ -124,7 +118,7 @@ def runtime_conf(
     conf = {
         "spark.app.name": f"deltaflow-{ingestion.namespace}-{ingestion.name}",
         **DEFAULT_CONF,
-        **storage_conf(ingestion),
+        **object_store.storage_conf(ingestion.spec.sink.storage),
         **ingestion.spec.spark_conf,
         **pod_conf(e),
         **(extra or {}),

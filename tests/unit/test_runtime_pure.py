@@ -19,9 +19,9 @@ from deltaflow_runtime.maintenance import (
     write_termination_message,
 )
 from deltaflow_runtime.metrics import RuntimeMetrics, progress_sample
-from deltaflow_runtime.object_store import bucket_of, classify, probe_paths
+from deltaflow_runtime.object_store import bucket_of, classify, probe_paths, storage_conf
 from deltaflow_runtime.parse import REASONS, Reason, avro_all_null_encoding, avro_required_fields
-from deltaflow_runtime.session import runtime_conf, storage_conf
+from deltaflow_runtime.session import runtime_conf
 
 AVRO = json.dumps(
     {
@@ -161,7 +161,7 @@ def test_storage_conf_never_holds_the_keys_and_pins_the_conditional_logstore() -
             },
         }
     )
-    conf = storage_conf(ingestion)
+    conf = storage_conf(ingestion.spec.sink.storage)
     assert conf["spark.hadoop.fs.s3a.path.style.access"] == "true"
     assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://minio:9000"
     assert conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"
@@ -182,7 +182,7 @@ def test_storage_conf_without_keys_uses_the_default_chain_for_workload_identity(
     ingestion = _ingestion(
         sink={"tablePath": "s3a://lake/orders", "storage": {"region": "eu-west-1"}}
     )
-    conf = storage_conf(ingestion)
+    conf = storage_conf(ingestion.spec.sink.storage)
     assert conf["spark.hadoop.fs.s3a.aws.credentials.provider"].endswith(
         "DefaultCredentialsProvider"
     )
@@ -191,7 +191,10 @@ def test_storage_conf_without_keys_uses_the_default_chain_for_workload_identity(
     https = _ingestion(
         sink={"tablePath": "s3a://lake/o", "storage": {"endpoint": "https://s3.example:443"}}
     )
-    assert storage_conf(https)["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "true"
+    assert (
+        storage_conf(https.spec.sink.storage)["spark.hadoop.fs.s3a.connection.ssl.enabled"]
+        == "true"
+    )
 
 
 @pytest.mark.parametrize(

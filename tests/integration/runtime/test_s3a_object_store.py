@@ -64,6 +64,13 @@ def _delta_log(store: ObjectStore, table: str) -> dict[int, list[dict[str, Any]]
     return commits
 
 
+def _topics(bootstrap: str) -> set[str]:
+    """Topics the broker has."""
+    from confluent_kafka.admin import AdminClient
+
+    return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics)
+
+
 def test_the_logstore_lets_exactly_one_of_many_writers_create_a_version(
     object_store: ObjectStore, runtime_spark: SparkSession
 ) -> None:
@@ -125,7 +132,7 @@ def test_run_the_example_manifest_on_the_object_store_lands_good_and_bad_records
     kafka: KafkaBroker, object_store: ObjectStore, tmp_path: Path
 ) -> None:
     bootstrap = kafka.bootstrap_servers
-    if "orders" not in log_end_offsets_topics(bootstrap):
+    if "orders" not in _topics(bootstrap):
         create_topic(bootstrap, "orders", partitions=3)
     good = produce(bootstrap, "orders", [(str(i).encode(), order(i, "FR")) for i in range(3000)])
     bad = produce(bootstrap, "orders", BROKEN)
@@ -168,13 +175,6 @@ def test_run_the_example_manifest_on_the_object_store_lands_good_and_bad_records
     )  # fmt: skip
     assert again.returncode == 0, again.stderr[-4000:]
     assert sorted(tpos(read_table("s3a://lake/orders", options))) == sorted(rows)
-
-
-def log_end_offsets_topics(bootstrap: str) -> set[str]:
-    """Topics the broker has."""
-    from confluent_kafka.admin import AdminClient
-
-    return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics)
 
 
 def test_wrong_credentials_a_missing_bucket_or_no_endpoint_fail_naming_what_to_fix(
