@@ -25,8 +25,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 LOGSTORE_CLASS = "io.deltaflow.storage.S3ConditionalLogStore"
-ENV_ACCESS_KEY_ID = "AWS_ACCESS_KEY_ID"
-ENV_SECRET_ACCESS_KEY = "AWS_SECRET_ACCESS_KEY"
 ENV_PROVIDER = "software.amazon.awssdk.auth.credentials.EnvironmentVariableCredentialsProvider"
 DEFAULT_CHAIN = "software.amazon.awssdk.auth.credentials.DefaultCredentialsProvider"
 DEFAULT_REGION = "us-east-1"
