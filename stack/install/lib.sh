@@ -58,11 +58,13 @@ build_entry() {
 }
 
 # maven_copy POM DEST [-Dprop=value ...]: resolves POM's dependencies (runtime scope, transitive)
-# from Maven Central into DEST as plain jars.
+# from Maven Central into DEST as plain jars. Maven's output goes to stderr: even with -B -q and
+# style.color=never, Maven 3.8 writes ANSI resets to stdout, and an install script's stdout is the
+# path it reports (its last line).
 maven_copy() {
   local pom=$1 dest=$2
   shift 2
   mvn -B -q -Dstyle.color=never -f "$pom" -Dmaven.repo.local="$MAVEN_REPO" "$@" \
     org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
-    -DoutputDirectory="$dest" -DincludeScope=runtime -DexcludeTransitive=false
+    -DoutputDirectory="$dest" -DincludeScope=runtime -DexcludeTransitive=false >&2
 }

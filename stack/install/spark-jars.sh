@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Resolves the Delta, Kafka-connector, Avro and s3a jars for Spark from Maven Central into the
-# cache, and builds the project's Delta LogStore for s3a:// (spark_runtime/logstore). Jars that the
+# cache, and builds the project's JVM jar (spark_runtime/jvm: the s3a:// LogStore, strict JSON). Jars that the
 # pyspark install already ships (Spark itself, Scala, Jackson, Hadoop's client, netty, ...) are left
 # out, so the classpath holds one copy of each library.
 STEP_NAME=spark-jars
@@ -8,9 +8,9 @@ RERUN="stack/install/spark-jars.sh"
 source "$(dirname "$0")/lib.sh"
 
 POM="$INSTALL_DIR/maven/spark-jars.pom.xml"
-LOGSTORE="$REPO_ROOT/spark_runtime/logstore"
+JVM_SRC="$REPO_ROOT/spark_runtime/jvm"
 SPARK_MINOR=$(cut -d. -f1,2 <<<"$SPARK_VERSION")
-DEST="$(cache_entry spark-jars "spark$SPARK_VERSION-delta$DELTA_VERSION-$(recipe_hash "$0" "$POM" "$LOGSTORE/pom.xml" "$LOGSTORE"/src/main/java/io/deltaflow/storage/*.java "avro$SPARK_AVRO_VERSION-hadoop$HADOOP_VERSION-sdk$AWS_SDK_VERSION")")"
+DEST="$(cache_entry spark-jars "spark$SPARK_VERSION-delta$DELTA_VERSION-$(recipe_hash "$0" "$POM" "$JVM_SRC/pom.xml" "$JVM_SRC"/src/main/java/io/deltaflow/*/*.java "avro$SPARK_AVRO_VERSION-hadoop$HADOOP_VERSION-sdk$AWS_SDK_VERSION-jackson$JACKSON_VERSION-avro$AVRO_VERSION")")"
 PYSPARK_JARS="${PYSPARK_JARS:-$REPO_ROOT/.venv/lib/python3.11/site-packages/pyspark/jars}"
 
 build() {
@@ -18,6 +18,14 @@ build() {
   [ -d "$PYSPARK_JARS" ] || { log "pyspark is not installed at $PYSPARK_JARS: run stack/install/python.sh first"; return 1; }
   [ -f "$PYSPARK_JARS/hadoop-client-api-$HADOOP_VERSION.jar" ] || {
     log "pyspark does not ship Hadoop $HADOOP_VERSION ($(ls "$PYSPARK_JARS" | grep hadoop-client-api)): set HADOOP_VERSION in versions.env to match"
+    return 1
+  }
+  [ -f "$PYSPARK_JARS/jackson-databind-$JACKSON_VERSION.jar" ] || {
+    log "pyspark does not ship Jackson $JACKSON_VERSION ($(ls "$PYSPARK_JARS" | grep jackson-databind)): set JACKSON_VERSION in versions.env to match"
+    return 1
+  }
+  [ -f "$PYSPARK_JARS/avro-$AVRO_VERSION.jar" ] || {
+    log "pyspark does not ship Avro $AVRO_VERSION ($(ls "$PYSPARK_JARS" | grep '^avro-[0-9]')): set AVRO_VERSION in versions.env to match"
     return 1
   }
   log "resolving delta-spark_${SPARK_MINOR}_$SCALA_BINARY:$DELTA_VERSION, spark-sql-kafka-0-10_$SCALA_BINARY:$SPARK_VERSION and spark-avro_$SCALA_BINARY:$SPARK_AVRO_VERSION"
@@ -37,18 +45,18 @@ build() {
     fi
   done
   rm -rf "$out/all"
-  log "building the s3a:// LogStore (spark_runtime/logstore)"
-  mvn -B -q -Dstyle.color=never -f "$LOGSTORE/pom.xml" -Dmaven.repo.local="$MAVEN_REPO" \
-    -Dbuild.dir="$out/logstore-build" -Ddelta.version="$DELTA_VERSION" \
-    -Dhadoop.version="$HADOOP_VERSION" package || return 1
-  mv "$out"/logstore-build/deltaflow-logstore-*.jar "$out/jars/"
-  rm -rf "$out/logstore-build"
+  log "building the runtime's JVM jar (spark_runtime/jvm: s3a:// LogStore, strict JSON, Avro body check)"
+  mvn -B -q -Dstyle.color=never -f "$JVM_SRC/pom.xml" -Dmaven.repo.local="$MAVEN_REPO" \
+    -Dbuild.dir="$out/jvm-build" -Ddelta.version="$DELTA_VERSION" -Djackson.version="$JACKSON_VERSION" -Davro.version="$AVRO_VERSION" \
+    -Dhadoop.version="$HADOOP_VERSION" package >&2 || return 1
+  mv "$out"/jvm-build/deltaflow-jvm-*.jar "$out/jars/"
+  rm -rf "$out/jvm-build"
   log "kept $kept jars, left out $skipped that pyspark already ships"
   ls "$out/jars" | grep -q "^delta-spark_" || { log "delta-spark jar missing"; return 1; }
   ls "$out/jars" | grep -q "^spark-sql-kafka" || { log "spark-sql-kafka jar missing"; return 1; }
   ls "$out/jars" | grep -q "^spark-avro_" || { log "spark-avro jar missing"; return 1; }
   ls "$out/jars" | grep -q "^hadoop-aws-" || { log "hadoop-aws jar missing"; return 1; }
-  ls "$out/jars" | grep -q "^deltaflow-logstore-" || { log "deltaflow-logstore jar missing"; return 1; }
+  ls "$out/jars" | grep -q "^deltaflow-jvm-" || { log "deltaflow-jvm jar missing"; return 1; }
 }
 
 if is_complete "$DEST"; then
