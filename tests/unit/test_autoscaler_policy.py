@@ -388,11 +388,19 @@ ROUNDS = [
         "BatchCap",
         8,
     ),
+    # While asked-for executors start, a backlog (which grows meanwhile) is not sized on again...
     Round(
-        "scale-up-waits-for-registration",
-        observation(arrival=9000, executors=3, target_executors=6),
+        "scale-up-on-backlog-waits-for-registration",
+        observation(arrival=5000, lag=2_000_000, executors=3, target_executors=6),
         "Stabilizing",
         6,
+    ),
+    # ...but arrivals beyond what the asked-for count keeps up with are: no wait for pods first.
+    Round(
+        "scale-up-on-arrivals-does-not-wait-for-registration",
+        observation(arrival=9000, executors=3, target_executors=6),
+        "ScaleUp",
+        12,
     ),
 ]
 

@@ -57,9 +57,12 @@ Stabilization
     nothing; a window of 0 acts at once), and down to the highest in force during the scale-down
     window. A recommendation stays in force until the next one, and a window acts only once all
     of it has been observed: after an operator restart nothing scales down for a whole window
-    (nor up for a whole scale-up window, unlike the HPA, which acts on an empty history). A
-    scale-up also waits until the executors already asked for have registered: the backlog that
-    grows while pods start is not counted twice.
+    (nor up for a whole scale-up window, unlike the HPA, which acts on an empty history). While
+    executors already asked for are starting, a further scale-up goes no higher than the count
+    the arrivals alone need: the backlog that grows while pods start is not counted twice, but
+    a rate that kept rising is answered without waiting for the pods (after a step, the round
+    that straddles it measures part of the new rate; waiting for that round's executors to
+    register before sizing on the full rate added their start time to the catch-up).
 
 Unknowns and mistakes
     When Kafka or the driver cannot be reached, or capacity or arrival rates are not measured
@@ -551,6 +554,12 @@ class _Round:
         smaller = self.model.smallest_meeting(self.low, self.base - 1, need, arrival_rate)
         return self.base if smaller is None else smaller
 
+    def _sized_for_arrivals(self) -> int:
+        """The smallest count that keeps up with the arrivals alone, leaving the backlog out."""
+        model = replace(self.model, backlog=0.0)
+        sized = model.smallest_meeting(self.low, self.high, self.arrival, self.arrival)
+        return self.high if sized is None else sized
+
     def _why_limited(self, executors: int, need: float) -> Verdict:
         """What stops ``executors`` (the best count there is) from meeting ``need``."""
         model, capacity = self.model, self.model.capacity
@@ -624,16 +633,21 @@ class _Round:
         self, recs: tuple[Recommendation, ...], raw: int, limit: Verdict | None, need: float
     ) -> tuple[int, Verdict, str]:
         obs, window = self.obs, self.limits.scale_up_stabilization_seconds
-        if obs.current_executors < obs.target_executors:
-            registered = f"{obs.current_executors} of {obs.target_executors}"
-            return (
-                self.base,
-                "Stabilizing",
-                f"want {raw} executors: {self._state()}; waiting until the {registered} asked "
-                "for have registered before sizing again",
-            )
         in_force, observed = _in_force(recs, obs.now, window)
         settled = min(r.executors for r in in_force)
+        if obs.current_executors < obs.target_executors:
+            # The backlog grows while pods start, and sizing on it again would count it twice;
+            # a higher arrival rate alone is new, and waiting for the pods would add their start
+            # time to the catch-up.
+            settled = min(settled, self._sized_for_arrivals())
+            if settled <= self.base or not observed:
+                registered = f"{obs.current_executors} of {obs.target_executors}"
+                return (
+                    self.base,
+                    "Stabilizing",
+                    f"want {raw} executors: {self._state()}; waiting until the {registered} "
+                    "asked for have registered before sizing again",
+                )
         if settled <= self.base or not observed:
             wait = _wait(recs, obs.now, window, lambda r: r.executors <= self.base)
             return (
