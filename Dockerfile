@@ -68,7 +68,7 @@ RUN --mount=type=cache,id=deltaflow-apt-cache,target=/var/cache/apt,sharing=lock
     apt-get update -qq \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends maven openjdk-17-jdk-headless
 COPY stack/install/versions.env stack/install/maven/spark-jars.pom.xml /build/
-COPY spark_runtime/logstore /build/logstore
+COPY spark_runtime/jvm /build/jvm
 # Java's truststore for this step only, on a tmpfs over /etc/ssl/certs/java: every certificate of
 # the CA-bundle secret (or of the image's own bundle without one), imported by Debian's
 # ca-certificates-java in one JVM. Nothing of it reaches a layer.
@@ -90,9 +90,10 @@ RUN --mount=type=cache,id=deltaflow-maven,target=/root/.m2 \
       -Daws.sdk.version="$AWS_SDK_VERSION" \
       org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
       -DoutputDirectory=/jars -DincludeScope=runtime -DexcludeTransitive=false \
- && mvn -B -q -Dstyle.color=never -f /build/logstore/pom.xml -Dbuild.dir=/tmp/logstore \
-      -Ddelta.version="$DELTA_VERSION" -Dhadoop.version="$HADOOP_VERSION" package \
- && cp /tmp/logstore/deltaflow-logstore-*.jar /jars/
+ && mvn -B -q -Dstyle.color=never -f /build/jvm/pom.xml -Dbuild.dir=/tmp/jvm \
+      -Ddelta.version="$DELTA_VERSION" -Dhadoop.version="$HADOOP_VERSION" \
+      -Djackson.version="$JACKSON_VERSION" -Davro.version="$AVRO_VERSION" package \
+ && cp /tmp/jvm/deltaflow-jvm-*.jar /jars/
 
 # --- Runtime ------------------------------------------------------------------------------------
 FROM os
@@ -125,7 +126,7 @@ RUN --mount=type=bind,from=jars,source=/jars,target=/mnt/connector-jars \
       base=$(basename "$jar" | sed -E 's/-[0-9][^-]*(-[A-Za-z0-9.]+)?\.jar$//'); \
       ls "$SPARK_HOME/jars/$base"-[0-9]*.jar >/dev/null 2>&1 || cp "$jar" "$SPARK_HOME/jars/"; \
     done \
- && for j in delta-spark_ spark-sql-kafka-0-10_ spark-avro_ hadoop-aws- deltaflow-logstore-; do \
+ && for j in delta-spark_ spark-sql-kafka-0-10_ spark-avro_ hadoop-aws- deltaflow-jvm-; do \
       ls "$SPARK_HOME/jars/$j"*.jar >/dev/null || exit 1; \
     done
 COPY image/entrypoint.sh /usr/local/bin/deltaflow-entrypoint

@@ -5,6 +5,7 @@
 #   bash bench/run.sh freshness  [--rate 5000] [--seconds 120] [--trigger 5s]
 #   bash bench/run.sh trickle    [--rate 10] [--seconds 120] [--trigger 1s]
 #   bash bench/run.sh crash      [--records 1000000] [--kills 10]
+#   bash bench/run.sh json-check [--records 2000000] [--repeat 3]   (Spark only, ~1 min)
 #   bash bench/run.sh autoscale  [--calibration FILE] [--traces step,ramp,sine,bursts,hot]
 #                                [--seconds-per-step 10]   (a model: no broker, no Spark, ~2 s)
 #   bash bench/run.sh autoscale-node [--base-rate N] [--factor 3] [--minutes-base 2]
@@ -13,11 +14,12 @@
 #                                 the node to itself, ~25 min)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-what=${1:?usage: bash bench/run.sh throughput|freshness|trickle|crash|autoscale|autoscale-node [args...]}
+what=${1:?usage: bash bench/run.sh throughput|freshness|trickle|crash|json-check|autoscale|autoscale-node [args...]}
 shift
 case "$what" in
   throughput | freshness | trickle) script="bench/$what.py" ;;
   crash) script="bench/crash_soak.py" ;;
+  json-check) script="bench/json_check.py" ;;
   autoscale) script="bench/autoscale.py" ;;
   autoscale-node) script="bench/autoscale_node.py" ;;
   *) echo "unknown benchmark: $what" >&2; exit 2 ;;

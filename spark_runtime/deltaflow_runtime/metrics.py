@@ -29,8 +29,6 @@ SPARK_PHASES = (
     "commitOffsets",
     "triggerExecution",
 )
-# The runtime's own parts of addBatch.
-WRITER_PHASES = ("write_table", "write_dead_letter", "commit_consumer_group")
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ every executor. Without keys, the SDK's default chain runs (web identity for wor
 then the instance/container roles).
 
 Every s3a:// commit goes through ``io.deltaflow.storage.S3ConditionalLogStore`` (see
-``spark_runtime/logstore``): a conditional PUT, so the stream and a maintenance job writing the
+``spark_runtime/jvm``): a conditional PUT, so the stream and a maintenance job writing the
 same table in two processes can never both create the same ``_delta_log`` version.
 """
 

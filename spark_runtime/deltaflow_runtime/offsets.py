@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from deltaflow_operator.kafka_admin import KafkaAdmin
 from deltaflow_runtime.checkpoint import TopicOffsets
 
-__all__ = ["DataLossError", "Gap", "KafkaAdmin", "data_loss_gaps", "describe_gaps", "subtract"]
+__all__ = ["DataLossError", "Gap", "KafkaAdmin", "data_loss_gaps", "describe_gaps"]
 
 
 class DataLossError(Exception):
@@ -68,15 +68,3 @@ def describe_gaps(gaps: list[Gap], fail_on_data_loss: bool) -> str:
         f"Kafka retention deleted {total} unread records ({parts}); continuing from the earliest "
         "retained offsets because spec.source.failOnDataLoss is false."
     )
-
-
-def subtract(minuend: TopicOffsets, subtrahend: TopicOffsets) -> TopicOffsets:
-    """Per partition ``minuend - subtrahend`` where both are known (lag: latest - committed;
-    retention headroom: committed - earliest)."""
-    out: TopicOffsets = {}
-    for topic, parts in minuend.items():
-        for partition, offset in parts.items():
-            other = subtrahend.get(topic, {}).get(partition)
-            if other is not None:
-                out.setdefault(topic, {})[partition] = offset - other
-    return out

@@ -9,6 +9,7 @@ and a corrupt Avro record into a struct of nulls, which would otherwise land in 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -60,6 +61,41 @@ REASON = "__deltaflow_reason"
 TEXT = "__deltaflow_text"
 PRE_REASON = "__deltaflow_pre_reason"
 CORRUPT = "__deltaflow_corrupt_record"
+CHECK = "__deltaflow_check"  # StrictJson's refusal, "<reason>\t<detail>"; null when fine
+
+# spark_runtime/jvm: is a value exactly one strict JSON object that from_json reads as meant?
+STRICT_JSON_CLASS = "io.deltaflow.json.StrictJson"
+# Spark's own JSON options, as strict as the check (belt and braces: the check runs first).
+STRICT_JSON_OPTIONS = {"allowSingleQuotes": "false", "allowNonNumericNumbers": "false"}
+# spark_runtime/jvm: does an Avro body hold exactly one record (from_avro ignores what follows)?
+AVRO_BODY_CLASS = "io.deltaflow.avro.AvroBody"
+# Confluent's wire format: magic byte 0, the schema id (4 bytes, big-endian), the Avro record.
+CONFLUENT_HEADER_BYTES = 5
+
+
+# Bumped whenever the runtime routes the same value under the same spec differently (2: the
+# strict JSON and Avro body checks): a batch half written by the old routing must not be
+# finished by the new one (see routing_fingerprint).
+ROUTING_VERSION = 2
+
+
+def routing_fingerprint(spec: ParseSpec) -> str:
+    """What decides where a record goes, hashed: recorded with every commit, so a batch replayed
+    after a crash is finished only by the routing that started it (a record can then never land
+    in both tables, or in neither)."""
+    decided_by = {
+        "routing": ROUTING_VERSION,
+        "format": spec.format,
+        "schema": spec.value_schema.json() if spec.value_schema is not None else None,
+        "required": list(spec.required),
+        "avroSchema": spec.avro_schema,
+        "keyRequired": spec.key_required,
+        "maxRecordBytes": spec.max_record_bytes,
+        "avroConfluent": spec.avro_confluent,
+        "avroSchemaIds": list(spec.avro_schema_ids),
+    }
+    text = json.dumps(decided_by, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 class SchemaError(Exception):
@@ -78,6 +114,8 @@ class ParseSpec:
     key_required: bool
     max_record_bytes: int
     metadata_columns: bool
+    avro_confluent: bool = False  # values framed as magic byte 0 + 4-byte schema id + record
+    avro_schema_ids: tuple[int, ...] = ()  # accepted schema ids (confluent); empty: any
 
 
 def avro_required_fields(avro_schema: str) -> tuple[str, ...]:
@@ -181,7 +219,16 @@ def parse_spec(spark: SparkSession, fmt: Format, sink: DeltaSink) -> ParseSpec:
         message = str(error).splitlines()[0]
         raise SchemaError(f"spec.format.schema: not a valid Avro schema: {message}") from None
     _check_columns(value_schema.fieldNames(), sink, "spec.format.schema")
-    return ParseSpec("avro", value_schema, required, avro_schema, all_null, **common)
+    return ParseSpec(
+        "avro",
+        value_schema,
+        required,
+        avro_schema,
+        all_null,
+        **common,
+        avro_confluent=fmt.avro_wire_format == "confluent",
+        avro_schema_ids=tuple(fmt.schema_ids),
+    )
 
 
 def _avro_struct(spark: SparkSession, avro_schema: str) -> StructType:
@@ -242,27 +289,46 @@ def route(records: DataFrame, spec: ParseSpec) -> DataFrame:
     if spec.format == "json":
         staged = base.withColumn(TEXT, F.col("value").cast("string"))
         staged = staged.withColumn(PRE_REASON, _pre_reason(spec, check_utf8=True))
-        with_corrupt = StructType([*spec.value_schema.fields, StructField(CORRUPT, StringType())])
-        options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
-        parsed = F.when(F.col(PRE_REASON).isNull(), F.from_json(F.col(TEXT), with_corrupt, options))
-        staged = staged.withColumn(PARSED, parsed)
-        text = F.col(TEXT)
-        malformed = (
-            F.col(PARSED).isNull()
-            # Spark ignores text after the object. Most records end with "}" exactly: only the
-            # others pay for rtrim's copy.
-            | ~(F.endswith(text, F.lit("}")) | F.endswith(F.rtrim(text), F.lit("}")))
-            | (_field(CORRUPT).isNotNull() & F.json_object_keys(text).isNull())
+        # The strict check first (trailing data, duplicate keys, numbers for timestamps, ...:
+        # what from_json would read differently from what was sent), from_json only on what
+        # it accepted.
+        check = F.call_function(
+            "java_method",
+            F.lit(STRICT_JSON_CLASS),
+            F.lit("check"),
+            F.col(TEXT),
+            F.lit(spec.value_schema.json()),
         )
+        check = F.nullif(check, F.lit(""))  # "" is its "fine"
+        staged = staged.withColumn(CHECK, F.when(F.col(PRE_REASON).isNull(), check))
+        with_corrupt = StructType([*spec.value_schema.fields, StructField(CORRUPT, StringType())])
+        options = {
+            "mode": "PERMISSIVE",
+            "columnNameOfCorruptRecord": CORRUPT,
+            **STRICT_JSON_OPTIONS,
+        }
+        parsed = F.when(
+            F.col(PRE_REASON).isNull() & F.col(CHECK).isNull(),
+            F.from_json(F.col(TEXT), with_corrupt, options),
+        )
+        staged = staged.withColumn(PARSED, parsed)
         reason = (
             F.when(F.col(PRE_REASON).isNotNull(), F.col(PRE_REASON))
-            .when(malformed, _lit_reason(Reason.MALFORMED_JSON))
+            .when(F.col(CHECK).isNotNull(), F.substring_index(F.col(CHECK), "\t", 1))
+            # The check accepted it, so from_json cannot fail to parse it; if it ever did, the
+            # record is refused, never landed as a row of nulls.
+            .when(F.col(PARSED).isNull(), _lit_reason(Reason.MALFORMED_JSON))
             .when(_field(CORRUPT).isNotNull(), _lit_reason(Reason.SCHEMA_MISMATCH))
         )
     else:
         staged = base.withColumn(PRE_REASON, _pre_reason(spec, check_utf8=False))
-        decoded = from_avro(F.col("value"), str(spec.avro_schema), {"mode": "PERMISSIVE"})
-        staged = staged.withColumn(PARSED, F.when(F.col(PRE_REASON).isNull(), decoded))
+        body, frame = _avro_body(spec)
+        # CHECK holds "malformed_avro\t<detail>" for a framing problem, then for bytes left over.
+        staged = staged.withColumn(CHECK, F.when(F.col(PRE_REASON).isNull(), frame))
+        decoded = from_avro(body, str(spec.avro_schema), {"mode": "PERMISSIVE"})
+        staged = staged.withColumn(
+            PARSED, F.when(F.col(PRE_REASON).isNull() & F.col(CHECK).isNull(), decoded)
+        )
         names = spec.value_schema.fieldNames()
         all_null = F.lit(True)
         for name in names:
@@ -270,15 +336,30 @@ def route(records: DataFrame, spec: ParseSpec) -> DataFrame:
         # PERMISSIVE decoding yields a struct of nulls for a corrupt record: tell it from a valid
         # all-null record by its exact encoding.
         all_null_valid = (
-            F.col("value") == F.lit(spec.avro_all_null)
-            if spec.avro_all_null is not None
-            else F.lit(False)
+            body == F.lit(spec.avro_all_null) if spec.avro_all_null is not None else F.lit(False)
         )
         malformed = F.col(PARSED).isNull() | (all_null & ~all_null_valid)
         for name in spec.required:
             malformed = malformed | _field(name).isNull()
-        reason = F.when(F.col(PRE_REASON).isNotNull(), F.col(PRE_REASON)).when(
-            malformed, _lit_reason(Reason.MALFORMED_AVRO)
+        # from_avro reads one record from the start and ignores what follows it.
+        left_over = F.call_function(
+            "java_method",
+            F.lit(AVRO_BODY_CLASS),
+            F.lit("check"),
+            F.base64(body),
+            F.lit(str(spec.avro_schema)),
+        )
+        staged = staged.withColumn(
+            CHECK,
+            F.when(F.col(CHECK).isNotNull(), F.col(CHECK)).when(
+                F.col(PRE_REASON).isNull() & ~malformed,
+                F.concat(F.lit(f"{Reason.MALFORMED_AVRO.value}\t"), F.nullif(left_over, F.lit(""))),
+            ),
+        )
+        reason = (
+            F.when(F.col(PRE_REASON).isNotNull(), F.col(PRE_REASON))
+            .when(F.col(CHECK).isNotNull(), _lit_reason(Reason.MALFORMED_AVRO))
+            .when(malformed, _lit_reason(Reason.MALFORMED_AVRO))
         )
     if spec.format == "json" and spec.required:
         missing = F.lit(False)
@@ -286,6 +367,43 @@ def route(records: DataFrame, spec: ParseSpec) -> DataFrame:
             missing = missing | _field(name).isNull()
         reason = reason.when(missing, _lit_reason(Reason.MISSING_REQUIRED_FIELD))
     return staged.withColumn(REASON, reason)
+
+
+def _avro_body(spec: ParseSpec) -> tuple[Column, Column]:
+    """The Avro record's bytes, and why the value's framing is wrong ("malformed_avro\t..."; null
+    when it is fine). Plain values are the record; Confluent-framed ones carry a 5-byte header."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    value = F.col("value")
+    if not spec.avro_confluent:
+        return value, F.lit(None).cast("string")
+    prefix = f"{Reason.MALFORMED_AVRO.value}\t"
+    framed = (F.octet_length(value) >= CONFLUENT_HEADER_BYTES) & (
+        F.hex(F.substring(value, 1, 1)) == F.lit("00")
+    )
+    problem = F.when(
+        ~framed,
+        F.lit(
+            f"{prefix}not in the Confluent wire format (magic byte 0, a 4-byte schema id, the "
+            "record), as spec.format.avroWireFormat says"
+        ),
+    )
+    if spec.avro_schema_ids:
+        schema_id = F.conv(F.hex(F.substring(value, 2, 4)), 16, 10)
+        ids = ", ".join(str(i) for i in spec.avro_schema_ids)
+        problem = problem.when(
+            ~schema_id.cast("bigint").isin(list(spec.avro_schema_ids)),
+            F.concat(
+                F.lit(f"{prefix}framed with schema id "),
+                schema_id,
+                F.lit(
+                    f", not one of spec.format.schemaIds ({ids}): read with spec.format.schema "
+                    "it would be misread"
+                ),
+            ),
+        )
+    body = F.substring(value, CONFLUENT_HEADER_BYTES + 1, 1 << 30)
+    return body, problem
 
 
 def _metadata() -> list[Column]:
@@ -342,7 +460,13 @@ def _detail(spec: ParseSpec) -> Column:
             F.lit("value does not decode with the Avro schema in spec.format.schema"),
         )
     )
+    if spec.format == "avro":
+        check = F.col(CHECK)
+        detail = F.when(
+            check.isNotNull(), F.substr(check, F.instr(check, "\t") + F.lit(1))
+        ).otherwise(detail)
     if spec.format == "json" and spec.value_schema is not None:
+        check = F.col(CHECK)
         keys = F.json_object_keys(F.col(TEXT))
         mismatched = [
             F.when(
@@ -351,16 +475,20 @@ def _detail(spec: ParseSpec) -> Column:
             )
             for f in spec.value_schema.fields
         ]
-        detail = detail.when(
+        # The strict check's own words first, when it refused the record.
+        json_detail = F.when(
+            check.isNotNull(), F.substr(check, F.instr(check, "\t") + F.lit(1))
+        ).when(
             reason == Reason.SCHEMA_MISMATCH.value,
             F.concat(F.lit("fields that do not fit the schema: "), F.concat_ws(", ", *mismatched)),
         )
         if spec.required:
             missing = [F.when(_field(n).isNull(), F.lit(n)) for n in spec.required]
-            detail = detail.when(
+            json_detail = json_detail.when(
                 reason == Reason.MISSING_REQUIRED_FIELD.value,
                 F.concat(F.lit("required fields missing or null: "), F.concat_ws(", ", *missing)),
             )
+        detail = json_detail.otherwise(detail)
     return detail
 
 

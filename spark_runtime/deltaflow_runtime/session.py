@@ -35,7 +35,7 @@ JAR_PREFIXES = (
     "spark-sql-kafka-0-10_",
     "spark-avro_",
     "hadoop-aws-",
-    "deltaflow-logstore-",
+    "deltaflow-jvm-",
 )
 
 # What the data plane's correctness rests on; spec.sparkConf cannot turn these off.

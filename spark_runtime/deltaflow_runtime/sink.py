@@ -28,10 +28,11 @@ from deltaflow_runtime.parse import (
     dead_letter_rows,
     only_records,
     route,
+    routing_fingerprint,
     table_pass_columns,
     valid_rows,
 )
-from deltaflow_runtime.table import cached_version, commit_metadata, table_state
+from deltaflow_runtime.table import cached_version, commit_metadata, recorded_entry, table_state
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Observation, SparkSession
@@ -100,6 +101,10 @@ class DuplicateWriterError(RuntimeError):
     """Another process committed this stream's batch: two drivers run the same stream."""
 
 
+class RoutingChangedError(RuntimeError):
+    """A replayed batch's table rows were routed by another spec (or runtime) than this one."""
+
+
 def _observed(observation: Observation, timeout: float) -> dict[str, Any] | None:
     """The observation's metrics once the observed write ran (None if it never did, e.g. when
     Delta skipped the write as already committed). Spark reports metrics through its listener
@@ -150,6 +155,7 @@ class BatchWriter:
         self._lock = threading.Lock()
         self._committed: TopicOffsets = {}
         self.last_report: BatchReport | None = None
+        self.routing = routing_fingerprint(spec)
 
     @property
     def committed_offsets(self) -> TopicOffsets:
@@ -204,7 +210,9 @@ class BatchWriter:
         report = BatchReport(batch_id)
         clock = time.monotonic()
         report.end_offsets = self.checkpoint.end_offsets(batch_id)
-        metadata = commit_metadata(self.stream.txn_app_id, batch_id, report.end_offsets)
+        metadata = commit_metadata(
+            self.stream.txn_app_id, batch_id, report.end_offsets, self.routing
+        )
         routed = route(batch, self.spec)
         report.seconds["prepare"] = time.monotonic() - clock
 
@@ -236,6 +244,8 @@ class BatchWriter:
         if (counts is None or counts.rows != counts.valid) and not self._dead_letters_hold(
             batch_id
         ):
+            if counts is None:
+                self._check_replay_routing(batch_id)
             dead_routed = routed
             keys = counts.dead_keys if counts is not None else None
             if keys is not None and len(keys) <= DEAD_KEYS_LIMIT:
@@ -279,6 +289,34 @@ class BatchWriter:
             )
             self.dead_letter_batch = -1 if state.stream_batch is None else state.stream_batch
         return batch_id <= self.dead_letter_batch
+
+    def _check_replay_routing(self, batch_id: int) -> None:
+        """Before writing the dead letters of a batch whose table rows an earlier driver
+        committed: that driver must have routed as this one does, or a record would go to both
+        tables (valid then, refused now) or to neither (the reverse)."""
+        path = self.stream.table_path
+        entry = recorded_entry(
+            self.spark,
+            path,
+            self.stream.txn_app_id,
+            batch_id,
+            latest_version=cached_version(self.spark, path),
+        )
+        recorded = None if entry is None else entry.get("routing")
+        if recorded == self.routing:
+            return
+        found = (
+            "its commit was not found in the last 200 versions of the table's log"
+            if entry is None
+            else f"its commit records routing {recorded or '(none: an older runtime)'}"
+        )
+        raise RoutingChangedError(
+            f"batch {batch_id} of {self.stream.txn_app_id} was written to {path} by an earlier "
+            f"driver, which stopped before writing its dead letters; {found}, and this driver "
+            f"routes as {self.routing} (spec.format, the schema or the runtime changed). "
+            "Finishing it now could put a record in both tables or in neither. To proceed: run "
+            "the previous spec and image until this one batch commits, then apply the change."
+        )
 
     def _commit_group(self, offsets: TopicOffsets) -> None:
         group = self.stream.consumer_group

@@ -54,9 +54,14 @@ def cached_version(spark: SparkSession, path: str) -> int:
     return int(delta_log.unsafeVolatileSnapshot().version())
 
 
-def commit_metadata(txn_app_id: str, batch_id: int, end_offsets: TopicOffsets | None) -> str:
-    """The userMetadata the stream writes with each commit: which batch and where it ended."""
+def commit_metadata(
+    txn_app_id: str, batch_id: int, end_offsets: TopicOffsets | None, routing: str | None = None
+) -> str:
+    """The userMetadata the stream writes with each commit: which batch, where it ended, and the
+    fingerprint of the routing that split it between the table and the dead-letter table."""
     entry: dict[str, Any] = {"txnAppId": txn_app_id, "batchId": batch_id}
+    if routing is not None:
+        entry["routing"] = routing
     if end_offsets is not None:
         entry["endOffsets"] = {
             t: {str(p): o for p, o in sorted(ps.items())} for t, ps in sorted(end_offsets.items())
@@ -91,6 +96,33 @@ def commit_user_metadata(commit_json: str) -> str | None:
     return None
 
 
+def recorded_entry(
+    spark: SparkSession,
+    path: str,
+    txn_app_id: str,
+    batch_id: int,
+    *,
+    latest_version: int,
+    search: int = 200,
+) -> dict[str, Any] | None:
+    """The stream's userMetadata entry of its commit of ``batch_id``, searching the commit files
+    from ``latest_version`` back (``search`` at most); None when not found there."""
+    log = HadoopDir(spark, f"{path.rstrip('/')}/_delta_log")
+    for version in range(latest_version, max(-1, latest_version - search), -1):
+        text = log.read(f"{version:020d}.json")
+        if text is None:
+            return None  # cleaned up by log retention: nothing older is left either
+        user_metadata = commit_user_metadata(text)
+        parsed = parse_commit_metadata(user_metadata)
+        if parsed is not None and parsed[0] == txn_app_id:
+            if parsed[1] == batch_id:
+                entry: dict[str, Any] = json.loads(user_metadata or "{}")[METADATA_KEY]
+                return entry
+            if parsed[1] < batch_id:
+                return None
+    return None
+
+
 def recorded_end_offsets(
     spark: SparkSession,
     path: str,
@@ -100,17 +132,12 @@ def recorded_end_offsets(
     latest_version: int,
     search: int = 200,
 ) -> TopicOffsets | None:
-    """The end offsets the stream recorded with its commit of ``batch_id``, searching the commit
-    files from ``latest_version`` back (``search`` at most); None when not found there."""
-    log = HadoopDir(spark, f"{path.rstrip('/')}/_delta_log")
-    for version in range(latest_version, max(-1, latest_version - search), -1):
-        text = log.read(f"{version:020d}.json")
-        if text is None:
-            return None  # cleaned up by log retention: nothing older is left either
-        parsed = parse_commit_metadata(commit_user_metadata(text))
-        if parsed is not None and parsed[0] == txn_app_id:
-            if parsed[1] == batch_id:
-                return parsed[2]
-            if parsed[1] < batch_id:
-                return None
-    return None
+    """The end offsets the stream recorded with its commit of ``batch_id`` (see
+    :func:`recorded_entry`); None when not found."""
+    entry = recorded_entry(
+        spark, path, txn_app_id, batch_id, latest_version=latest_version, search=search
+    )
+    if entry is None:
+        return None
+    parsed = parse_commit_metadata(json.dumps({METADATA_KEY: entry}))
+    return parsed[2] if parsed is not None else None

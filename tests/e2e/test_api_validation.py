@@ -96,6 +96,20 @@ _FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "spec.sink.checkpointPath": st.sampled_from(
         [None, "s3a://l/cp", "s3a://l/t", "s3a://l/t/cp", "s3a://l/tx"]
     ),
+    "spec.deadLetter.tablePath": st.sampled_from(
+        [
+            None,
+            "s3a://l/t_dead_letter",
+            "s3a://l/t",
+            "s3a://l/t/",
+            "s3a://l/t/dl",
+            "s3://l/t/dl",
+            "s3a://l",
+            "s3a://l/",
+            "s3a://l/tx",
+            "gs://l/t/dl",
+        ]
+    ),
     "spec.sink.partitionBy": st.sampled_from(
         [[], ["country"], ["country-code"], ["_x", "y"], ["9x"]]
     ),

@@ -220,6 +220,21 @@ INVALID_CASES: list[InvalidCase] = [
         "spark-conf-not-spark", "spec.sparkConf", _set("spec.sparkConf", {"fs.s3a.endpoint": "x"})
     ),
     _case(
+        "dead-letter-table-is-the-table",
+        "spec.deadLetter.tablePath",
+        _set("spec.deadLetter.tablePath", "s3a://lake/orders/"),
+    ),
+    _case(
+        "dead-letter-table-inside-the-table",
+        "spec.deadLetter.tablePath",
+        _set("spec.deadLetter.tablePath", "s3://lake/orders/_dead_letter"),
+    ),
+    _case(
+        "dead-letter-table-holds-the-table",
+        "spec.deadLetter.tablePath",
+        _set("spec.deadLetter.tablePath", "s3a://lake"),
+    ),
+    _case(
         "duplicate-volume-names",
         "spec.volumes",
         _set("spec.volumes", [_volume("lake", "/lake"), _volume("lake", "/lake2")]),

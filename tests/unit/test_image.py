@@ -56,9 +56,24 @@ def _maven_properties(text: str) -> set[str]:
     return set(re.findall(r"-D([a-z.]+)=", text))
 
 
-def test_maven_stage_passes_every_property_the_pom_needs_like_the_local_stack() -> None:
-    pom = (REPO / "stack/install/maven/spark-jars.pom.xml").read_text()
-    needed = set(re.findall(r"\$\{([a-z.]+)\}", pom))
+@pytest.mark.parametrize(
+    "pom_path", ["stack/install/maven/spark-jars.pom.xml", "spark_runtime/jvm/pom.xml"]
+)
+def test_maven_stage_passes_every_property_the_pom_needs_like_the_local_stack(
+    pom_path: str,
+) -> None:
+    pom = (REPO / pom_path).read_text()
+    # Properties the pom sets itself (<properties>) need no -D.
+    own = (
+        set(
+            re.findall(
+                r"<([a-z.]+)>[^<]*</\1>", pom.split("<properties>")[1].split("</properties>")[0]
+            )
+        )
+        if "<properties>" in pom
+        else set()
+    )
+    needed = set(re.findall(r"\$\{([a-z.]+)\}", pom)) - own - {"project.basedir"}
     local = (REPO / "stack/install/spark-jars.sh").read_text()
     assert needed <= _maven_properties(DOCKERFILE), needed - _maven_properties(DOCKERFILE)
     assert needed <= _maven_properties(local), needed - _maven_properties(local)

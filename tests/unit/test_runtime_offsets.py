@@ -11,7 +11,7 @@ from deltaflow_runtime.checkpoint import (
     parse_offset_log,
     render_offsets,
 )
-from deltaflow_runtime.offsets import data_loss_gaps, describe_gaps, subtract
+from deltaflow_runtime.offsets import data_loss_gaps, describe_gaps
 from deltaflow_runtime.table import commit_metadata, commit_user_metadata, parse_commit_metadata
 
 SPARK_OFFSET_LOG = (
@@ -82,9 +82,3 @@ def test_data_loss_gaps_name_partition_and_size() -> None:
 def test_no_gap_for_unknown_or_new_partitions() -> None:
     assert data_loss_gaps({"orders": {0: 5}}, {"orders": {1: 50}}) == []
     assert data_loss_gaps({}, {"orders": {0: 5}}) == []
-
-
-def test_subtract_per_partition() -> None:
-    latest = {"t": {0: 100, 1: 50, 2: 9}}
-    committed = {"t": {0: 40, 1: 50}}
-    assert subtract(latest, committed) == {"t": {0: 60, 1: 0}}

@@ -20,7 +20,14 @@ from deltaflow_runtime.maintenance import (
 )
 from deltaflow_runtime.metrics import RuntimeMetrics, progress_sample
 from deltaflow_runtime.object_store import bucket_of, classify, probe_paths, storage_conf
-from deltaflow_runtime.parse import REASONS, Reason, avro_all_null_encoding, avro_required_fields
+from deltaflow_runtime.parse import (
+    REASONS,
+    ParseSpec,
+    Reason,
+    avro_all_null_encoding,
+    avro_required_fields,
+    routing_fingerprint,
+)
 from deltaflow_runtime.session import runtime_conf
 
 AVRO = json.dumps(
@@ -266,3 +273,35 @@ def test_offset_metrics_lag_and_headroom() -> None:
     assert 'deltaflow_kafka_lag_records{partition="1",topic="t"} 0.0' in text
     assert "deltaflow_kafka_lag_records_sum 250.0" in text
     assert 'deltaflow_dead_letter_rows_total{reason="malformed_json"} 0.0' in text
+
+
+def _json_spec(**changes: object) -> ParseSpec:
+    from dataclasses import replace
+
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    schema = StructType([StructField("id", LongType()), StructField("country", StringType())])
+    spec = ParseSpec("json", schema, ("id",), None, None, False, 1_048_576, True)
+    return replace(spec, **changes)  # type: ignore[arg-type]
+
+
+def test_the_routing_fingerprint_changes_with_what_decides_where_a_record_goes() -> None:
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    base = routing_fingerprint(_json_spec())
+    assert routing_fingerprint(_json_spec()) == base  # stable across runs and processes
+    assert len(base) == 16
+    # Whether the table has Kafka metadata columns does not move records between tables.
+    assert routing_fingerprint(_json_spec(metadata_columns=False)) == base
+    changed = [
+        _json_spec(max_record_bytes=512),
+        _json_spec(key_required=True),
+        _json_spec(required=()),
+        _json_spec(value_schema=StructType([StructField("id", LongType())])),
+        _json_spec(format="avro", avro_schema='{"type": "record"}'),
+        _json_spec(avro_confluent=True),
+        _json_spec(avro_schema_ids=(7,)),
+    ]
+    prints = [routing_fingerprint(spec) for spec in changed]
+    assert base not in prints
+    assert len(set(prints)) == len(prints)

@@ -7,6 +7,7 @@ on the wire, as Kubernetes users expect, and snake_case in Python. Every cross-f
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -169,7 +170,39 @@ class Format(ApiModel):
     schema_: Annotated[str | None, Field(alias="schema", min_length=1, max_length=65536)] = None
     key_required: bool = Field(default=False, description="Dead-letter records with a null key.")
     max_record_bytes: Annotated[int, Field(ge=1, le=104_857_600)] = 1_048_576
+    avro_wire_format: Literal["plain", "confluent"] = Field(
+        default="plain",
+        description="avro only. plain: each value is one Avro binary record. confluent: the "
+        "Confluent serializers' framing, a magic byte 0 and a 4-byte schema id before the record.",
+    )
+    schema_ids: Annotated[
+        list[Annotated[int, Field(ge=0, le=2_147_483_647)]],
+        Field(
+            max_length=32,
+            description="avro with confluent framing: the registry ids under which "
+            "spec.format.schema was registered; a value framed with another id is dead-lettered "
+            "(read with this schema it would be misread). Empty: any id.",
+        ),
+    ] = []
     rules = (
+        Rule(
+            cel="self.type == 'avro' || ((!has(self.avroWireFormat) || "
+            "self.avroWireFormat == 'plain') && "
+            "(!has(self.schemaIds) || size(self.schemaIds) == 0))",
+            message="avroWireFormat and schemaIds apply to format.type avro only",
+            check=lambda v: (
+                v.get("type") == "avro"
+                or (v.get("avroWireFormat", "plain") == "plain" and not v.get("schemaIds"))
+            ),
+            field_path=".avroWireFormat",
+        ),
+        Rule(
+            cel="!has(self.schemaIds) || size(self.schemaIds) == 0 || "
+            "(has(self.avroWireFormat) && self.avroWireFormat == 'confluent')",
+            message="schemaIds need avroWireFormat: confluent (plain Avro values carry no id)",
+            check=lambda v: not v.get("schemaIds") or v.get("avroWireFormat") == "confluent",
+            field_path=".schemaIds",
+        ),
         Rule(
             cel="self.type == 'raw' || has(self.schema)",
             message="json and avro need a schema (a Spark DDL string for json, an Avro schema "
@@ -433,6 +466,27 @@ class Maintenance(ApiModel):
     vacuum: VacuumSchedule = VacuumSchedule()
 
 
+def _same_place_cel(path: str) -> str:
+    """A table path as a folder prefix for comparison: s3a:// = s3://, file:///x = /x, one '/'."""
+    plain = f"{path}.replace('s3a://', 's3://').replace('file://', '')"
+    return f"({plain}.endsWith('/') ? {plain} : {plain} + '/')"
+
+
+def _same_place(path: str) -> str:
+    """:func:`_same_place_cel` in Python."""
+    plain = path.replace("s3a://", "s3://").replace("file://", "")
+    return plain if plain.endswith("/") else plain + "/"
+
+
+def _tables_apart(spec: Mapping[str, Any]) -> bool:
+    dead = (spec.get("deadLetter") or {}).get("tablePath")
+    table = (spec.get("sink") or {}).get("tablePath")
+    if not dead or not table:
+        return True
+    a, b = _same_place(str(dead)), _same_place(str(table))
+    return not a.startswith(b) and not b.startswith(a)
+
+
 class DeltaIngestionSpec(ApiModel):
     """What a data engineer writes: one Kafka source into one Delta table."""
 
@@ -482,6 +536,18 @@ class DeltaIngestionSpec(ApiModel):
                 for k in (v.get("sparkConf") or {})
             ),
             field_path=".sparkConf",
+        ),
+        Rule(
+            cel="!has(self.deadLetter) || !has(self.deadLetter.tablePath) || "
+            f"(!{_same_place_cel('self.deadLetter.tablePath')}"
+            f".startsWith({_same_place_cel('self.sink.tablePath')}) && "
+            f"!{_same_place_cel('self.sink.tablePath')}"
+            f".startsWith({_same_place_cel('self.deadLetter.tablePath')}))",
+            message="deadLetter.tablePath must be a table of its own, neither sink.tablePath nor "
+            "inside it (nor holding it): VACUUM of one would delete the other's files; leave it "
+            "unset for <tablePath>_dead_letter",
+            check=_tables_apart,
+            field_path=".deadLetter.tablePath",
         ),
     )
 

@@ -65,16 +65,47 @@ def spark_tpos(spark: SparkSession, path: str) -> list[tuple[str, int, int]]:
 
 # --- mixed stream: every valid record once, every bad one dead-lettered with its reason ----------
 
-MAX_BYTES = 2048
+MAX_BYTES = 8192
+# Where each hostile or odd value lands is the README's table "What a JSON value must be".
 BAD: list[tuple[str, bytes | None, bytes | None]] = [
     ("malformed_json", b"k", b'{"id": 1, "amount": '),  # truncated
     ("malformed_json", b"k", b"not json at all"),
     ("malformed_json", b"k", b"[1, 2, 3]"),  # JSON, but not an object
+    ("malformed_json", b"k", b'"just a string"'),
+    ("malformed_json", b"k", b"42"),
+    ("malformed_json", b"k", b"null"),  # the JSON null, not a tombstone
     ("malformed_json", b"k", b""),  # empty value: PERMISSIVE gives a null struct
+    ("malformed_json", b"k", b" \t\r\n "),  # whitespace only
     ("malformed_json", b"k", b'{"id": 5, "amount": 1.0} and trailing text'),
+    ("malformed_json", b"k", b'{"id": 19} {"id": 20}'),  # two objects: Spark keeps the first
+    ("malformed_json", b"k", b'{"id": 21}}'),
+    ("malformed_json", b"k", b"{'id': 22}"),  # single quotes
+    ("malformed_json", b"k", b"{id: 23}"),  # unquoted name
+    ("malformed_json", b"k", b'{"id": 24, "amount": NaN}'),
+    ("malformed_json", b"k", b'{"id": 25, "amount": -Infinity}'),
+    ("malformed_json", b"k", b'{"id": 26, "id": 27}'),  # duplicate key: Spark keeps the last
+    ("malformed_json", b"k", b'{"id": 28, "x": {"a": 1, "a": 2}}'),  # duplicate, nested
+    ("malformed_json", b"k", b'{"id": 029}'),  # leading zero
+    ("malformed_json", b"k", b'{"id": 30,}'),  # trailing comma
+    ("malformed_json", b"k", b'{"id": 31 /* comment */}'),
+    ("malformed_json", b"k", b'\xef\xbb\xbf{"id": 32}'),  # byte order mark
+    ("malformed_json", b"k", b'{"id": 33}\xc2\xa0'),  # no-break space is not JSON whitespace
+    ("malformed_json", b"k", b'{"id": 34}\x0b'),  # nor is vertical tab
+    ("malformed_json", b"k", b'{"id": 35, "country": "a\tb"}'),  # raw control character
+    ("malformed_json", b"k", b'{"id": 36, "country": "\\ud800"}'),  # half a surrogate pair
+    ("malformed_json", b"k", b'{"a": ' * 1001 + b"1" + b"}" * 1001),  # nested too deep
     ("schema_mismatch", b"k", b'{"id": "abc", "amount": 1.0, "country": "DE"}'),
     ("schema_mismatch", b"k", b'{"id": 7, "amount": "lots", "country": "DE"}'),
     ("schema_mismatch", b"k", b'{"id": 9999999999999999999999, "country": "DE"}'),
+    ("schema_mismatch", b"k", b'{"id": "12"}'),  # a string for a number: not converted
+    ("schema_mismatch", b"k", b'{"id": 40.5}'),  # no silent truncation
+    ("schema_mismatch", b"k", b'{"id": 41, "amount": true}'),
+    ("schema_mismatch", b"k", b'{"id": 42, "amount": 1e400}'),  # would be Infinity
+    ("schema_mismatch", b"k", b'{"id": 43, "ts": 1700000000000}'),  # epoch ms: year 55,800
+    ("schema_mismatch", b"k", b'{"id": 44, "ts": 1700000000}'),  # epoch s: ambiguous too
+    ("schema_mismatch", b"k", b'{"id": 45, "ts": "yesterday"}'),
+    ("schema_mismatch", b"k", b"{}"),  # none of the schema's fields
+    ("schema_mismatch", b"k", b'{"ID": 46, "Country": "DE"}'),  # names are case-sensitive
     ("missing_required_field", b"k", b'{"amount": 1.0, "country": "DE"}'),
     ("missing_required_field", b"k", b'{"id": null, "amount": 1.0}'),
     ("tombstone", b"k", None),
@@ -83,6 +114,22 @@ BAD: list[tuple[str, bytes | None, bytes | None]] = [
     ("invalid_utf8", b"k", b'{"id": 11, "country": "\xff\xfe"}'),
     ("invalid_utf8", b"k", b"\xc3\x28"),
     ("record_too_large", b"k", order(7) + b" " * (MAX_BYTES + 500)),
+]
+
+
+# Valid values at the edges, with what their row holds.
+GOOD_ODD: list[tuple[bytes, dict[str, Any]]] = [
+    (b' \t\r\n{"id": 900001, "country": "DE"} \n', {"country": "DE"}),  # RFC 8259 whitespace
+    (b'{"id": 900002, "country": {"city": "Berlin"}}', {"country": '{"city":"Berlin"}'}),
+    (b'{"id": 900003, "country": 12}', {"country": "12"}),  # STRING takes any value's JSON text
+    (b'{"id": 900004, "extra": [1, 2], "country": "FR"}', {"country": "FR"}),  # extra: ignored
+    (b'{"id": 900005, "ts": "2026-01-31T12:00:00Z"}', {"ts": "2026-01-31 12:00:00"}),
+    (b'{"id": 900006, "ts": "2026-01-31T12:00:00"}', {"ts": "2026-01-31 12:00:00"}),  # UTC
+    (b'{"id": 900007, "country": "\\ud83d\\ude00"}', {"country": "\U0001f600"}),  # a pair
+    (b'{"id": 9223372036854775807}', {"amount": None}),  # BIGINT's maximum
+    (b'{"id": 900008, "amount": null, "country": null}', {"amount": None, "country": None}),
+    (b'{"id": 900009, "amount": 1E2}', {"amount": 100.0}),
+    (b'{"id": 900010, "country": "\\u00e9t\xc3\xa9"}', {"country": "\u00e9t\u00e9"}),
 ]
 
 
@@ -102,7 +149,11 @@ def test_mixed_stream_lands_every_record_exactly_once(
     step = n_valid // (len(bad) + 1)
     for n, rec in reversed(list(enumerate(bad, start=1))):
         records.insert(n * step, rec)
+    for n, rec in enumerate(GOOD_ODD, start=1):
+        records.insert(n * step + 1, (b"k", rec[0]))
     expected_reason = {value: reason for reason, _, value in BAD}
+    valued = [value for _, _, value in BAD if value is not None]
+    assert len(set(valued)) == len(valued), "BAD values must be distinct"
     sent = produce(bootstrap, topic, records)
     assert len(sent) == len(records)
 
@@ -140,6 +191,7 @@ def test_mixed_stream_lands_every_record_exactly_once(
     by_tpo = dict(zip(table_keys, table, strict=True))
     for key, s in good.items():
         assert by_tpo[key]["id"] == json.loads(s.value or b"")["id"]
+    _check_odd_rows(by_tpo, list(good.values()))
     for row in dead:
         s = is_bad[(row["_kafka_topic"], row["_kafka_partition"], row["_kafka_offset"])]
         assert row["reason"] == expected_reason[s.value], (s, row["reason"], row["detail"])
@@ -161,6 +213,20 @@ def test_mixed_stream_lands_every_record_exactly_once(
 
     _check_consumer_group(bootstrap, topic, ident.consumer_group, table_keys)
     _check_metrics(runner, port, topic, good=len(good), sent=len(sent), dead=dead)
+
+
+def _check_odd_rows(by_tpo: dict[tuple[str, int, int], dict[str, Any]], good: list[Sent]) -> None:
+    """The valid values at the edges landed with what the README's table says they hold."""
+    odd = dict(GOOD_ODD)
+    landed = [s for s in good if s.value in odd]
+    assert len(landed) == len(GOOD_ODD)
+    for s in landed:
+        row = by_tpo[s.tpo]
+        for column, want in odd[s.value or b""].items():
+            got = row[column]
+            if column == "ts" and got is not None:
+                got = str(got)[:19]
+            assert got == want, (s.value, column, row[column])
 
 
 def _check_consumer_group(
@@ -287,6 +353,63 @@ def test_avro_and_raw_formats(
     assert len(rows) + len(dead) == len(raw_sent)
 
 
+def _confluent(schema_id: int, body: bytes) -> bytes:
+    """A value in the Confluent wire format: magic byte 0, the schema id, the Avro record."""
+    return b"\x00" + schema_id.to_bytes(4, "big") + body
+
+
+def test_avro_values_hold_exactly_one_record_in_the_framing_the_spec_names(
+    kafka: KafkaBroker, runtime_spark: SparkSession, tmp_path: Path
+) -> None:
+    bootstrap = kafka.bootstrap_servers
+    # Plain framing: bytes after the record are refused, not ignored.
+    plain_good = [avro_order(i, "DE") for i in range(1, 51)]
+    plain_bad = {
+        avro_order(300, "DE") + b"\x00\x01": "2 of",  # trailing bytes
+        avro_order(301, "DE") + avro_order(302, "FR"): "bytes left after the record",
+        # Confluent-framed, read as plain: it decoded as {id: 0, country: null} before.
+        _confluent(7, avro_order(303, "DE")): "bytes left after the record",
+    }
+    # Confluent framing with the ids the schema was registered under.
+    framed_good = [_confluent(7, avro_order(i, "FR")) for i in range(1000, 1050)]
+    framed_good.append(_confluent(9, avro_order(1050, None)))
+    framed_bad = {
+        _confluent(8, avro_order(400, "DE")): "framed with schema id 8",
+        avro_order(401, "DE"): "not in the Confluent wire format",  # no header
+        b"\x00\x00": "not in the Confluent wire format",  # too short for one
+        b"\x01" + (7).to_bytes(4, "big") + avro_order(402, "DE"): "not in the Confluent",
+        _confluent(7, avro_order(403, "DE") + b"\xff"): "bytes left after the record",
+        _confluent(7, b"\x80"): "does not decode",  # a varint that never ends
+    }
+    cases = [
+        ({"type": "avro", "schema": AVRO_SCHEMA}, plain_good, plain_bad),
+        (
+            {
+                "type": "avro",
+                "schema": AVRO_SCHEMA,
+                "avroWireFormat": "confluent",
+                "schemaIds": [7, 9],
+            },
+            framed_good,
+            framed_bad,
+        ),
+    ]
+    for format_, good, bad in cases:
+        topic = unique("avro-frame")
+        create_topic(bootstrap, topic, partitions=2)
+        sent = produce(bootstrap, topic, [(b"k", v) for v in [*good, *bad]])
+        doc = manifest(unique("avro-frame"), topic, bootstrap, tmp_path, format_=format_)
+        ident = drain(runtime_spark, doc).pipeline.identity
+        table, dead = read_table(ident.table_path), read_table(ident.dead_letter_table_path)
+        by_value = {s.tpo: s.value for s in sent}
+        assert sorted(by_value[t] or b"" for t in tpos(table)) == sorted(good)
+        assert len(table) + len(dead) == len(sent)
+        for row in dead:
+            assert row["reason"] == "malformed_avro", row
+            assert bad[row["value"]] in row["detail"], (row["value"], row["detail"])
+        assert sorted(r["value"] for r in dead) == sorted(bad)
+
+
 # --- checkpoint loss: refused, nothing written, and an exact recovery ----------------------------
 
 
@@ -294,6 +417,48 @@ def _versions(path: str) -> int:
     from deltalake import DeltaTable
 
     return DeltaTable(path).version()
+
+
+def test_a_half_written_batch_is_finished_only_by_the_routing_that_started_it(
+    kafka: KafkaBroker, runtime_spark: SparkSession, tmp_path: Path
+) -> None:
+    """The crash window between the table commit and the dead-letter commit, then a spec change:
+    replaying the batch under the new routing could put a record in both tables or neither."""
+    bootstrap = kafka.bootstrap_servers
+    topic = unique("routing")
+    create_topic(bootstrap, topic, partitions=2)
+    big = order(5000, "DE") + b" " * 600  # valid, and over a maxRecordBytes of 512
+    sent = produce(
+        bootstrap, topic, [(b"%d" % i, order(i)) for i in range(300)] + [(b"k", b"x"), (b"k", big)]
+    )
+    doc = manifest(unique("routing"), topic, bootstrap, tmp_path)
+    ident = drain(runtime_spark, doc).pipeline.identity
+    table_version = _versions(ident.table_path)
+    assert len(read_table(ident.dead_letter_table_path)) == 1  # b"x"
+
+    # The state a crash right after the table's commit of the last batch leaves behind.
+    checkpoint = Path(ident.checkpoint_path.removeprefix("file://"))
+    last = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    (checkpoint / "commits" / str(last)).unlink()
+    shutil.rmtree(ident.dead_letter_table_path.removeprefix("file://"))
+
+    # A spec that routes differently (the big order would now be a dead letter): refused.
+    changed = json.loads(json.dumps(doc))
+    changed["spec"]["format"]["maxRecordBytes"] = 512
+    with pytest.raises(Exception, match="RoutingChangedError") as refused:
+        drain(runtime_spark, changed)
+    message = str(refused.value)
+    assert f"batch {last}" in message
+    assert "run the previous spec and image until this one batch commits" in message
+    assert not Path(ident.dead_letter_table_path.removeprefix("file://")).exists()
+    assert _versions(ident.table_path) == table_version
+
+    # The spec that started the batch finishes it: every record in exactly one table.
+    drain(runtime_spark, doc)
+    table, dead = read_table(ident.table_path), read_table(ident.dead_letter_table_path)
+    assert sorted(tpos(table) + tpos(dead)) == sorted(s.tpo for s in sent)
+    assert [r["value"] for r in dead] == [b"x"]
+    assert _versions(ident.table_path) == table_version
 
 
 def test_lost_or_replaced_checkpoint_is_refused_and_recoverable(

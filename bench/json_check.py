@@ -1,0 +1,108 @@
+"""What the JSON routing costs per record, in Spark itself, without Kafka or Delta.
+
+Three projections over the same cached ~300-byte orders (``common.record_value``), each written to
+Spark's ``noop`` sink in local[1], best of ``--repeat`` runs, in nanoseconds per record:
+
+- ``read``: the cached values only (the floor);
+- ``from_json``: what the hand-written job does (``from_json`` with the schema);
+- ``strict check``: ``io.deltaflow.json.StrictJson`` through ``java_method`` alone;
+- ``route``: the runtime's routing (``deltaflow_runtime.parse.route`` + ``valid_rows``: cheap
+  checks, the strict check, ``from_json``, the reason) as the table pass runs it.
+
+The ratios against ``from_json`` say how much the runtime's checks add to the parse. The
+throughput benchmark measures the whole job (Kafka, Delta, commits), where these per-record costs
+are a small part; its run-to-run spread (+-5%) hides differences under a microsecond a record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import time
+from pathlib import Path
+
+from common import record_value
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = "id BIGINT NOT NULL, amount DOUBLE, ts TIMESTAMP, country STRING"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--records", type=int, default=2_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F  # noqa: N812
+
+    from deltaflow_operator.api.v1alpha1 import DeltaSink, Format
+    from deltaflow_runtime.parse import STRICT_JSON_CLASS, parse_spec, route, valid_rows
+
+    installer = ["bash", "stack/install/spark-jars.sh"]
+    jars = subprocess.run(
+        installer, cwd=REPO, check=True, capture_output=True, text=True
+    ).stdout.split()[-1]
+    spark = (
+        SparkSession.builder.master("local[1]")
+        .config("spark.jars", ",".join(str(p) for p in sorted(Path(jars).glob("*.jar"))))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.enabled", "false")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    spec = parse_spec(
+        spark,
+        Format.model_validate({"type": "json", "schema": SCHEMA}),
+        DeltaSink.model_validate({"tablePath": "/tmp/unused"}),
+    )
+    assert spec.value_schema is not None
+    values = [(record_value(i),) for i in range(10_000)]
+    records = (
+        spark.createDataFrame(values, "value BINARY")
+        .crossJoin(spark.range(args.records // len(values)).withColumnRenamed("id", "n"))
+        .select(
+            F.lit(None).cast("binary").alias("key"),
+            "value",
+            F.lit("t").alias("topic"),
+            F.lit(0).alias("partition"),
+            F.col("n").alias("offset"),
+            F.current_timestamp().alias("timestamp"),
+        )
+        .cache()
+    )
+    count = records.count()
+    text = F.col("value").cast("string")
+    check = F.call_function(
+        "java_method",
+        F.lit(STRICT_JSON_CLASS),
+        F.lit("check"),
+        text,
+        F.lit(spec.value_schema.json()),
+    )
+    jobs = {
+        "read": records.select(F.col("value")),
+        "from_json": records.select(F.from_json(text, spec.value_schema).alias("v")),
+        "strict check": records.select(check.alias("c")),
+        "route": valid_rows(route(records, spec), spec),
+    }
+    cost: dict[str, float] = {}
+    for name, frame in jobs.items():
+        best = float("inf")
+        for _ in range(args.repeat):
+            start = time.perf_counter()
+            frame.write.format("noop").mode("overwrite").save()
+            best = min(best, time.perf_counter() - start)
+        cost[name] = best * 1e9 / count
+        print(f"{name:13s} {cost[name]:7.0f} ns per record", flush=True)
+    parse = cost["from_json"] - cost["read"]
+    check_cost = cost["strict check"] - cost["read"]
+    route_cost = cost["route"] - cost["read"]
+    print(f"\n{count:,} records of ~300 B, local[1], best of {args.repeat}")
+    for name, extra in (("strict check", check_cost), ("route", route_cost)):
+        print(f"{name} / from_json: {extra / parse:.2f} ({extra:.0f} vs {parse:.0f} ns)")
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
