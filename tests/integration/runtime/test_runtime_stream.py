@@ -439,7 +439,9 @@ def test_a_half_written_batch_is_finished_only_by_the_routing_that_started_it(
     # The state a crash right after the table's commit of the last batch leaves behind.
     checkpoint = Path(ident.checkpoint_path.removeprefix("file://"))
     last = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
-    (checkpoint / "commits" / str(last)).unlink()
+    # (the local file system's checksum file too: a crash before commits/N leaves neither)
+    for name in (str(last), f".{last}.crc"):
+        (checkpoint / "commits" / name).unlink(missing_ok=True)
     shutil.rmtree(ident.dead_letter_table_path.removeprefix("file://"))
 
     # A spec that routes differently (the big order would now be a dead letter): refused.
