@@ -45,10 +45,18 @@ def main() -> int:
     options = spark_kafka_options(spec.source, KafkaSecrets())
     records = spark.readStream.format("kafka").options(**options).load()
     if args.validate:
-        from deltaflow_runtime.parse import parse_spec, route, table_pass_columns, valid_rows
+        from deltaflow_runtime.parse import (
+            parse_spec,
+            route,
+            split,
+            table_pass_columns,
+            valid_rows,
+        )
 
         parse = parse_spec(spark, spec.format, spec.sink)
-        rows = valid_rows(route(records, parse).observe("valid", *table_pass_columns()), parse)
+        rows = valid_rows(
+            split(route(records, parse), parse).observe("valid", *table_pass_columns()), parse
+        )
     else:
         rows = records.select(
             F.from_json(F.col("value").cast("string"), str(spec.format.schema_)).alias("r"),

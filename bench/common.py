@@ -53,8 +53,32 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     ].result(timeout=30)
 
 
-def produce(bootstrap: str, topic: str, count: int, *, start: int = 0, rate: float = 0) -> float:
-    """Produce ``count`` records (as fast as possible, or at ``rate``/s); returns seconds."""
+# Bad records for --bad-percent: a truncated object, a value that does not fit the schema, an
+# object followed by more data (each refused by the runtime with its own reason).
+_BAD = (b'{"id": 1, "amount": ', b'{"id": "not a number"}', b'{"id": 2} {"id": 3}')
+
+
+def is_bad(i: int, bad_percent: float) -> bool:
+    """Whether record ``i`` is a bad one, spread evenly (a multiplicative hash, not runs)."""
+    return (i * 2654435761) % 100_000 < bad_percent * 1000
+
+
+def bad_count(count: int, bad_percent: float) -> int:
+    """How many of records 0..count-1 are bad."""
+    return sum(1 for i in range(count) if is_bad(i, bad_percent)) if bad_percent else 0
+
+
+def produce(
+    bootstrap: str,
+    topic: str,
+    count: int,
+    *,
+    start: int = 0,
+    rate: float = 0,
+    bad_percent: float = 0,
+) -> float:
+    """Produce ``count`` records (as fast as possible, or at ``rate``/s), ``bad_percent`` of them
+    bad; returns seconds."""
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -71,7 +95,8 @@ def produce(bootstrap: str, topic: str, count: int, *, start: int = 0, rate: flo
         i = start + n
         while True:
             try:
-                producer.produce(topic, key=str(i).encode(), value=record_value(i))
+                value = _BAD[i % 3] if bad_percent and is_bad(i, bad_percent) else record_value(i)
+                producer.produce(topic, key=str(i).encode(), value=value)
                 break
             except BufferError:
                 producer.poll(0.05)

@@ -22,17 +22,25 @@ from deltaflow_runtime.checkpoint import Checkpoint, TopicOffsets
 from deltaflow_runtime.metrics import RuntimeMetrics
 from deltaflow_runtime.offsets import KafkaAdmin
 from deltaflow_runtime.parse import (
+    REASON,
     REASONS,
     ParseSpec,
     count_columns,
     dead_letter_rows,
-    only_records,
+    refused,
     route,
     routing_fingerprint,
+    split,
     table_pass_columns,
     valid_rows,
 )
-from deltaflow_runtime.table import cached_version, commit_metadata, recorded_entry, table_state
+from deltaflow_runtime.table import (
+    WRITTEN_ROWS,
+    cached_version,
+    commit_metadata,
+    recorded_entry,
+    table_state,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Observation, SparkSession
@@ -70,11 +78,6 @@ class BatchReport:
         return json.dumps(body, separators=(",", ":"))
 
 
-# Up to this many refused records per batch, the dead-letter pass re-reads only those records
-# (their keys come back with the table write's observation); above it, it re-routes the batch.
-DEAD_KEYS_LIMIT = 50_000
-
-
 @dataclass(frozen=True)
 class Counts:
     """What an observed write saw."""
@@ -82,19 +85,21 @@ class Counts:
     rows: int
     valid: int
     reasons: dict[str, int]
-    dead_keys: list[tuple[str, int, int]] | None = None
 
     @classmethod
     def of(cls, observed: Mapping[str, Any]) -> Counts:
-        """From an observation's metrics."""
+        """From an observation's metrics (see :func:`deltaflow_runtime.parse.count_columns`)."""
         reasons = {r.value: int(observed.get(r.value) or 0) for r in REASONS}
-        keys = observed.get("dead_keys")
         return cls(
             rows=int(observed["rows"]),
             valid=int(observed["valid"]),
             reasons={k: v for k, v in reasons.items() if v},
-            dead_keys=None if keys is None else [(k[0], int(k[1]), int(k[2])) for k in keys],
         )
+
+    @property
+    def refused(self) -> int:
+        """Rows with a reason: the batch's dead letters."""
+        return self.rows - self.valid
 
 
 class DuplicateWriterError(RuntimeError):
@@ -103,6 +108,11 @@ class DuplicateWriterError(RuntimeError):
 
 class RoutingChangedError(RuntimeError):
     """A replayed batch's table rows were routed by another spec (or runtime) than this one."""
+
+
+class BatchMismatchError(RuntimeError):
+    """The two writes of a batch did not see the same records (table rows + dead letters differ
+    from the records read): the batch is not committed and the stream stops."""
 
 
 def _observed(observation: Observation, timeout: float) -> dict[str, Any] | None:
@@ -204,69 +214,33 @@ class BatchWriter:
         return Counts.of(observed)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        """Write one micro-batch (Spark calls this; a replayed batch is written at most once)."""
-        from pyspark.sql import Observation
+        """Write one micro-batch (Spark calls this; a replayed batch is written at most once).
 
+        The batch is routed once and cached (``MEMORY_AND_DISK``, dropped after the batch): both
+        writes read that one fetch from Kafka, so they cannot see different records (a compacted
+        or truncated topic between two reads), and the driver never holds per-record state.
+        """
         report = BatchReport(batch_id)
         clock = time.monotonic()
         report.end_offsets = self.checkpoint.end_offsets(batch_id)
         metadata = commit_metadata(
             self.stream.txn_app_id, batch_id, report.end_offsets, self.routing
         )
-        routed = route(batch, self.spec)
+        rows = split(route(batch, self.spec), self.spec)
         report.seconds["prepare"] = time.monotonic() - clock
-
-        clock = time.monotonic()
-        counts: Counts | None = None
         if batch_id <= self.table_batch:
-            # Replay after a crash between the Delta commit and the checkpoint commit.
+            # Replay after a crash between a Delta commit and the checkpoint commit.
             report.outcome = "replayed"
+            if not self._dead_letters_hold(batch_id):
+                self._finish_replay(rows, batch_id, metadata, report)
         else:
-            # The observation counts the rows and collects the refused records' keys during the
-            # one write, and stops the optimizer from pushing the validity filter into (and
-            # re-running) the parse.
-            observation = Observation()
-            observed = routed.observe(observation, *table_pass_columns())
-            rows = valid_rows(observed, self.spec)
-            counts = self._append(
-                rows,
-                observation,
-                self.stream.table_path,
-                batch_id=batch_id,
-                metadata=metadata,
-                partition_by=self.partition_by,
-            )
-            self.table_batch = batch_id
-            report.rows, report.written = counts.rows, counts.valid
-        report.seconds["write_table"] = time.monotonic() - clock
+            from pyspark import StorageLevel
 
-        clock = time.monotonic()
-        if (counts is None or counts.rows != counts.valid) and not self._dead_letters_hold(
-            batch_id
-        ):
-            if counts is None:
-                self._check_replay_routing(batch_id)
-            dead_routed = routed
-            keys = counts.dead_keys if counts is not None else None
-            if keys is not None and len(keys) <= DEAD_KEYS_LIMIT:
-                # Parse again only the refused records, not the whole batch.
-                dead_routed = route(only_records(batch, keys), self.spec)
-            observation = Observation()
-            frame = dead_letter_rows(
-                dead_routed.observe(observation, *count_columns()), self.spec, batch_id
-            )
-            dead_counts = self._append(
-                frame,
-                observation,
-                self.stream.dead_letter_table_path,
-                batch_id=batch_id,
-                metadata=metadata,
-                partition_by=[],
-            )
-            if counts is None:
-                report.rows = dead_counts.rows
-            report.dead_letters = dead_counts.reasons
-        report.seconds["write_dead_letter"] = time.monotonic() - clock
+            rows.persist(StorageLevel.MEMORY_AND_DISK)
+            try:
+                self._write_both(rows, batch_id, metadata, report)
+            finally:
+                rows.unpersist()
 
         clock = time.monotonic()
         if report.end_offsets is not None:
@@ -276,6 +250,104 @@ class BatchWriter:
         report.seconds["commit_consumer_group"] = time.monotonic() - clock
         report.table_version = cached_version(self.spark, self.stream.table_path)
         self._record(report)
+
+    def _write_both(
+        self, rows: DataFrame, batch_id: int, metadata: str, report: BatchReport
+    ) -> None:
+        """A new batch: its valid rows to the table, then its refused ones to the dead-letter
+        table, each counted, and the two counts checked against each other."""
+        from pyspark.sql import Observation
+
+        clock = time.monotonic()
+        observation = Observation()
+        counts = self._append(
+            valid_rows(rows.observe(observation, *table_pass_columns()), self.spec),
+            observation,
+            self.stream.table_path,
+            batch_id=batch_id,
+            metadata=metadata,
+            partition_by=self.partition_by,
+        )
+        self.table_batch = batch_id
+        report.rows, report.written = counts.rows, counts.valid
+        report.seconds["write_table"] = time.monotonic() - clock
+
+        clock = time.monotonic()
+        if counts.refused:
+            # Both passes read the cache; a lost cache block is recomputed from Kafka, which may
+            # no longer hold the same records (compaction, retention): count before committing.
+            before = refused(rows).count()
+            if before != counts.refused:
+                raise BatchMismatchError(
+                    f"batch {batch_id} of {self.stream.txn_app_id}: the table write found "
+                    f"{counts.refused} refused records of {counts.rows}, a second look at the "
+                    f"same offsets {before} (the topic changed while the batch ran). None of its "
+                    "dead letters is written; the stream stops and on restart finishes the "
+                    "batch only if Kafka gives the same records the table write saw."
+                )
+            observation = Observation()
+            dead = self._append(
+                dead_letter_rows(refused(rows).observe(observation, *count_columns()), batch_id),
+                observation,
+                self.stream.dead_letter_table_path,
+                batch_id=batch_id,
+                metadata=metadata,
+                partition_by=[],
+            )
+            if dead.rows != counts.refused:
+                raise BatchMismatchError(
+                    f"batch {batch_id} of {self.stream.txn_app_id}: its dead-letter commit holds "
+                    f"{dead.rows} records where the table write refused {counts.refused} (the "
+                    "topic changed while the batch ran); the stream stops. Compare the batch's "
+                    "offsets in the table's commit metadata with the topic."
+                )
+            report.dead_letters = dead.reasons
+        report.seconds["write_dead_letter"] = time.monotonic() - clock
+
+    def _finish_replay(
+        self, rows: DataFrame, batch_id: int, metadata: str, report: BatchReport
+    ) -> None:
+        """A batch whose table rows an earlier driver committed before it died: write its dead
+        letters, provided this driver routes as that one did and reads the same valid rows."""
+        from pyspark.sql import Observation
+
+        clock = time.monotonic()
+        written = self._check_replay_routing(batch_id)
+        from pyspark import StorageLevel
+
+        rows.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            by_reason = {r[0]: int(r[1]) for r in rows.groupBy(REASON).count().collect()}
+            valid = by_reason.pop(None, 0)
+            if written is not None and valid != written:
+                raise BatchMismatchError(
+                    f"batch {batch_id} of {self.stream.txn_app_id}: its table commit holds "
+                    f"{written} rows, but Kafka now gives {valid} valid records for the same "
+                    "offsets (the topic was compacted or truncated since the earlier driver read "
+                    "it), so its dead letters cannot be told apart. Nothing was written; compare "
+                    "the offsets in the table's commit metadata of this batch with the topic."
+                )
+            observation = Observation()
+            dead = self._append(
+                dead_letter_rows(refused(rows).observe(observation, *count_columns()), batch_id),
+                observation,
+                self.stream.dead_letter_table_path,
+                batch_id=batch_id,
+                metadata=metadata,
+                partition_by=[],
+            )
+        finally:
+            rows.unpersist()
+        if dead.rows != sum(by_reason.values()):
+            raise BatchMismatchError(
+                f"batch {batch_id} of {self.stream.txn_app_id}: its dead-letter commit holds "
+                f"{dead.rows} records where {sum(by_reason.values())} were counted just before "
+                "(the topic changed while the batch ran); the stream stops. Compare the batch's "
+                "offsets in the table's commit metadata with the topic."
+            )
+        report.rows = valid + dead.rows
+        report.dead_letters = dead.reasons
+        report.seconds["write_dead_letter"] = time.monotonic() - clock
 
     def _dead_letters_hold(self, batch_id: int) -> bool:
         """Whether the dead-letter table already holds this batch. Only a replay of a batch the
@@ -290,10 +362,11 @@ class BatchWriter:
             self.dead_letter_batch = -1 if state.stream_batch is None else state.stream_batch
         return batch_id <= self.dead_letter_batch
 
-    def _check_replay_routing(self, batch_id: int) -> None:
+    def _check_replay_routing(self, batch_id: int) -> int | None:
         """Before writing the dead letters of a batch whose table rows an earlier driver
         committed: that driver must have routed as this one does, or a record would go to both
-        tables (valid then, refused now) or to neither (the reverse)."""
+        tables (valid then, refused now) or to neither (the reverse). Returns the rows that
+        commit wrote (None if its commit info does not say)."""
         path = self.stream.table_path
         entry = recorded_entry(
             self.spark,
@@ -304,7 +377,9 @@ class BatchWriter:
         )
         recorded = None if entry is None else entry.get("routing")
         if recorded == self.routing:
-            return
+            assert entry is not None
+            written = entry.get(WRITTEN_ROWS)
+            return None if written is None else int(written)
         found = (
             "its commit was not found in the last 200 versions of the table's log"
             if entry is None

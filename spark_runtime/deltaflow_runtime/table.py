@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 # Key of the stream's entry in each commit's userMetadata.
 METADATA_KEY = "deltaflow"
+# Added by recorded_entry: the rows the commit wrote (Delta's operationMetrics.numOutputRows).
+WRITTEN_ROWS = "writtenRows"
 
 
 @dataclass(frozen=True)
@@ -86,14 +88,19 @@ def parse_commit_metadata(user_metadata: str | None) -> tuple[str, int, TopicOff
         return None
 
 
-def commit_user_metadata(commit_json: str) -> str | None:
-    """The userMetadata of one Delta commit file (newline-delimited actions)."""
+def commit_info(commit_json: str) -> dict[str, Any]:
+    """The commitInfo action of one Delta commit file (newline-delimited actions); {} if none."""
     for line in commit_json.splitlines():
         if '"commitInfo"' in line:
-            info = json.loads(line).get("commitInfo") or {}
-            value = info.get("userMetadata")
-            return str(value) if value is not None else None
-    return None
+            info = json.loads(line).get("commitInfo")
+            return info if isinstance(info, dict) else {}
+    return {}
+
+
+def commit_user_metadata(commit_json: str) -> str | None:
+    """The userMetadata of one Delta commit file."""
+    value = commit_info(commit_json).get("userMetadata")
+    return str(value) if value is not None else None
 
 
 def recorded_entry(
@@ -105,8 +112,9 @@ def recorded_entry(
     latest_version: int,
     search: int = 200,
 ) -> dict[str, Any] | None:
-    """The stream's userMetadata entry of its commit of ``batch_id``, searching the commit files
-    from ``latest_version`` back (``search`` at most); None when not found there."""
+    """The stream's userMetadata entry of its commit of ``batch_id``, with the rows that commit
+    wrote under ``WRITTEN_ROWS`` when Delta recorded them, searching the commit files from
+    ``latest_version`` back (``search`` at most); None when not found there."""
     log = HadoopDir(spark, f"{path.rstrip('/')}/_delta_log")
     for version in range(latest_version, max(-1, latest_version - search), -1):
         text = log.read(f"{version:020d}.json")
@@ -117,6 +125,9 @@ def recorded_entry(
         if parsed is not None and parsed[0] == txn_app_id:
             if parsed[1] == batch_id:
                 entry: dict[str, Any] = json.loads(user_metadata or "{}")[METADATA_KEY]
+                metrics = commit_info(text).get("operationMetrics") or {}
+                if "numOutputRows" in metrics:
+                    entry[WRITTEN_ROWS] = int(metrics["numOutputRows"])
                 return entry
             if parsed[1] < batch_id:
                 return None

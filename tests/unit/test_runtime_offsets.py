@@ -12,7 +12,12 @@ from deltaflow_runtime.checkpoint import (
     render_offsets,
 )
 from deltaflow_runtime.offsets import data_loss_gaps, describe_gaps
-from deltaflow_runtime.table import commit_metadata, commit_user_metadata, parse_commit_metadata
+from deltaflow_runtime.table import (
+    commit_info,
+    commit_metadata,
+    commit_user_metadata,
+    parse_commit_metadata,
+)
 
 SPARK_OFFSET_LOG = (
     'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1795372861106,"conf":'
@@ -57,6 +62,17 @@ def test_reads_user_metadata_from_a_commit_file() -> None:
     )
     assert commit_user_metadata(commit) == meta
     assert commit_user_metadata('{"commitInfo":{"operation":"OPTIMIZE"}}') is None
+
+
+def test_reads_the_rows_a_commit_wrote_from_its_commit_info() -> None:
+    # What a replay compares its valid records with (Delta writes the metrics as strings).
+    commit = (
+        '{"txn":{"appId":"a","version":3}}\n'
+        '{"commitInfo":{"operation":"WRITE","operationMetrics":{"numFiles":"2",'
+        '"numOutputRows":"1234"}}}\n'
+    )
+    assert commit_info(commit)["operationMetrics"]["numOutputRows"] == "1234"
+    assert commit_info('{"txn":{"appId":"a","version":3}}') == {}
 
 
 def _json_str(text: str) -> str:

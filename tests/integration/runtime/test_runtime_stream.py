@@ -410,6 +410,70 @@ def test_avro_values_hold_exactly_one_record_in_the_framing_the_spec_names(
         assert sorted(r["value"] for r in dead) == sorted(bad)
 
 
+# --- a backlog of refused records: one batch, no per-record state on the driver ------------------
+
+BACKLOG = 1_100_000
+
+
+def _produce_backlog(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    """Produce ``BACKLOG`` records cycling through ``values``, fast (no per-record callback)."""
+    from confluent_kafka import KafkaException, Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000})
+    for i in range(BACKLOG):
+        while True:
+            try:
+                producer.produce(topic, key=b"k", value=values[i % len(values)])
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    if producer.flush(120) != 0:
+        raise KafkaException("records left unsent after 120 s")
+
+
+def test_a_batch_of_over_a_million_refused_records_goes_through(
+    kafka: KafkaBroker, runtime_spark: SparkSession, tmp_path: Path
+) -> None:
+    """A backlog read from the start under a schema it does not fit: every record refused, in one
+    batch, with the driver's default memory (1g): nothing per record is held on the driver."""
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    bootstrap = kafka.bootstrap_servers
+    topic = unique("backlog")
+    create_topic(bootstrap, topic, partitions=2)
+    # id is BIGINT in the schema: a string id is schema_mismatch; one record in 100k is valid.
+    _produce_backlog(bootstrap, topic, [b'{"id": "A-%d"}' % n for n in range(99_999)] + [order(7)])
+    ends = log_end_offsets(bootstrap, topic)
+    assert sum(ends.values()) == BACKLOG
+
+    doc = manifest(
+        unique("backlog"), topic, bootstrap, tmp_path, source={"maxOffsetsPerTrigger": 2_000_000}
+    )
+    runner = drain(runtime_spark, doc)
+    report = runner.writer.last_report if runner.writer is not None else None
+    assert report is not None
+    assert report.batch_id == 0, "one batch held the whole backlog"
+    assert report.dead_letters == {"schema_mismatch": BACKLOG - 11}
+    assert report.written == 11
+
+    ident = runner.pipeline.identity
+    seen = []
+    for path in (ident.table_path, ident.dead_letter_table_path):
+        arrow = DeltaTable(path).to_pyarrow_table(columns=["_kafka_partition", "_kafka_offset"])
+        seen.append(arrow)
+    for partition, end in ends.items():
+        offsets = []
+        for arrow in seen:
+            mask = pc.equal(arrow["_kafka_partition"], partition)
+            offsets.extend(arrow.filter(mask)["_kafka_offset"].to_pylist())
+        # Every offset of the partition in exactly one of the two tables.
+        assert len(offsets) == end, partition
+        assert sorted(offsets) == list(range(end)), partition
+
+
 # --- checkpoint loss: refused, nothing written, and an exact recovery ----------------------------
 
 
