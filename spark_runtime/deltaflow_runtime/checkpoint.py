@@ -75,6 +75,7 @@ class HadoopDir:
 
     def __init__(self, spark: SparkSession, path: str) -> None:
         self.path = path.rstrip("/")
+        self._spark = spark
         jvm: Any = spark.sparkContext._jvm
         self._jvm = jvm
         root = jvm.org.apache.hadoop.fs.Path(self.path)
@@ -104,6 +105,29 @@ class HadoopDir:
         stream = self._fs.open(path)
         try:
             return str(self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+        finally:
+            stream.close()
+
+    def delete(self) -> None:
+        """Delete the directory and everything under it."""
+        self._fs.delete(self._hpath(""), True)
+
+    def rename_to(self, path: str) -> None:
+        """Move the directory to ``path`` (which must not exist)."""
+        target = self._jvm.org.apache.hadoop.fs.Path(path.rstrip("/"))
+        if not self._fs.rename(self._hpath(""), target):
+            raise OSError(f"could not rename {self.path} to {path}")
+
+    def first_line(self, relative: str) -> str | None:
+        """A file's first line (without reading the rest), or None if it does not exist."""
+        path = self._hpath(relative)
+        if not self._fs.exists(path):
+            return None
+        stream = self._fs.open(path)
+        try:
+            io = self._jvm.java.io
+            line = io.BufferedReader(io.InputStreamReader(stream, "UTF-8")).readLine()
+            return "" if line is None else str(line)
         finally:
             stream.close()
 
@@ -159,16 +183,39 @@ class Checkpoint(HadoopDir):
             return self.end_offsets(state.latest_committed)
         return self.initial_offsets()
 
-    def rebuild_at(self, batch_id: int, offsets: TopicOffsets) -> None:
-        """Write a fresh checkpoint whose last committed batch is ``batch_id`` with these end
-        offsets, so the stream resumes at ``batch_id + 1`` exactly where the table ends."""
+    def rebuild_at(
+        self, batch_id: int, offsets: TopicOffsets, previous: TopicOffsets | None = None
+    ) -> bool:
+        """Write a fresh checkpoint at the table's last batch ``batch_id`` (its end ``offsets``).
+
+        With ``previous`` (the end offsets of batch ``batch_id - 1``), batch ``batch_id`` is left
+        planned but not committed, so the stream replays it first: the table skips it as already
+        written, and its dead letters are written if a crash between the two commits lost them.
+        Without, the stream resumes at ``batch_id + 1``. Returns whether the batch is replayed.
+
+        The checkpoint is written in a sibling directory and renamed into place, so a crash
+        mid-way leaves no half-built checkpoint behind.
+        """
         if self.exists() and not self.state().empty:
             raise FileExistsError(f"{self.path} already holds a checkpoint; move it away first")
-        if self.read("metadata") is None:
-            self.write("metadata", json.dumps({"id": str(uuid.uuid4())}))
+        metadata = self.read("metadata") or json.dumps({"id": str(uuid.uuid4())})
+        staging = HadoopDir(self._spark, f"{self.path}.rebuilding-{uuid.uuid4().hex[:8]}")
+        staging.write("metadata", metadata)
         now = int(time.time() * 1000)
-        # Spark restarts from the latest offset entry and also reads the one before it (the
-        # start of that batch); an empty batch ending where batch_id ends serves as both.
-        for batch in (batch_id - 1, batch_id) if batch_id > 0 else (batch_id,):
-            self.write(f"offsets/{batch}", offset_log_entry(offsets, now))
-            self.write(f"commits/{batch}", f"{OFFSET_LOG_VERSION}\n" + '{"nextBatchWatermarkMs":0}')
+        committed = f"{OFFSET_LOG_VERSION}\n" + '{"nextBatchWatermarkMs":0}'
+        replay = previous is not None and batch_id > 0
+        if replay:
+            assert previous is not None
+            staging.write(f"offsets/{batch_id - 1}", offset_log_entry(previous, now))
+            staging.write(f"commits/{batch_id - 1}", committed)
+            staging.write(f"offsets/{batch_id}", offset_log_entry(offsets, now))
+        else:
+            # Spark restarts from the latest offset entry and also reads the one before it (the
+            # start of that batch); an empty batch ending where batch_id ends serves as both.
+            for batch in (batch_id - 1, batch_id) if batch_id > 0 else (batch_id,):
+                staging.write(f"offsets/{batch}", offset_log_entry(offsets, now))
+                staging.write(f"commits/{batch}", committed)
+        if self.exists():
+            self.delete()  # holds no batch (checked above): at most metadata and sources
+        staging.rename_to(self.path)
+        return replay

@@ -282,14 +282,15 @@ def _recover(spark: SparkSession, pipeline: Pipeline) -> int:
     from deltaflow_runtime.stream import RecoveryError, recover_checkpoint
 
     try:
-        batch, offsets = recover_checkpoint(spark, pipeline)
+        recovered = recover_checkpoint(spark, pipeline)
     except RecoveryError as error:
         return _fail(EXIT_REFUSED, error.reason, str(error))
     event = {
         "event": "checkpoint_recovered",
         "checkpoint": pipeline.identity.checkpoint_path,
-        "batch": batch,
-        "endOffsets": json.loads(render_offsets(offsets)),
+        "batch": recovered.batch,
+        "endOffsets": json.loads(render_offsets(recovered.end_offsets)),
+        "replaysBatch": recovered.replayed,
     }
     print(json.dumps(event), flush=True)
     return 0

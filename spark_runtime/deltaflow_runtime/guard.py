@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from deltaflow_runtime.checkpoint import CheckpointState, TopicOffsets, render_offsets
-from deltaflow_runtime.table import TableState
+from deltaflow_runtime.table import StreamCommit, TableState
 
 
 class CheckpointMismatchError(Exception):
@@ -20,7 +20,9 @@ class CheckpointMismatchError(Exception):
 
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
-        self.reason = reason  # CheckpointLost | CheckpointBehind | CheckpointMismatch | TableLost
+        # CheckpointLost | CheckpointBehind | CheckpointMismatch | TableLost | TableBehind |
+        # DeadLetterTableAhead
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -32,9 +34,13 @@ class StreamFacts:
     txn_app_id: str
     checkpoint: CheckpointState
     table: TableState
+    dead_letter_table_path: str
+    dead_letter: TableState
     # offsets/<table batch> in the checkpoint, and the end offsets the table recorded for it
     checkpoint_offsets_at_table_batch: TopicOffsets | None = None
     table_offsets_at_table_batch: TopicOffsets | None = None
+    # the stream's commit the table's current state ends with (it tells a RESTORE)
+    last_commit: StreamCommit | None = None
 
 
 def _recovery(facts: StreamFacts, config_hint: str) -> str:
@@ -49,9 +55,26 @@ def _recovery(facts: StreamFacts, config_hint: str) -> str:
 
 
 def check_checkpoint(facts: StreamFacts, config_hint: str = "<ingestion.yaml>") -> None:
-    """Raise :class:`CheckpointMismatchError` unless the checkpoint can safely resume the table."""
-    cp, table = facts.checkpoint, facts.table
+    """Raise :class:`CheckpointMismatchError` unless the checkpoint can safely resume the table.
+
+    Every batch commits the table first (an empty commit when all its records were refused),
+    then the dead-letter table, then ``commits/<batch>`` in the checkpoint; so the dead-letter
+    table never holds a later batch than the table, nor the checkpoint a later committed batch.
+    """
+    cp, table, dead = facts.checkpoint, facts.table, facts.dead_letter
     batch = table.stream_batch
+    if dead.stream_batch is not None and (batch is None or dead.stream_batch > batch):
+        holds = "no transaction" if batch is None else f"transactions up to batch {batch}"
+        raise CheckpointMismatchError(
+            "DeadLetterTableAhead",
+            f"Refusing to start: the dead-letter table {facts.dead_letter_table_path} holds this "
+            f"stream's transactions up to batch {dead.stream_batch} (txnAppId "
+            f"{facts.txn_app_id}), but the table {facts.table_path} holds {holds}: the table was "
+            "deleted, replaced or restored to an older version, and the dead-letter table was "
+            "not. Delta would skip this stream's next dead letters as already written. Restore "
+            "the table to its latest version, or move the dead-letter table away (it belongs "
+            "with the table that is gone) together with the checkpoint if the table is new.",
+        )
     if batch is None:
         if cp.latest_committed is not None:
             raise CheckpointMismatchError(
@@ -60,9 +83,24 @@ def check_checkpoint(facts: StreamFacts, config_hint: str = "<ingestion.yaml>") 
                 f"up to {cp.latest_committed}, but the table {facts.table_path} holds no "
                 f"transaction of this stream (txnAppId {facts.txn_app_id}): the table was "
                 "deleted or replaced, and resuming would leave out everything before. Restore the "
-                "table, or delete the checkpoint to re-ingest from spec.source.startingOffsets.",
+                "table, or delete the checkpoint (and the dead-letter table "
+                f"{facts.dead_letter_table_path}) to re-ingest from "
+                "spec.source.startingOffsets.",
             )
         return
+    commit = facts.last_commit
+    if commit is not None and commit.restore_version is not None and commit.batch < batch:
+        raise CheckpointMismatchError(
+            "TableBehind",
+            f"Refusing to start: the table {facts.table_path} was restored (version "
+            f"{commit.restore_version}: RESTORE to version {commit.restored_to}) to before this "
+            f"stream's batches {commit.batch + 1} to {batch}: their rows are gone, but Delta "
+            f"still records batch {batch} as written for txnAppId {facts.txn_app_id}, so those "
+            "batches can be neither resumed past (silent loss) nor written again (Delta skips "
+            "them). Nothing was written. To recover: undo the restore (RESTORE TABLE "
+            f"delta.`{facts.table_path}` TO VERSION AS OF {commit.restore_version - 1}); to keep "
+            "the restored table, write it with a new DeltaIngestion (a new table).",
+        )
     head = (
         f"Refusing to start: the table {facts.table_path} holds this stream's transactions up "
         f"to batch {batch} (txnAppId {facts.txn_app_id}), but the checkpoint "
@@ -84,6 +122,17 @@ def check_checkpoint(facts: StreamFacts, config_hint: str = "<ingestion.yaml>") 
             "CheckpointBehind",
             head + f"ends at batch {cp.latest_planned}: it was replaced by an older copy or "
             "another stream's." + consequence + _recovery(facts, config_hint),
+        )
+    if cp.latest_committed is not None and cp.latest_committed > batch:
+        raise CheckpointMismatchError(
+            "TableBehind",
+            head + f"has committed batches up to {cp.latest_committed}: the table was restored "
+            f"or rolled back to an older version, and batches {batch + 1} to "
+            f"{cp.latest_committed} are no longer in it. Resuming would skip them (silent "
+            "loss). Nothing was written. To recover: restore the table to its latest version; "
+            "or, to keep it as it is, move the checkpoint away and run `deltaflow "
+            f"recover-checkpoint --config {config_hint}`: the stream then reads the batches after "
+            f"{batch} from Kafka again (while Kafka still holds them).",
         )
     ours, recorded = facts.checkpoint_offsets_at_table_batch, facts.table_offsets_at_table_batch
     if ours is not None and recorded is not None and ours != recorded:

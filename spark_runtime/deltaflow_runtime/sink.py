@@ -148,6 +148,7 @@ class BatchWriter:
         admin: KafkaAdmin,
         metrics: RuntimeMetrics,
         table_batch: int | None,
+        dead_letter_batch: int | None = None,
         observation_timeout: float = 60.0,
     ) -> None:
         self.spark = spark
@@ -159,8 +160,9 @@ class BatchWriter:
         self.metrics = metrics
         self.table_batch = -1 if table_batch is None else table_batch
         self.replayable = self.table_batch  # batches up to here may be replays of a dead driver's
-        # Read from the dead-letter table's log only if a replay needs it (see _dead_letter_batch).
-        self.dead_letter_batch: int | None = None
+        # The dead-letter table's last batch of this stream, as the start-up guard read it; when
+        # not given, read from its log only if a replay needs it (see _dead_letters_hold).
+        self.dead_letter_batch = dead_letter_batch
         self.observation_timeout = observation_timeout
         self._lock = threading.Lock()
         self._committed: TopicOffsets = {}
@@ -381,7 +383,7 @@ class BatchWriter:
             written = entry.get(WRITTEN_ROWS)
             return None if written is None else int(written)
         found = (
-            "its commit was not found in the last 200 versions of the table's log"
+            "its commit is no longer in the table's log (log retention removed it)"
             if entry is None
             else f"its commit records routing {recorded or '(none: an older runtime)'}"
         )

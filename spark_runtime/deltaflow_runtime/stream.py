@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from deltaflow_runtime.checkpoint import Checkpoint, TopicOffsets
+from deltaflow_runtime.checkpoint import Checkpoint, TopicOffsets, render_offsets
 from deltaflow_runtime.config import Pipeline, trigger_seconds
 from deltaflow_runtime.executors import ExecutorControl
 from deltaflow_runtime.guard import StreamFacts, check_checkpoint
@@ -33,7 +33,13 @@ from deltaflow_runtime.source import (
     read_stream,
     spark_kafka_options,
 )
-from deltaflow_runtime.table import recorded_end_offsets, table_state
+from deltaflow_runtime.table import (
+    METADATA_KEY,
+    last_stream_commit,
+    parse_commit_metadata,
+    recorded_end_offsets,
+    table_state,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -54,25 +60,37 @@ class StreamOptions:
 
 
 def gather_facts(spark: SparkSession, pipeline: Pipeline, checkpoint: Checkpoint) -> StreamFacts:
-    """Read what the checkpoint and the table say about this stream."""
+    """Read what the checkpoint, the table and the dead-letter table say about this stream."""
     ident = pipeline.identity
     table = table_state(spark, ident.table_path, ident.txn_app_id)
+    dead_letter = table_state(spark, ident.dead_letter_table_path, ident.txn_app_id)
     state = checkpoint.state()
-    ours = recorded = None
+    ours = recorded = commit = None
     batch = table.stream_batch
-    if batch is not None and state.latest_planned is not None and state.latest_planned >= batch:
-        ours = checkpoint.end_offsets(batch)
-        recorded = recorded_end_offsets(
-            spark, ident.table_path, ident.txn_app_id, batch, latest_version=table.version
+    if batch is not None:
+        commit = last_stream_commit(
+            spark, ident.table_path, ident.txn_app_id, latest_version=table.version
         )
+        if (
+            commit is not None
+            and commit.batch == batch
+            and state.latest_planned is not None
+            and state.latest_planned >= batch
+        ):
+            ours = checkpoint.end_offsets(batch)
+            parsed = parse_commit_metadata(json.dumps({METADATA_KEY: commit.entry}))
+            recorded = parsed[2] if parsed is not None else None
     return StreamFacts(
         table_path=ident.table_path,
         checkpoint_path=ident.checkpoint_path,
         txn_app_id=ident.txn_app_id,
         checkpoint=state,
         table=table,
+        dead_letter_table_path=ident.dead_letter_table_path,
+        dead_letter=dead_letter,
         checkpoint_offsets_at_table_batch=ours,
         table_offsets_at_table_batch=recorded,
+        last_commit=commit,
     )
 
 
@@ -133,6 +151,9 @@ class StreamRunner:
             admin=self.admin,
             metrics=self.metrics,
             table_batch=facts.table.stream_batch,
+            dead_letter_batch=-1
+            if facts.dead_letter.stream_batch is None
+            else facts.dead_letter.stream_batch,
         )
         self.writer.seed_committed(resume)
         self.metrics.info.labels(ident.txn_app_id, ident.consumer_group, ident.table_path).set(1)
@@ -312,32 +333,73 @@ class RecoveryError(Exception):
         self.reason = reason
 
 
-def recover_checkpoint(spark: SparkSession, pipeline: Pipeline) -> tuple[int, TopicOffsets]:
+@dataclass(frozen=True)
+class Recovered:
+    """What ``recover-checkpoint`` rebuilt."""
+
+    batch: int  # the table's last batch of this stream
+    end_offsets: TopicOffsets  # where that batch ended
+    replayed: bool  # the stream replays the batch first (its dead letters are written if lost)
+
+
+def recover_checkpoint(spark: SparkSession, pipeline: Pipeline) -> Recovered:
     """Rebuild a lost checkpoint at the table's last batch, from the end offsets the stream
-    recorded with that commit: the stream then resumes exactly where the table ends.
-    Returns (batch id, end offsets)."""
+    recorded with its commits: the stream then resumes exactly where the table ends, replaying
+    that last batch when the offsets of the one before are known (a crash between its table and
+    dead-letter commits must not lose its dead letters)."""
     ident = pipeline.identity
     table = table_state(spark, ident.table_path, ident.txn_app_id)
-    if table.stream_batch is None:
+    batch = table.stream_batch
+    if batch is None:
         raise RecoveryError(
             "NothingToRecover",
             f"{ident.table_path} holds no transaction of {ident.txn_app_id}: nothing to recover "
             "from (a new stream starts from spec.source.startingOffsets).",
         )
+    commit = last_stream_commit(
+        spark, ident.table_path, ident.txn_app_id, latest_version=table.version
+    )
+    if commit is not None and commit.restore_version is not None and commit.batch < batch:
+        raise RecoveryError(
+            "TableRestored",
+            f"{ident.table_path} was restored (version {commit.restore_version}) to before this "
+            f"stream's batches {commit.batch + 1} to {batch}, which Delta still records as "
+            "written: a rebuilt checkpoint would skip them. Undo the restore (RESTORE TABLE "
+            f"delta.`{ident.table_path}` TO VERSION AS OF {commit.restore_version - 1}) or "
+            "write the restored table with a new DeltaIngestion.",
+        )
     offsets = recorded_end_offsets(
-        spark, ident.table_path, ident.txn_app_id, table.stream_batch, latest_version=table.version
+        spark, ident.table_path, ident.txn_app_id, batch, latest_version=table.version
     )
     if offsets is None:
         raise RecoveryError(
             "OffsetsNotRecorded",
-            f"the table's commit of batch {table.stream_batch} is no longer in its log (or has "
+            f"the table's commit of batch {batch} is no longer in its log (or has "
             "no recorded offsets): restore the checkpoint from a backup instead.",
         )
+    previous = (
+        recorded_end_offsets(
+            spark, ident.table_path, ident.txn_app_id, batch - 1, latest_version=table.version
+        )
+        if batch > 0
+        else None
+    )
+    if previous is None:
+        dead = table_state(spark, ident.dead_letter_table_path, ident.txn_app_id)
+        if dead.stream_batch is None or dead.stream_batch < batch:
+            log.warning(
+                "batch %d is not replayed (the offsets where it started are not recorded): if "
+                "the previous driver died between its table and dead-letter commits, its dead "
+                "letters (offsets up to %s) are not in %s",
+                batch,
+                render_offsets(offsets),
+                ident.dead_letter_table_path,
+            )
     try:
-        Checkpoint(spark, ident.checkpoint_path).rebuild_at(table.stream_batch, offsets)
+        replayed = Checkpoint(spark, ident.checkpoint_path).rebuild_at(batch, offsets, previous)
     except FileExistsError as error:
         raise RecoveryError("CheckpointExists", str(error)) from None
-    return table.stream_batch, offsets
+    return Recovered(batch, offsets, replayed)
 
 
 def run_stream(spark: SparkSession, pipeline: Pipeline, options: StreamOptions) -> StreamRunner:

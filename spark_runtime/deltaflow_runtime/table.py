@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from deltaflow_runtime.checkpoint import HadoopDir, TopicOffsets
@@ -103,6 +104,93 @@ def commit_user_metadata(commit_json: str) -> str | None:
     return str(value) if value is not None else None
 
 
+def _commit_info_at(log: HadoopDir, version: int) -> dict[str, Any] | None:
+    """The commitInfo of one version (None when log retention removed it). Delta writes it as
+    the first action, so only the first line is read; older writers put it anywhere."""
+    name = f"{version:020d}.json"
+    line = log.first_line(name)
+    if line is None:
+        return None
+    if '"commitInfo"' in line:
+        return commit_info(line)
+    text = log.read(name)
+    return None if text is None else commit_info(text)
+
+
+@dataclass(frozen=True)
+class StreamCommit:
+    """The commit that holds the table's current last batch of the stream, found by walking the
+    log back from its latest version. A RESTORE on the way jumps to the version it restored:
+    Delta keeps the stream's transaction id through a RESTORE, so only the log tells that the
+    batches after ``batch`` are gone."""
+
+    batch: int
+    version: int
+    entry: dict[str, Any]  # the stream's userMetadata entry (+ WRITTEN_ROWS)
+    restore_version: int | None = None  # the RESTORE that took the table back past the stream
+    restored_to: int | None = None  # the version it restored
+
+
+def _restored_to(info: dict[str, Any], log: HadoopDir, before: int) -> int | None:
+    """The version a RESTORE commit took the table back to (by version or by timestamp)."""
+    params = info.get("operationParameters") or {}
+    if params.get("version") is not None:
+        return int(params["version"])
+    stamp = params.get("timestamp")
+    if stamp is None:
+        return None
+    try:
+        when = datetime.fromisoformat(str(stamp))
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    limit = when.timestamp() * 1000
+    for version in range(before, -1, -1):  # the latest commit at or before the timestamp
+        earlier = _commit_info_at(log, version)
+        if earlier is None:
+            return None
+        if float(earlier.get("timestamp") or 0) <= limit:
+            return version
+    return None
+
+
+def last_stream_commit(
+    spark: SparkSession, path: str, txn_app_id: str, *, latest_version: int
+) -> StreamCommit | None:
+    """The stream's commit the table's current state ends with (see :class:`StreamCommit`);
+    None when the log no longer holds it."""
+    log = HadoopDir(spark, f"{path.rstrip('/')}/_delta_log")
+    version = latest_version
+    restore: tuple[int, int] | None = None
+    while version >= 0:
+        info = _commit_info_at(log, version)
+        if info is None:
+            return None
+        user_metadata = info.get("userMetadata")
+        parsed = parse_commit_metadata(None if user_metadata is None else str(user_metadata))
+        if parsed is not None and parsed[0] == txn_app_id:
+            entry: dict[str, Any] = json.loads(str(user_metadata))[METADATA_KEY]
+            metrics = info.get("operationMetrics") or {}
+            if "numOutputRows" in metrics:
+                entry[WRITTEN_ROWS] = int(metrics["numOutputRows"])
+            return StreamCommit(
+                batch=parsed[1],
+                version=version,
+                entry=entry,
+                restore_version=restore[0] if restore else None,
+                restored_to=restore[1] if restore else None,
+            )
+        if info.get("operation") == "RESTORE":
+            target = _restored_to(info, log, version - 1)
+            if target is not None and target < version:
+                restore = restore or (version, target)
+                version = target
+                continue
+        version -= 1
+    return None
+
+
 def recorded_entry(
     spark: SparkSession,
     path: str,
@@ -110,22 +198,24 @@ def recorded_entry(
     batch_id: int,
     *,
     latest_version: int,
-    search: int = 200,
 ) -> dict[str, Any] | None:
     """The stream's userMetadata entry of its commit of ``batch_id``, with the rows that commit
-    wrote under ``WRITTEN_ROWS`` when Delta recorded them, searching the commit files from
-    ``latest_version`` back (``search`` at most); None when not found there."""
+    wrote under ``WRITTEN_ROWS`` when Delta recorded them; None when the log no longer holds it.
+
+    Searches back from ``latest_version`` through every commit the log still holds (an idle
+    stream's last commit may lie behind months of maintenance commits), reading one line of each.
+    """
     log = HadoopDir(spark, f"{path.rstrip('/')}/_delta_log")
-    for version in range(latest_version, max(-1, latest_version - search), -1):
-        text = log.read(f"{version:020d}.json")
-        if text is None:
+    for version in range(latest_version, -1, -1):
+        info = _commit_info_at(log, version)
+        if info is None:
             return None  # cleaned up by log retention: nothing older is left either
-        user_metadata = commit_user_metadata(text)
-        parsed = parse_commit_metadata(user_metadata)
+        user_metadata = info.get("userMetadata")
+        parsed = parse_commit_metadata(None if user_metadata is None else str(user_metadata))
         if parsed is not None and parsed[0] == txn_app_id:
             if parsed[1] == batch_id:
-                entry: dict[str, Any] = json.loads(user_metadata or "{}")[METADATA_KEY]
-                metrics = commit_info(text).get("operationMetrics") or {}
+                entry: dict[str, Any] = json.loads(str(user_metadata))[METADATA_KEY]
+                metrics = info.get("operationMetrics") or {}
                 if "numOutputRows" in metrics:
                     entry[WRITTEN_ROWS] = int(metrics["numOutputRows"])
                 return entry
@@ -141,13 +231,10 @@ def recorded_end_offsets(
     batch_id: int,
     *,
     latest_version: int,
-    search: int = 200,
 ) -> TopicOffsets | None:
     """The end offsets the stream recorded with its commit of ``batch_id`` (see
     :func:`recorded_entry`); None when not found."""
-    entry = recorded_entry(
-        spark, path, txn_app_id, batch_id, latest_version=latest_version, search=search
-    )
+    entry = recorded_entry(spark, path, txn_app_id, batch_id, latest_version=latest_version)
     if entry is None:
         return None
     parsed = parse_commit_metadata(json.dumps({METADATA_KEY: entry}))

@@ -6,7 +6,7 @@ import pytest
 
 from deltaflow_runtime.checkpoint import CheckpointState
 from deltaflow_runtime.guard import CheckpointMismatchError, StreamFacts, check_checkpoint
-from deltaflow_runtime.table import TableState
+from deltaflow_runtime.table import StreamCommit, TableState
 
 
 def facts(
@@ -14,6 +14,9 @@ def facts(
     table_batch: int | None,
     ours: dict[str, dict[int, int]] | None = None,
     recorded: dict[str, dict[int, int]] | None = None,
+    *,
+    dead_letter_batch: int | None = None,
+    last_commit: StreamCommit | None = None,
 ) -> StreamFacts:
     return StreamFacts(
         table_path="s3a://lake/orders",
@@ -21,8 +24,13 @@ def facts(
         txn_app_id="deltaflow/data/orders",
         checkpoint=checkpoint,
         table=TableState(version=-1 if table_batch is None else 12, stream_batch=table_batch),
+        dead_letter_table_path="s3a://lake/orders_dead_letter",
+        dead_letter=TableState(
+            version=-1 if dead_letter_batch is None else 3, stream_batch=dead_letter_batch
+        ),
         checkpoint_offsets_at_table_batch=ours,
         table_offsets_at_table_batch=recorded,
+        last_commit=last_commit,
     )
 
 
@@ -42,17 +50,67 @@ def test_a_new_stream_starts(state: CheckpointState) -> None:
 
 
 @pytest.mark.parametrize(
-    ("state", "table_batch"),
+    ("state", "table_batch", "dead_letter_batch"),
     [
-        (CheckpointState(True, 7, 7), 7),  # clean stop
-        (CheckpointState(True, 8, 7), 8),  # killed after the Delta commit, before the checkpoint's
-        (CheckpointState(True, 8, 7), 7),  # killed before the Delta commit
-        (CheckpointState(True, 9, 9), 7),  # later batches held only dead letters... or were empty
+        (CheckpointState(True, 7, 7), 7, None),  # clean stop
+        (CheckpointState(True, 7, 7), 7, 7),  # clean stop, dead letters in the last batch
+        (CheckpointState(True, 8, 7), 8, 5),  # killed after the table commit, before the rest
+        (CheckpointState(True, 8, 7), 8, 8),  # killed after the dead-letter commit
+        (CheckpointState(True, 8, 7), 7, None),  # killed before the table commit
     ],
 )
-def test_a_matching_checkpoint_resumes(state: CheckpointState, table_batch: int) -> None:
+def test_a_matching_checkpoint_resumes(
+    state: CheckpointState, table_batch: int, dead_letter_batch: int | None
+) -> None:
     offsets = {"orders": {0: 10, 1: 12}}
-    check_checkpoint(facts(state, table_batch, ours=offsets, recorded=offsets))
+    check_checkpoint(
+        facts(state, table_batch, offsets, offsets, dead_letter_batch=dead_letter_batch)
+    )
+
+
+def test_a_table_rolled_back_under_its_checkpoint_is_refused() -> None:
+    # RESTORE TABLE to an older version: the checkpoint resumes after batch 9, the table ends at 6.
+    with pytest.raises(CheckpointMismatchError) as refused:
+        check_checkpoint(facts(CheckpointState(True, 9, 9), table_batch=6), config_hint="x.yaml")
+    assert refused.value.reason == "TableBehind"
+    message = str(refused.value)
+    assert "batches 7 to 9 are no longer in it" in message
+    assert "deltaflow recover-checkpoint --config x.yaml" in message
+
+
+def test_a_table_restored_to_before_the_stream_s_last_batch_is_refused() -> None:
+    # RESTORE keeps the stream's transaction id (batch 9) while taking its rows back to batch 6.
+    restored = StreamCommit(batch=6, version=8, entry={}, restore_version=12, restored_to=8)
+    with pytest.raises(CheckpointMismatchError) as refused:
+        check_checkpoint(facts(CheckpointState(True, 9, 9), 9, last_commit=restored))
+    assert refused.value.reason == "TableBehind"
+    message = str(refused.value)
+    assert "batches 7 to 9" in message
+    assert "RESTORE TABLE delta.`s3a://lake/orders` TO VERSION AS OF 11" in message
+
+
+def test_a_restore_that_keeps_the_stream_s_last_batch_resumes() -> None:
+    # e.g. the restore undone by a second one, or a restore to after the stream's last commit
+    kept = StreamCommit(batch=9, version=10, entry={}, restore_version=13, restored_to=10)
+    check_checkpoint(facts(CheckpointState(True, 9, 9), 9, last_commit=kept))
+
+
+@pytest.mark.parametrize(
+    ("table_batch", "dead_letter_batch"),
+    [
+        (None, 4),  # the table was deleted, its dead-letter table was not
+        (3, 4),  # the table was restored to before the dead-letter table's last batch
+    ],
+)
+def test_a_dead_letter_table_ahead_of_its_table_is_refused(
+    table_batch: int | None, dead_letter_batch: int
+) -> None:
+    # Following the TableLost advice (a new checkpoint) next to the old dead-letter table would
+    # make Delta skip the new stream's dead letters as already written.
+    with pytest.raises(CheckpointMismatchError) as refused:
+        check_checkpoint(facts(FRESH, table_batch, dead_letter_batch=dead_letter_batch))
+    assert refused.value.reason == "DeadLetterTableAhead"
+    assert "s3a://lake/orders_dead_letter" in str(refused.value)
 
 
 def test_a_lost_checkpoint_is_refused_with_the_way_back() -> None:
@@ -102,3 +160,4 @@ def test_a_lost_table_is_refused() -> None:
         check_checkpoint(facts(CheckpointState(True, 4, 4), table_batch=None))
     assert refused.value.reason == "TableLost"
     assert "deleted or replaced" in str(refused.value)
+    assert "and the dead-letter table s3a://lake/orders_dead_letter" in str(refused.value)

@@ -533,16 +533,21 @@ def test_lost_or_replaced_checkpoint_is_refused_and_recoverable(
     bootstrap = kafka.bootstrap_servers
     topic = unique("ckpt")
     create_topic(bootstrap, topic, partitions=2)
-    first = produce(bootstrap, topic, [(b"%d" % i, order(i)) for i in range(1000)] + [(b"k", b"x")])
+    first = produce(bootstrap, topic, [(b"%d" % i, order(i)) for i in range(1000)])
     doc = manifest(unique("ckpt"), topic, bootstrap, tmp_path, source={"maxOffsetsPerTrigger": 400})
     ident = drain(runtime_spark, doc).pipeline.identity
     checkpoint = Path(ident.checkpoint_path.removeprefix("file://"))
     backup = tmp_path / "checkpoint-backup"
     shutil.copytree(checkpoint, backup)
 
-    second = produce(bootstrap, topic, [(b"%d" % i, order(i)) for i in range(1000, 1500)])
+    # The one bad record comes last: the stream's last batch is the only one with a dead letter.
+    second = produce(
+        bootstrap, topic, [(b"%d" % i, order(i)) for i in range(1000, 1500)] + [(b"k", b"x")]
+    )
     drain(runtime_spark, doc)
     version, dead_version = _versions(ident.table_path), _versions(ident.dead_letter_table_path)
+    last = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    assert [r["batch_id"] for r in read_table(ident.dead_letter_table_path)] == [last]
 
     # 1. Checkpoint deleted while the table is intact: refused, nothing written.
     shutil.rmtree(checkpoint)
@@ -568,17 +573,57 @@ def test_lost_or_replaced_checkpoint_is_refused_and_recoverable(
     assert behind.value.reason == "CheckpointBehind"
     assert _versions(ident.table_path) == version
 
-    # 3. The documented recovery: rebuild from the offsets the table recorded, then resume.
+    # 3. The documented recovery: rebuild from the offsets the table recorded, then resume. The
+    # previous driver also died between the last batch's table and dead-letter commits (the
+    # dead-letter table holds only that batch): the rebuilt checkpoint replays that batch.
     shutil.rmtree(checkpoint)
-    batch, offsets = recover_checkpoint(runtime_spark, pipeline(doc))
+    shutil.rmtree(ident.dead_letter_table_path.removeprefix("file://"))
+    recovered = recover_checkpoint(runtime_spark, pipeline(doc))
     ends = _max_per_partition(first + second)
-    assert offsets == {topic: {p: ends[p] + 1 for p in (0, 1)}}
-    assert batch >= 3
+    assert recovered.end_offsets == {topic: {p: ends[p] + 1 for p in (0, 1)}}
+    assert recovered.batch == last
+    assert recovered.replayed
+    assert not list(tmp_path.rglob("*.rebuilding-*")), "the staging directory is renamed away"
     drain(runtime_spark, doc)
+    assert [r["value"] for r in read_table(ident.dead_letter_table_path)] == [b"x"]
     table = tpos(read_table(ident.table_path))
     dead = tpos(read_table(ident.dead_letter_table_path))
     assert duplicates(table + dead) == []
     assert sorted(table + dead) == sorted(s.tpo for s in first + second + third)
+
+
+def test_a_table_restored_under_its_checkpoint_is_refused(
+    kafka: KafkaBroker, runtime_spark: SparkSession, tmp_path: Path
+) -> None:
+    """RESTORE TABLE to an older version keeps the stream's transaction id: resuming would skip
+    the batches the restore took out, and rewriting them would be skipped by Delta. The guard
+    refuses; undoing the restore, as it advises, resumes exactly once."""
+    bootstrap = kafka.bootstrap_servers
+    topic = unique("restore")
+    create_topic(bootstrap, topic, partitions=2)
+    sent = produce(bootstrap, topic, [(b"%d" % i, order(i)) for i in range(900)] + [(b"k", b"x")])
+    doc = manifest(
+        unique("restore"), topic, bootstrap, tmp_path, source={"maxOffsetsPerTrigger": 300}
+    )
+    ident = drain(runtime_spark, doc).pipeline.identity
+    before_restore = _versions(ident.table_path)
+    assert before_restore >= 3
+    runtime_spark.sql(f"RESTORE TABLE delta.`{ident.table_path}` TO VERSION AS OF 1")
+    assert 0 < len(read_table(ident.table_path)) < 900
+    more = produce(bootstrap, topic, [(b"%d" % i, order(i)) for i in range(900, 1000)])
+
+    with pytest.raises(CheckpointMismatchError) as refused:
+        drain(runtime_spark, doc)
+    assert refused.value.reason == "TableBehind"
+    undo = f"RESTORE TABLE delta.`{ident.table_path}` TO VERSION AS OF {before_restore}"
+    assert undo in str(refused.value)
+    assert _versions(ident.table_path) == before_restore + 1, "a refused start writes nothing"
+
+    runtime_spark.sql(undo)
+    drain(runtime_spark, doc)
+    table, dead = read_table(ident.table_path), read_table(ident.dead_letter_table_path)
+    assert duplicates(tpos(table) + tpos(dead)) == []
+    assert sorted(tpos(table) + tpos(dead)) == sorted(s.tpo for s in sent + more)
 
 
 def _max_per_partition(sent: list[Sent]) -> dict[int, int]:
