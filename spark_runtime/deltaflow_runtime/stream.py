@@ -298,11 +298,13 @@ class StreamRunner:
                     if stop_deadline is None:
                         stop_deadline = now + self.options.stop_grace_seconds
                         in_flight = self._last_batch()
-                    # Stop between batches, or once the batch in flight when asked committed
-                    # (a batch started after that is cut short and replayed, exactly once).
+                    # Stop between triggers, or once a batch written after the request is also
+                    # in the checkpoint's commits/ (Spark writes it after foreachBatch returns:
+                    # stopping before would make the restart replay that batch).
+                    last = self._last_batch()
                     if (
                         not self.query.status["isTriggerActive"]
-                        or self._last_batch() != in_flight
+                        or (last != in_flight and self._checkpoint_committed(last))
                         or now > stop_deadline
                     ):
                         self.query.stop()
@@ -310,12 +312,19 @@ class StreamRunner:
         finally:
             self._done.set()
 
+    def _checkpoint_committed(self, batch_id: int) -> bool:
+        latest = self.checkpoint.state().latest_committed
+        return latest is not None and latest >= batch_id
+
     def _last_batch(self) -> int:
         report = self.writer.last_report if self.writer is not None else None
         return -1 if report is None else report.batch_id
 
     def _explain_failure(self, error: Exception) -> None:
-        """If the query died because retention deleted unread offsets, say which and how many."""
+        """If the query died because retention deleted unread offsets, say which and how many.
+        Any other failure stays what it was, even when offsets are also missing."""
+        if not mentions_data_loss(str(error)):
+            return
         try:
             resume = self.checkpoint.resume_offsets()
             check_retention(self.admin, resume, fail_on_data_loss=True)
@@ -323,6 +332,15 @@ class StreamRunner:
             raise loss from error
         except Exception as probe:  # the original failure matters more than the probe's
             log.warning("could not check Kafka retention after the failure: %s", probe)
+
+
+# How Spark's Kafka source words a failure from offsets Kafka no longer holds.
+_DATA_LOSS_MARKERS = ("KAFKA_DATA_LOSS", "OffsetOutOfRange", "data may have been lost")
+
+
+def mentions_data_loss(failure: str) -> bool:
+    """Whether a query's failure is the Kafka source's data-loss failure."""
+    return any(marker in failure for marker in _DATA_LOSS_MARKERS)
 
 
 class RecoveryError(Exception):

@@ -98,3 +98,15 @@ def test_data_loss_gaps_name_partition_and_size() -> None:
 def test_no_gap_for_unknown_or_new_partitions() -> None:
     assert data_loss_gaps({"orders": {0: 5}}, {"orders": {1: 50}}) == []
     assert data_loss_gaps({}, {"orders": {0: 5}}) == []
+
+
+def test_only_the_kafka_source_s_data_loss_failure_is_explained_as_data_loss() -> None:
+    from deltaflow_runtime.stream import mentions_data_loss
+
+    spark_says = (
+        "[STREAM_FAILED] Query terminated with exception: [KAFKA_DATA_LOSS.START_OFFSET_RESET] "
+        "Some data may have been lost because they are not available in Kafka any more"
+    )
+    assert mentions_data_loss(spark_says)
+    assert not mentions_data_loss("[STREAM_FAILED] java.lang.OutOfMemoryError: Java heap space")
+    assert not mentions_data_loss("RoutingChangedError: batch 3 of deltaflow/data/orders ...")
