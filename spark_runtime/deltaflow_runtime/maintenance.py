@@ -113,7 +113,8 @@ def _table_exists(spark: SparkSession, path: str) -> bool:
 
 
 def _recent_partitions(spark: SparkSession, path: str) -> list[dict[str, str | None]] | None:
-    """Partitions written since the last OPTIMIZE (None: never optimized, so all of them)."""
+    """Partitions written since the last OPTIMIZE (None: all of them, because the table was
+    never optimized or a commit since is no longer in the log to say what it wrote)."""
     from delta.tables import DeltaTable
 
     history = DeltaTable.forPath(spark, path).history().select("version", "operation").collect()
@@ -124,7 +125,12 @@ def _recent_partitions(spark: SparkSession, path: str) -> list[dict[str, str | N
     log_dir = HadoopDir(spark, f"{path.rstrip('/')}/_delta_log")
     seen: dict[str, dict[str, str | None]] = {}
     for version in range(max(optimized) + 1, current + 1):
-        text = log_dir.read(f"{version:020d}.json") or ""
+        text = log_dir.read(f"{version:020d}.json")
+        if text is None:  # log retention removed it: what it wrote is unknown
+            log.warning(
+                "%s: commit %d is not in the log; optimizing every partition", path, version
+            )
+            return None
         for values in partitions_added(text):
             seen[json.dumps(values, sort_keys=True)] = values
     return list(seen.values())
