@@ -7,6 +7,7 @@ writer (rows, reasons, commits) and a background Kafka poll (lag, retention head
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,6 +79,7 @@ class RuntimeMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        self._partitions_seen: set[tuple[str, str]] = set()
         r = self.registry
         self.info = Gauge(
             "deltaflow_stream_info",
@@ -202,7 +204,22 @@ class RuntimeMetrics:
     def observe_offsets(
         self, committed: TopicOffsets, earliest: TopicOffsets, latest: TopicOffsets
     ) -> None:
-        """Record committed, earliest and latest offsets and what follows from them."""
+        """Record committed, earliest and latest offsets and what follows from them; the series
+        of a partition no longer read (a topic deleted, or no longer matching the pattern) go."""
+        per_partition = (
+            self.latest_offset,
+            self.earliest_offset,
+            self.committed_offset,
+            self.lag,
+            self.headroom,
+            self.headroom_ratio,
+        )
+        current = {(t, str(p)) for t, parts in latest.items() for p in parts}
+        for gone in self._partitions_seen - current:
+            for metric in per_partition:
+                with contextlib.suppress(KeyError):
+                    metric.remove(*gone)
+        self._partitions_seen = current
         total = 0
         for topic, parts in latest.items():
             for partition, end in parts.items():

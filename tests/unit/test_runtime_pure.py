@@ -275,6 +275,17 @@ def test_offset_metrics_lag_and_headroom() -> None:
     assert 'deltaflow_dead_letter_rows_total{reason="malformed_json"} 0.0' in text
 
 
+def test_offset_metrics_of_a_partition_no_longer_read_are_removed() -> None:
+    metrics = RuntimeMetrics()
+    both = {"a": {0: 10}, "b": {0: 10}}
+    metrics.observe_offsets(committed=both, earliest={"a": {0: 0}, "b": {0: 0}}, latest=both)
+    # topic b no longer matches spec.source.topicPattern (or was deleted)
+    metrics.observe_offsets(committed=both, earliest={"a": {0: 0}}, latest={"a": {0: 12}})
+    text = generate_latest(metrics.registry).decode()
+    assert 'deltaflow_kafka_lag_records{partition="0",topic="a"} 2.0' in text
+    assert 'topic="b"' not in text
+
+
 def _json_spec(**changes: object) -> ParseSpec:
     from dataclasses import replace
 
