@@ -102,6 +102,9 @@ class Counts:
         return self.rows - self.valid
 
 
+RECENT_REPORTS = 16
+
+
 class DuplicateWriterError(RuntimeError):
     """Another process committed this stream's batch: two drivers run the same stream."""
 
@@ -167,6 +170,8 @@ class BatchWriter:
         self._lock = threading.Lock()
         self._committed: TopicOffsets = {}
         self.last_report: BatchReport | None = None
+        # The last few batches' reports, for the progress listener (which runs behind).
+        self.recent_reports: dict[int, BatchReport] = {}
         self.routing = routing_fingerprint(spec)
 
     @property
@@ -423,4 +428,7 @@ class BatchWriter:
             m.table_version.set(report.table_version)
         m.last_commit_time.set(time.time())
         self.last_report = report
+        self.recent_reports[report.batch_id] = report
+        for old in sorted(self.recent_reports)[:-RECENT_REPORTS]:
+            del self.recent_reports[old]
         log.info("%s", report.to_json())

@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from deltaflow_runtime.checkpoint import Checkpoint, TopicOffsets, render_offsets
 from deltaflow_runtime.config import Pipeline, trigger_seconds
@@ -43,6 +43,7 @@ from deltaflow_runtime.table import (
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.listener import StreamingQueryListener
     from pyspark.sql.streaming.query import StreamingQuery
 
 log = logging.getLogger("deltaflow.stream")
@@ -128,6 +129,10 @@ class StreamRunner:
         self.writer: BatchWriter | None = None
         self.scaling: ScalingAgent | None = None
         self._partitions = 0
+        self.query_name = f"deltaflow-{pipeline.ingestion.namespace}-{pipeline.ingestion.name}"
+        self._progress_lock = threading.Lock()
+        self._seen_batches: set[int] = set()
+        self._listener: StreamingQueryListener | None = None
 
     def preflight(self) -> tuple[StreamFacts, TopicOffsets | None]:
         """The start-up guards; returns the facts and where the stream resumes (None: new)."""
@@ -164,7 +169,7 @@ class StreamRunner:
             read_stream(self.spark, options)
             .writeStream.foreachBatch(self.writer)
             .option("checkpointLocation", ident.checkpoint_path)
-            .queryName(f"deltaflow-{ingestion.namespace}-{ingestion.name}")
+            .queryName(self.query_name)
         )
         if self.options.available_now:
             writer = writer.trigger(availableNow=True)
@@ -186,6 +191,8 @@ class StreamRunner:
                 }
             ),
         )
+        self._listener = _progress_listener(self)
+        self.spark.streams.addListener(self._listener)
         self.query = writer.start()
         threading.Thread(target=self._poll_kafka, name="deltaflow-kafka-poll", daemon=True).start()
         self._start_scaling(self.query)
@@ -240,36 +247,34 @@ class StreamRunner:
         log.info("stop requested (signal %s): stopping after the in-flight batch", signum)
         self._stop.set()
 
-    def _observe_progress(self, seen: set[int]) -> None:
-        assert self.query is not None
-        # lastProgress, not recentProgress: one report per poll keeps the driver's own cost flat.
-        progress = self.query.lastProgress
-        for raw in [json.loads(progress.json)] if progress is not None else []:
-            sample = progress_sample(raw)
-            if sample.batch_id in seen:
-                continue
-            seen.add(sample.batch_id)
-            report = self.writer.last_report if self.writer is not None else None
-            if report is not None and report.batch_id == sample.batch_id and report.rows:
-                # Spark counts a source row once per read; a batch with dead letters reads its
-                # Kafka range twice (table pass, dead-letter pass). Rates are per record.
-                sample = sample.scaled(report.rows)
-            self.metrics.observe_progress(sample)
-            if self.scaling is not None:
-                self.scaling.on_batch(
-                    sample.batch_id,
-                    sample.input_rows,
-                    sample.durations_ms.get("triggerExecution", 0) / 1000,
-                    self._partitions,
-                )
-            line = {
-                "event": "batch_progress",
-                "batch": sample.batch_id,
-                "inputRows": sample.input_rows,
-                "processedRowsPerSecond": round(sample.processed_rows_per_second, 1),
-                "durationMs": sample.durations_ms,
-            }
-            log.info("%s", json.dumps(line, separators=(",", ":")))
+    def on_progress(self, raw: dict[str, Any]) -> None:
+        """One batch's progress report (from the query listener, every batch exactly once)."""
+        sample = progress_sample(raw)
+        with self._progress_lock:
+            if sample.batch_id in self._seen_batches:
+                return
+            self._seen_batches.add(sample.batch_id)
+        report = self.writer.recent_reports.get(sample.batch_id) if self.writer else None
+        if report is not None and report.rows:
+            # Rates are per record, counted by the writer (Spark's own count depends on how
+            # many scans of the batch ran).
+            sample = sample.scaled(report.rows)
+        self.metrics.observe_progress(sample)
+        if self.scaling is not None:
+            self.scaling.on_batch(
+                sample.batch_id,
+                sample.input_rows,
+                sample.durations_ms.get("triggerExecution", 0) / 1000,
+                self._partitions,
+            )
+        line = {
+            "event": "batch_progress",
+            "batch": sample.batch_id,
+            "inputRows": sample.input_rows,
+            "processedRowsPerSecond": round(sample.processed_rows_per_second, 1),
+            "durationMs": sample.durations_ms,
+        }
+        log.info("%s", json.dumps(line, separators=(",", ":")))
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until the query ends; raise its failure (a data-loss failure, explained).
@@ -277,7 +282,6 @@ class StreamRunner:
         from pyspark.errors import StreamingQueryException
 
         assert self.query is not None
-        seen: set[int] = set()
         stop_deadline: float | None = None
         in_flight = -1
         give_up = None if timeout is None else time.monotonic() + timeout
@@ -292,7 +296,6 @@ class StreamRunner:
                 except StreamingQueryException as error:
                     self._explain_failure(error)
                     raise
-                self._observe_progress(seen)
                 if self._stop.is_set():
                     now = time.monotonic()
                     if stop_deadline is None:
@@ -308,9 +311,24 @@ class StreamRunner:
                         or now > stop_deadline
                     ):
                         self.query.stop()
-            self._observe_progress(seen)
         finally:
             self._done.set()
+            self._drain_progress()
+
+    def _drain_progress(self, timeout: float = 5.0) -> None:
+        """Remove the listener once it has seen the last batch (Spark's listener bus delivers
+        behind the query: the last report may still be on its way when the query ends)."""
+        if self._listener is None:
+            return
+        last = self._last_batch()
+        deadline = time.monotonic() + timeout
+        while last >= 0 and time.monotonic() < deadline:
+            with self._progress_lock:
+                if last in self._seen_batches:
+                    break
+            time.sleep(0.05)
+        self.spark.streams.removeListener(self._listener)
+        self._listener = None
 
     def _checkpoint_committed(self, batch_id: int) -> bool:
         latest = self.checkpoint.state().latest_committed
@@ -332,6 +350,33 @@ class StreamRunner:
             raise loss from error
         except Exception as probe:  # the original failure matters more than the probe's
             log.warning("could not check Kafka retention after the failure: %s", probe)
+
+
+def _progress_listener(runner: StreamRunner) -> StreamingQueryListener:
+    """A query listener handing the runner every progress report of its own query (Spark posts
+    one per batch; polling ``lastProgress`` missed batches shorter than the poll)."""
+    from pyspark.sql.streaming.listener import StreamingQueryListener
+
+    name = runner.query_name
+
+    class ProgressListener(StreamingQueryListener):
+        def onQueryStarted(self, event: Any) -> None:  # noqa: N802 (Spark's name)
+            pass
+
+        def onQueryProgress(self, event: Any) -> None:  # noqa: N802 (Spark's name)
+            if event.progress.name == name:
+                try:
+                    runner.on_progress(json.loads(event.progress.json))
+                except Exception:  # monitoring must never fail the listener bus
+                    log.exception("handling a progress report failed")
+
+        def onQueryIdle(self, event: Any) -> None:  # noqa: N802 (Spark's name)
+            pass
+
+        def onQueryTerminated(self, event: Any) -> None:  # noqa: N802 (Spark's name)
+            pass
+
+    return ProgressListener()
 
 
 # How Spark's Kafka source words a failure from offsets Kafka no longer holds.

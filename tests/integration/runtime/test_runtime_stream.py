@@ -267,6 +267,10 @@ def _check_metrics(
         n = sum(1 for r in dead if r["reason"] == reason)
         assert metric("deltaflow_dead_letter_rows_total", f'{{reason="{reason}"}}') == n
     assert metric("deltaflow_last_committed_batch_id") >= 3  # several batches (30k each)
+    # Every batch's progress report reached the metrics (a listener, not a poll that misses some)
+    assert metric("deltaflow_batch_duration_seconds_count") == metric(
+        "deltaflow_batches_total", '{outcome="committed"}'
+    )
     assert metric("deltaflow_table_version") >= 3
     for p in range(4):
         labels = f'{{partition="{p}",topic="{topic}"}}'
