@@ -167,10 +167,13 @@ def write_manifest(
     *,
     max_offsets: int,
     trigger: str,
+    optimize_write: bool | None = None,
 ) -> str:
     """The DeltaIngestion both jobs run; returns the table's path."""
     table = f"{where.root}/lake/{name}"
     sink: dict[str, Any] = {"tablePath": table, "partitionBy": ["country"]}
+    if optimize_write is not None:
+        sink["optimizeWrite"] = optimize_write
     if where.store is not None:
         sink["storage"] = where.store.storage_spec()
     document = {

@@ -5,6 +5,7 @@ then reads the table's own log: for every row, (commit time of the Delta version
 its Kafka produce timestamp) / trigger interval; and data files per million records.
 
     bash bench/run.sh freshness [--rate 5000] [--seconds 120] [--trigger 5s] [--object-store]
+                                [--optimize-write on|off|both]
 
 ``--object-store``: the table and the checkpoint on a MinIO server (s3a://) the benchmark starts.
 """
@@ -99,6 +100,58 @@ def _wait_rows(table: str, where: Lake, total: int, timeout: float) -> None:
         time.sleep(1)
 
 
+def _run(
+    args: argparse.Namespace, work: Path, bootstrap: str, where: Lake, optimize_write: bool
+) -> dict[str, float]:
+    """One stream at the given rate with optimized writes on or off: its figures."""
+    name = f"fresh-{'ow' if optimize_write else 'plain'}"
+    interval = trigger_seconds(args.trigger)
+    create_topic(bootstrap, name, args.partitions)
+    config = work / f"{name}.yaml"
+    table = write_manifest(
+        config,
+        name,
+        name,
+        bootstrap,
+        where,
+        max_offsets=10_000_000,
+        trigger=args.trigger,
+        optimize_write=optimize_write,
+    )
+    log = work / f"{name}.log"
+    job = deltaflow_job(config, work, log, available_now=False, env=where.env)
+    deadline = time.monotonic() + 300
+    while '"stream_starting"' not in log.read_text(errors="replace"):
+        if time.monotonic() > deadline or job.proc.poll() is not None:
+            raise SystemExit(f"the stream did not start: see {log}")
+        time.sleep(0.5)
+    time.sleep(2 * interval)  # past the first (empty) triggers
+    total = int(args.rate * args.seconds)
+    took = produce(bootstrap, name, total, rate=args.rate)
+    print(f"[{name}] produced {total} records at {total / took:.0f}/s over {took:.0f}s", flush=True)
+    _wait_rows(table, where, total, 300)
+    run = job.stop()
+    print(
+        f"[{name}] driver stopped (exit {run.code}); cpu {run.cpu:.1f}s over {run.wall:.0f}s",
+        flush=True,
+    )
+    values, rows, files = latencies(table, where)
+    if rows != total:
+        raise SystemExit(f"the table holds {rows} rows, produced {total}")
+    ratios = [v / interval for v in values]
+    return {
+        "commits": len(commits(table, where)),
+        "p50": percentile(ratios, 50),
+        "p99": percentile(ratios, 99),
+        "p50s": percentile(values, 50),
+        "p99s": percentile(values, 99),
+        "files_per_million": files / rows * 1e6,
+        "files": files,
+        "rows": rows,
+        "cpu_per_million": run.cpu / rows * 1e6,
+    }
+
+
 def main() -> int:
     """Run the benchmark and print its figures."""
     parser = argparse.ArgumentParser(description=__doc__)
@@ -108,58 +161,44 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--work", type=Path, default=None)
     parser.add_argument("--object-store", action="store_true", help="the table on MinIO (s3a://)")
+    parser.add_argument(
+        "--optimize-write",
+        choices=("on", "off", "both"),
+        default="both",
+        help="sink.optimizeWrite; both: off (the baseline) then on, same broker and rate",
+    )
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="deltaflow-fresh-"))
     work.mkdir(parents=True, exist_ok=True)
-    interval = trigger_seconds(args.trigger)
     kafka = broker(work)
     where = lake(work, args.object_store)
+    modes = {"on": [True], "off": [False], "both": [False, True]}[args.optimize_write]
+    results: dict[bool, dict[str, float]] = {}
     try:
-        create_topic(kafka.bootstrap_servers, "fresh", args.partitions)
-        config = work / "fresh.yaml"
-        table = write_manifest(
-            config,
-            "fresh",
-            "fresh",
-            kafka.bootstrap_servers,
-            where,
-            max_offsets=10_000_000,
-            trigger=args.trigger,
-        )
-        log = work / "fresh.log"
-        job = deltaflow_job(config, work, log, available_now=False, env=where.env)
-        deadline = time.monotonic() + 300
-        while '"stream_starting"' not in log.read_text(errors="replace"):
-            if time.monotonic() > deadline or job.proc.poll() is not None:
-                raise SystemExit(f"the stream did not start: see {log}")
-            time.sleep(0.5)
-        time.sleep(2 * interval)  # past the first (empty) triggers
-        total = int(args.rate * args.seconds)
-        took = produce(kafka.bootstrap_servers, "fresh", total, rate=args.rate)
-        print(f"produced {total} records at {total / took:.0f}/s over {took:.0f}s", flush=True)
-        _wait_rows(table, where, total, 300)
-        run = job.stop()
-        print(
-            f"driver stopped (exit {run.code}); cpu {run.cpu:.1f}s over {run.wall:.0f}s", flush=True
-        )
-        values, rows, files = latencies(table, where)
-        batches = len(commits(table, where))
+        for mode in modes:
+            results[mode] = _run(args, work, kafka.bootstrap_servers, where, mode)
     finally:
         kafka.stop()
         where.stop()
-    if rows != total:
-        raise SystemExit(f"the table holds {rows} rows, produced {total}")
-    ratios = [v / interval for v in values]
     print(
-        f"\n== freshness at {args.rate:.0f} records/s, trigger {args.trigger}, {batches} commits, "
-        f"table on the {where.kind}"
+        f"\n== freshness at {args.rate:.0f} records/s for {args.seconds:.0f}s, trigger "
+        f"{args.trigger}, {args.partitions} Kafka partitions x 4 table partitions, table on the "
+        f"{where.kind}"
     )
-    print(
-        f"(commit - produce) / trigger interval: p50 {percentile(ratios, 50):.2f}, "
-        f"p99 {percentile(ratios, 99):.2f}  "
-        f"(p50 {percentile(values, 50):.2f}s, p99 {percentile(values, 99):.2f}s)"
-    )
-    print(f"data files per million records: {files / rows * 1e6:.0f} ({files} files, {rows} rows)")
+    for mode, r in results.items():
+        print(
+            f"optimizeWrite {'on ' if mode else 'off'}: (commit - produce) / trigger p50 "
+            f"{r['p50']:.2f}, p99 {r['p99']:.2f} (p50 {r['p50s']:.2f}s, p99 {r['p99s']:.2f}s); "
+            f"{r['files_per_million']:.0f} data files per million records ({r['files']:.0f} "
+            f"files, {r['commits']:.0f} commits); {r['cpu_per_million']:.0f} CPU-s per million"
+        )
+    if len(results) == 2:
+        off, on = results[False], results[True]
+        cpu = on["cpu_per_million"] / off["cpu_per_million"]
+        print(
+            f"ratio on/off: files {on['files'] / off['files']:.2f}x, p99 freshness "
+            f"{on['p99'] / off['p99']:.2f}x, CPU per record {cpu:.2f}x"
+        )
     if args.work is None:
         shutil.rmtree(work, ignore_errors=True)
     return 0

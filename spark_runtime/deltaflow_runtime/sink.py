@@ -147,6 +147,7 @@ class BatchWriter:
         stream: StreamIdentity,
         spec: ParseSpec,
         partition_by: list[str],
+        optimize_write: bool = True,
         checkpoint: Checkpoint,
         admin: KafkaAdmin,
         metrics: RuntimeMetrics,
@@ -158,6 +159,7 @@ class BatchWriter:
         self.stream = stream
         self.spec = spec
         self.partition_by = partition_by
+        self.optimize_write = optimize_write
         self.checkpoint = checkpoint
         self.admin = admin
         self.metrics = metrics
@@ -195,10 +197,12 @@ class BatchWriter:
         batch_id: int,
         metadata: str,
         partition_by: list[str],
+        optimize_write: bool = False,
     ) -> Counts:
         writer = (
             frame.write.format("delta")
             .mode("append")
+            .option("optimizeWrite", "true" if optimize_write else "false")
             .option("txnAppId", self.stream.txn_app_id)
             .option("txnVersion", str(batch_id))
             .option("userMetadata", metadata)
@@ -274,6 +278,7 @@ class BatchWriter:
             batch_id=batch_id,
             metadata=metadata,
             partition_by=self.partition_by,
+            optimize_write=self.optimize_write,
         )
         self.table_batch = batch_id
         report.rows, report.written = counts.rows, counts.valid

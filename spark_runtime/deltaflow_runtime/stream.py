@@ -152,6 +152,7 @@ class StreamRunner:
             stream=ident,
             spec=spec,
             partition_by=list(ingestion.spec.sink.partition_by),
+            optimize_write=ingestion.spec.sink.optimize_write,
             checkpoint=self.checkpoint,
             admin=self.admin,
             metrics=self.metrics,

@@ -255,6 +255,12 @@ class DeltaSink(ApiModel):
         default=True,
         description="Add _kafka_topic, _kafka_partition, _kafka_offset, _kafka_timestamp.",
     )
+    optimize_write: bool = Field(
+        default=True,
+        description="Shuffle each batch by the table's partitions before writing (Delta's "
+        "optimized writes): one file per table partition per batch instead of one per Kafka "
+        "partition and table partition. Turn off to save the shuffle when files are large.",
+    )
     storage: Storage | None = None
     rules = (
         Rule(
