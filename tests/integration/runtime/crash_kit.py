@@ -33,6 +33,19 @@ from devstack.process import record_pid
 
 STRATEGIES = ("random", "mid-write", "after-table-commit", "after-plan")
 
+# One record in HOSTILE_EVERY (~1%) is one of these, each refused with its own reason.
+HOSTILE_EVERY = 97
+HOSTILE: tuple[bytes | None, ...] = (
+    b'{"id": 1, "amount": ',  # truncated
+    b'{"id": 2} {"id": 3}',  # two objects
+    b'{"id": "four"}',  # a string for a BIGINT
+    b'{"id": 5, "ts": 1700000000}',  # a number for a TIMESTAMP
+    b'{"id": 6, "id": 7}',  # a duplicate key
+    b"\xff\xfe{}",  # not UTF-8
+    None,  # a tombstone
+    b"{}",  # none of the schema's fields
+)
+
 
 @dataclass
 class Restart:
@@ -43,6 +56,8 @@ class Restart:
     recovery_seconds: float
     killed_at_seconds: float
     hit: bool  # the kill landed in the window the strategy aims at
+    # after-table-commit: the kill landed before the batch's dead-letter commit (None: other)
+    before_dead_letters: bool | None = None
 
 
 @dataclass
@@ -73,6 +88,13 @@ class CrashResult:
                 f"(spawn -> first new table commit), killed {r.strategy}"
                 f"{'' if r.hit else ' (window missed: killed on timeout)'} "
                 f"{r.killed_at_seconds:5.1f}s after spawn"
+                + (
+                    ""
+                    if r.before_dead_letters is None
+                    else " (before the dead-letter commit)"
+                    if r.before_dead_letters
+                    else " (after the dead-letter commit too)"
+                )
             )
         return "\n".join(lines)
 
@@ -253,8 +275,9 @@ class BackgroundProducer:
         i = -1
         while i + 1 < self.total or not self._stop.is_set():
             i += 1
-            if i % 499 == 0:
-                value = b'{"id": ' + str(i).encode() + b', "amount": '  # truncated JSON
+            value: bytes | None
+            if i % HOSTILE_EVERY == 0:
+                value = HOSTILE[(i // HOSTILE_EVERY) % len(HOSTILE)]
             else:
                 value = json.dumps(
                     {
@@ -333,7 +356,6 @@ def crash_soak(
     """Produce (at least ``records``, and until the last kill) in the background, kill the driver
     ``kills`` times, drain, count. With ``store``, the table, the dead-letter table and the
     checkpoint live on that object store (s3a://lake/<topic>/...)."""
-    from deltalake import DeltaTable
 
     rng = random.Random(seed)
     work.mkdir(parents=True, exist_ok=True)
@@ -350,6 +372,7 @@ def crash_soak(
     env = None if store is None else store.env()
     options = None if store is None else store.storage_options()
     watch = TableWatch(table, checkpoint, store)
+    dead_watch = TableWatch(table + "_dead_letter", checkpoint, store)
     poll = 0.002 if store is None else 0.02  # a listing on the object store costs a request
     log = work / "driver.log"
     producer = BackgroundProducer(bootstrap, topic, records, rate)
@@ -364,11 +387,16 @@ def crash_soak(
             if not _wait(lambda: watch.version() > before, 300, poll=0.05):  # noqa: B023
                 raise AssertionError(f"restart {number}: no commit within 300s (see {log})")
             recovered = time.monotonic() - driver.started
+            dead_before = dead_watch.version()
             hit = _kill_window(strategy, watch, rng, poll)
             killed_at = time.monotonic() - driver.started
             assert driver.alive(), f"restart {number}: the driver died by itself (see {log})"
             driver.kill()
-            restarts.append(Restart(number, strategy, recovered, killed_at, hit))
+            between = None
+            if strategy == "after-table-commit" and hit:
+                # Every batch holds hostile records: its dead-letter commit follows the table's.
+                between = dead_watch.version() == dead_before
+            restarts.append(Restart(number, strategy, recovered, killed_at, hit, between))
             say(
                 f"restart {number}: recovered in {recovered:.1f}s, killed {strategy} "
                 f"at {killed_at:.1f}s{'' if hit else ' (window missed)'}"
@@ -389,6 +417,20 @@ def crash_soak(
         if driver is not None and driver.alive():
             driver.kill()
 
+    return _count(table, options, producer.delivered, restarts, drain_seconds, graceful)
+
+
+def _count(  # noqa: PLR0917 (one call site, the soak's figures)
+    table: str,
+    options: dict[str, str] | None,
+    delivered: list[tuple[str, int, int]],
+    restarts: list[Restart],
+    drain_seconds: float,
+    graceful: float,
+) -> CrashResult:
+    """Look every produced record up, by (topic, partition, offset), in the two tables."""
+    from deltalake import DeltaTable
+
     rows = DeltaTable(table, storage_options=options).to_pyarrow_table(
         columns=["_kafka_topic", "_kafka_partition", "_kafka_offset"]
     )
@@ -404,9 +446,9 @@ def crash_soak(
 
     landed = keys(rows) + keys(dead)
     counts = Counter(landed)
-    produced = set(producer.delivered)
+    produced = set(delivered)
     return CrashResult(
-        produced=len(producer.delivered),
+        produced=len(delivered),
         in_table=rows.num_rows,
         in_dead_letter=dead.num_rows,
         duplicates=sum(n - 1 for n in counts.values() if n > 1),
