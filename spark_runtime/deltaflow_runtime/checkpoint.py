@@ -35,6 +35,18 @@ def parse_offset_log(text: str) -> list[str | None]:
     return [None if line == "-" else line for line in lines[2:]]
 
 
+def batch_timestamp_ms(text: str) -> int | None:
+    """When Spark planned the batch of one ``offsets/<batch>`` file (its ``batchTimestampMs``)."""
+    lines = text.splitlines()
+    if len(lines) < 2:
+        return None
+    try:
+        value = json.loads(lines[1]).get("batchTimestampMs")
+    except (ValueError, AttributeError):
+        return None
+    return int(value) if value is not None else None
+
+
 def kafka_offsets(offset_json: str) -> TopicOffsets:
     """Spark's Kafka source offset JSON (``{"topic": {"0": 12}}``) as ints."""
     raw = json.loads(offset_json)
@@ -164,6 +176,18 @@ class Checkpoint(HadoopDir):
         if len(sources) != 1 or sources[0] is None:
             raise CheckpointFormatError(f"offsets/{batch_id}: expected one Kafka source")
         return kafka_offsets(sources[0])
+
+    def in_flight_since_ms(self) -> int | None:
+        """When the batch Spark planned but has not committed was planned (None: no such batch,
+        or no checkpoint). Its data files are no older than that."""
+        if not self.exists():
+            return None
+        state = self.state()
+        planned, committed = state.latest_planned, state.latest_committed
+        if planned is None or (committed is not None and committed >= planned):
+            return None
+        text = self.read(f"offsets/{planned}")
+        return None if text is None else batch_timestamp_ms(text)
 
     def initial_offsets(self) -> TopicOffsets | None:
         """The offsets the stream started from (``sources/0/0``), if it was ever started."""

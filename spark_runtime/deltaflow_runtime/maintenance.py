@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from deltaflow_runtime.checkpoint import HadoopDir
+from deltaflow_runtime.checkpoint import Checkpoint, HadoopDir
 from deltaflow_runtime.config import Pipeline
 
 if TYPE_CHECKING:
@@ -215,6 +215,39 @@ def check_retention(retention_hours: float, allow_unsafe: bool) -> None:
         )
 
 
+# An unsafe VACUUM never removes files younger than this, nor than the batch in flight: the
+# stream's uncommitted data files look like garbage to VACUUM. Files written after VACUUM lists
+# the table are not listed; this margin covers a batch planned between reading the checkpoint and
+# that listing, and clock skew between the stream's and the job's hosts.
+IN_FLIGHT_MARGIN_HOURS = 0.25
+
+
+def unsafe_vacuum_retention(
+    requested_hours: float,
+    in_flight_since_ms: int | None,
+    now_ms: int,
+    margin_hours: float = IN_FLIGHT_MARGIN_HOURS,
+) -> tuple[float, str]:
+    """The retention an unsafe VACUUM (under 168 h) runs with so that it cannot delete the files
+    of a write in flight, and why it was raised ("" when it was not)."""
+    if requested_hours >= SAFE_RETENTION_HOURS:
+        return requested_hours, ""
+    floor = margin_hours
+    if in_flight_since_ms is not None:
+        floor += max(0, now_ms - in_flight_since_ms) / 3_600_000
+    if requested_hours >= floor:
+        return requested_hours, ""
+    why = (
+        f"a batch has been in flight for {max(0, now_ms - in_flight_since_ms) / 60_000:.1f} min"
+        if in_flight_since_ms is not None
+        else "a batch may start while VACUUM lists the table"
+    )
+    return floor, (
+        f"retention raised from {requested_hours:g} h to {floor:.2f} h: {why}, and VACUUM must "
+        "not delete the files of a write in flight"
+    )
+
+
 LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
 
 
@@ -231,8 +264,11 @@ def vacuum_table(
     retention_hours: float,
     allow_unsafe: bool,
     parallelism: int | None = None,
+    in_flight_since_ms: int | None = None,
+    in_flight_margin_hours: float = IN_FLIGHT_MARGIN_HOURS,
 ) -> MaintenanceReport:
-    """VACUUM one table with Delta's retention check on (off only with the explicit override).
+    """VACUUM one table with Delta's retention check on (off only with the explicit override;
+    then never below what the write in flight, ``in_flight_since_ms``, needs).
     ``parallelism``: tasks for the file listing (default :func:`listing_parallelism`)."""
     from delta.tables import DeltaTable
 
@@ -240,6 +276,11 @@ def vacuum_table(
     started = time.monotonic()
     if not _table_exists(spark, path):
         return MaintenanceReport("vacuum", path, "VacuumSkipped", f"{path}: no table yet")
+    retention_hours, raised = unsafe_vacuum_retention(
+        retention_hours, in_flight_since_ms, int(time.time() * 1000), in_flight_margin_hours
+    )
+    if raised:
+        log.warning("%s: %s", path, raised)
     check_key = "spark.databricks.delta.retentionDurationCheck.enabled"
     unsafe = retention_hours < SAFE_RETENTION_HOURS
     if unsafe:
@@ -279,6 +320,7 @@ def vacuum_table(
     report.message = (
         f"VACUUM (retention {retention_hours:g} h) of {path}: removed {report.files_removed} "
         f"files ({human_bytes(report.bytes_removed)}), {report.duration_seconds:.1f} s"
+        + (f"; {raised}" if raised else "")
     )
     return report
 
@@ -313,6 +355,11 @@ def run_vacuum(
     vac = spec.maintenance.vacuum
     hours = vac.retention_hours if retention_hours is None else retention_hours
     chosen = spec.spark_conf.get(LISTING_PARALLELISM)  # the spec's own choice wins
+    in_flight = (
+        Checkpoint(spark, pipeline.identity.checkpoint_path).in_flight_since_ms()
+        if hours < SAFE_RETENTION_HOURS
+        else None
+    )
     return [
         vacuum_table(
             spark,
@@ -320,6 +367,7 @@ def run_vacuum(
             retention_hours=hours,
             allow_unsafe=vac.allow_unsafe_retention,
             parallelism=int(chosen) if chosen else None,
+            in_flight_since_ms=in_flight,
         )
         for path in (pipeline.identity.table_path, pipeline.identity.dead_letter_table_path)
     ]

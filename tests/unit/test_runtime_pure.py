@@ -316,3 +316,37 @@ def test_the_routing_fingerprint_changes_with_what_decides_where_a_record_goes()
     prints = [routing_fingerprint(spec) for spec in changed]
     assert base not in prints
     assert len(set(prints)) == len(prints)
+
+
+HOUR_MS = 3_600_000
+
+
+@pytest.mark.parametrize(
+    ("requested", "in_flight_for_hours", "expected"),
+    [
+        (168, 5.0, 168),  # safe retention: untouched, whatever is in flight
+        (24, None, 24),  # unsafe but above the margin, nothing in flight
+        (24, 2.0, 24),  # a two-hour batch is still younger than 24 h of retention
+        (0, None, 0.25),  # 0 h: raised to the margin (a batch may start meanwhile)
+        (1, 3.0, 3.25),  # a batch in flight for 3 h keeps its files: 3 h + the margin
+    ],
+)
+def test_an_unsafe_vacuum_never_reaches_the_files_of_a_write_in_flight(
+    requested: float, in_flight_for_hours: float | None, expected: float
+) -> None:
+    from deltaflow_runtime.maintenance import unsafe_vacuum_retention
+
+    now = 1_800_000_000_000
+    since = None if in_flight_for_hours is None else now - int(in_flight_for_hours * HOUR_MS)
+    hours, why = unsafe_vacuum_retention(requested, since, now)
+    assert hours == pytest.approx(expected)
+    assert bool(why) == (hours != requested)
+
+
+def test_when_a_batch_was_planned_is_read_from_its_offset_log_entry() -> None:
+    from deltaflow_runtime.checkpoint import batch_timestamp_ms, offset_log_entry
+
+    assert (
+        batch_timestamp_ms(offset_log_entry({"t": {0: 5}}, 1_795_000_000_123)) == 1_795_000_000_123
+    )
+    assert batch_timestamp_ms("v1") is None

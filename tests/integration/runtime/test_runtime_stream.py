@@ -803,7 +803,15 @@ def _vacuum_then_keep_streaming(
     assert query is not None
     wait_for(lambda: _drained(bootstrap, runner), 120, "the stream to drain")
     wait_for(lambda: not query.status["isTriggerActive"], 60, "an idle trigger")
-    unsafe = vacuum_table(spark, path, retention_hours=0, allow_unsafe=True)
+    # Even idle, a batch could start while VACUUM lists the table: 0 h is raised to a margin, so
+    # the compacted files (removed seconds ago) stay.
+    guarded = vacuum_table(spark, path, retention_hours=0, allow_unsafe=True)
+    assert guarded.files_removed == 0
+    assert "retention raised from 0 h to 0.25 h" in guarded.message
+    # This test knows nothing can start (the topic is drained and nothing is produced): no margin.
+    unsafe = vacuum_table(
+        spark, path, retention_hours=0, allow_unsafe=True, in_flight_margin_hours=0
+    )
     assert unsafe.files_removed >= compacted
     assert spark.conf.get("spark.databricks.delta.retentionDurationCheck.enabled") == "true"
 
