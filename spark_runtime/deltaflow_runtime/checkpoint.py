@@ -61,10 +61,13 @@ def render_offsets(offsets: TopicOffsets) -> str:
     )
 
 
-def offset_log_entry(offsets: TopicOffsets, timestamp_ms: int) -> str:
-    """An ``offsets/<batch>`` file for one Kafka source, as Spark writes it (conf left to the
-    session defaults on restart)."""
-    meta = {"batchWatermarkMs": 0, "batchTimestampMs": timestamp_ms, "conf": {}}
+def offset_log_entry(
+    offsets: TopicOffsets, timestamp_ms: int, conf: dict[str, str] | None = None
+) -> str:
+    """An ``offsets/<batch>`` file for one Kafka source, as Spark writes it. ``conf``: the
+    session settings Spark records with a batch; on restart it reads the shuffle partitions of an
+    unfinished batch and of the one before it (and fails on an entry without them)."""
+    meta = {"batchWatermarkMs": 0, "batchTimestampMs": timestamp_ms, "conf": dict(conf or {})}
     return f"{OFFSET_LOG_VERSION}\n{json.dumps(meta)}\n{render_offsets(offsets)}"
 
 
@@ -226,18 +229,20 @@ class Checkpoint(HadoopDir):
         staging = HadoopDir(self._spark, f"{self.path}.rebuilding-{uuid.uuid4().hex[:8]}")
         staging.write("metadata", metadata)
         now = int(time.time() * 1000)
+        shuffle = "spark.sql.shuffle.partitions"
+        conf = {shuffle: str(self._spark.conf.get(shuffle))}
         committed = f"{OFFSET_LOG_VERSION}\n" + '{"nextBatchWatermarkMs":0}'
         replay = previous is not None and batch_id > 0
         if replay:
             assert previous is not None
-            staging.write(f"offsets/{batch_id - 1}", offset_log_entry(previous, now))
+            staging.write(f"offsets/{batch_id - 1}", offset_log_entry(previous, now, conf))
             staging.write(f"commits/{batch_id - 1}", committed)
-            staging.write(f"offsets/{batch_id}", offset_log_entry(offsets, now))
+            staging.write(f"offsets/{batch_id}", offset_log_entry(offsets, now, conf))
         else:
             # Spark restarts from the latest offset entry and also reads the one before it (the
             # start of that batch); an empty batch ending where batch_id ends serves as both.
             for batch in (batch_id - 1, batch_id) if batch_id > 0 else (batch_id,):
-                staging.write(f"offsets/{batch}", offset_log_entry(offsets, now))
+                staging.write(f"offsets/{batch}", offset_log_entry(offsets, now, conf))
                 staging.write(f"commits/{batch}", committed)
         if self.exists():
             self.delete()  # holds no batch (checked above): at most metadata and sources

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Iterable, Mapping
@@ -232,18 +233,20 @@ def unsafe_vacuum_retention(
     of a write in flight, and why it was raised ("" when it was not)."""
     if requested_hours >= SAFE_RETENTION_HOURS:
         return requested_hours, ""
+    # Delta's VACUUM rounds the retention to whole hours (0.25 h is 0 h): round up instead.
     floor = margin_hours
     if in_flight_since_ms is not None:
         floor += max(0, now_ms - in_flight_since_ms) / 3_600_000
+    floor = float(math.ceil(floor))
     if requested_hours >= floor:
-        return requested_hours, ""
+        return float(math.ceil(requested_hours)), ""
     why = (
         f"a batch has been in flight for {max(0, now_ms - in_flight_since_ms) / 60_000:.1f} min"
         if in_flight_since_ms is not None
         else "a batch may start while VACUUM lists the table"
     )
     return floor, (
-        f"retention raised from {requested_hours:g} h to {floor:.2f} h: {why}, and VACUUM must "
+        f"retention raised from {requested_hours:g} h to {floor:g} h: {why}, and VACUUM must "
         "not delete the files of a write in flight"
     )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -327,8 +328,9 @@ HOUR_MS = 3_600_000
         (168, 5.0, 168),  # safe retention: untouched, whatever is in flight
         (24, None, 24),  # unsafe but above the margin, nothing in flight
         (24, 2.0, 24),  # a two-hour batch is still younger than 24 h of retention
-        (0, None, 0.25),  # 0 h: raised to the margin (a batch may start meanwhile)
-        (1, 3.0, 3.25),  # a batch in flight for 3 h keeps its files: 3 h + the margin
+        (0, None, 1),  # 0 h: raised to the margin (a batch may start meanwhile), whole hours
+        (1, 3.0, 4),  # a batch in flight for 3 h keeps its files: 3 h + the margin, rounded up
+        (2.5, None, 3),  # Delta would round 2.5 h to 2: rounded up instead
     ],
 )
 def test_an_unsafe_vacuum_never_reaches_the_files_of_a_write_in_flight(
@@ -340,7 +342,7 @@ def test_an_unsafe_vacuum_never_reaches_the_files_of_a_write_in_flight(
     since = None if in_flight_for_hours is None else now - int(in_flight_for_hours * HOUR_MS)
     hours, why = unsafe_vacuum_retention(requested, since, now)
     assert hours == pytest.approx(expected)
-    assert bool(why) == (hours != requested)
+    assert bool(why) == (hours > math.ceil(requested))
 
 
 def test_when_a_batch_was_planned_is_read_from_its_offset_log_entry() -> None:

@@ -807,7 +807,7 @@ def _vacuum_then_keep_streaming(
     # the compacted files (removed seconds ago) stay.
     guarded = vacuum_table(spark, path, retention_hours=0, allow_unsafe=True)
     assert guarded.files_removed == 0
-    assert "retention raised from 0 h to 0.25 h" in guarded.message
+    assert "retention raised from 0 h to 1 h" in guarded.message
     # This test knows nothing can start (the topic is drained and nothing is produced): no margin.
     unsafe = vacuum_table(
         spark, path, retention_hours=0, allow_unsafe=True, in_flight_margin_hours=0
