@@ -200,6 +200,23 @@ class TableWatch:
         versions = [int(n[:20]) for n in names if n.endswith(".json") and n[:20].isdigit()]
         return max(versions, default=-1)
 
+    def last_batch(self) -> int:
+        """The stream's batch id recorded in the latest commit (-1: none, or not the stream's)."""
+        version = self.version()
+        if version < 0:
+            return -1
+        path = f"{self.table}/_delta_log/{version:020d}.json"
+        if self._s3 is None:
+            text = Path(path).read_text()
+        else:
+            with self._s3.open_input_stream(_key(path)) as stream:
+                text = stream.read().decode()
+        for line in text.splitlines():
+            info = json.loads(line).get("commitInfo")
+            if info is not None and info.get("userMetadata"):
+                return int(json.loads(info["userMetadata"])["deltaflow"]["batchId"])
+        return -1
+
     def data_files(self) -> set[str]:
         """Every data file stored (committed or not)."""
         if self._s3 is None:
@@ -387,15 +404,15 @@ def crash_soak(
             if not _wait(lambda: watch.version() > before, 300, poll=0.05):  # noqa: B023
                 raise AssertionError(f"restart {number}: no commit within 300s (see {log})")
             recovered = time.monotonic() - driver.started
-            dead_before = dead_watch.version()
             hit = _kill_window(strategy, watch, rng, poll)
             killed_at = time.monotonic() - driver.started
             assert driver.alive(), f"restart {number}: the driver died by itself (see {log})"
             driver.kill()
             between = None
             if strategy == "after-table-commit" and hit:
-                # Every batch holds hostile records: its dead-letter commit follows the table's.
-                between = dead_watch.version() == dead_before
+                # Every batch holds hostile records, so each has a dead-letter commit after its
+                # table commit: did the kill come before the one of the table's last batch?
+                between = dead_watch.last_batch() < watch.last_batch()
             restarts.append(Restart(number, strategy, recovered, killed_at, hit, between))
             say(
                 f"restart {number}: recovered in {recovered:.1f}s, killed {strategy} "
