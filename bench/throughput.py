@@ -51,7 +51,14 @@ def _drain(
     """One job drains the topic into its own table: (its run, rows in its table)."""
     config = work / f"{name}.yaml"
     table = write_manifest(
-        config, name, "bench", bootstrap, where, max_offsets=args.max_offsets, trigger="1s"
+        config,
+        name,
+        "bench",
+        bootstrap,
+        where,
+        max_offsets=args.max_offsets,
+        trigger="1s",
+        optimize_write=args.optimize_write == "on",
     )
     log = work / f"{name}.log"
     if job == "deltaflow":
@@ -76,6 +83,12 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--work", type=Path, default=None)
     parser.add_argument("--object-store", action="store_true", help="tables on MinIO (s3a://)")
+    parser.add_argument(
+        "--optimize-write",
+        choices=("on", "off"),
+        default="off",
+        help="the runtime's sink.optimizeWrite (the minimal jobs write without it)",
+    )
     parser.add_argument(
         "--bad-percent",
         type=float,

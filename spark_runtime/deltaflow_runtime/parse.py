@@ -441,8 +441,20 @@ def split(routed: DataFrame, spec: ParseSpec) -> DataFrame:
     if spec.format == "raw":
         columns.append(F.when(~refused, F.col(TEXT)).alias(TEXT))
     else:
-        columns.append(F.when(~refused, F.col(PARSED)).alias(PARSED))
+        # One top-level column per field: the cache stores primitive columns far cheaper than
+        # a struct.
+        assert spec.value_schema is not None
+        columns.extend(
+            F.when(~refused, _field(name)).alias(_value_column(i))
+            for i, name in enumerate(spec.value_schema.fieldNames())
+        )
     return routed.select(*columns)
+
+
+def _value_column(index: int) -> str:
+    """The split frame's column holding the value's field number ``index`` (by position: a
+    field name may hold any character)."""
+    return f"__deltaflow_value_{index}"
 
 
 def valid_rows(split_rows: DataFrame, spec: ParseSpec) -> DataFrame:
@@ -454,7 +466,10 @@ def valid_rows(split_rows: DataFrame, spec: ParseSpec) -> DataFrame:
         columns = [F.col("key"), F.col(TEXT).alias("value")]
     else:
         assert spec.value_schema is not None
-        columns = [_field(name).alias(name) for name in spec.value_schema.fieldNames()]
+        columns = [
+            F.col(_value_column(i)).alias(name)
+            for i, name in enumerate(spec.value_schema.fieldNames())
+        ]
     return valid.select(*columns, *(_metadata() if spec.metadata_columns else []))
 
 

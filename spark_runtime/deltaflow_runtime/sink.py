@@ -104,6 +104,21 @@ class Counts:
 
 RECENT_REPORTS = 16
 
+# A batch writes one file per write task and table partition. Small batches (the steady state)
+# are written by fewer tasks, about this many records each, so a batch of 25k records over 4 Kafka
+# partitions writes 1 file per table partition instead of 4; large batches (catch-up) keep one
+# task per Kafka partition.
+RECORDS_PER_WRITE_TASK = 100_000
+
+
+def write_tasks(planned_records: int | None, partitions: int) -> int | None:
+    """How many tasks write a batch of ``planned_records`` read from ``partitions`` Kafka
+    partitions; None: one per Kafka partition (no change)."""
+    if planned_records is None or partitions <= 1:
+        return None
+    tasks = max(1, -(-planned_records // RECORDS_PER_WRITE_TASK))
+    return tasks if tasks < partitions else None
+
 
 class DuplicateWriterError(RuntimeError):
     """Another process committed this stream's batch: two drivers run the same stream."""
@@ -147,7 +162,7 @@ class BatchWriter:
         stream: StreamIdentity,
         spec: ParseSpec,
         partition_by: list[str],
-        optimize_write: bool = True,
+        optimize_write: bool = False,
         checkpoint: Checkpoint,
         admin: KafkaAdmin,
         metrics: RuntimeMetrics,
@@ -270,6 +285,12 @@ class BatchWriter:
         from pyspark.sql import Observation
 
         clock = time.monotonic()
+        end = report.end_offsets or {}
+        # The Kafka source reads each Kafka partition in one Spark partition.
+        tasks = write_tasks(self._planned_records(end), sum(len(ps) for ps in end.values()))
+        if tasks is not None:
+            rows.count()  # fills the cache with every core before the write narrows to few
+            rows = rows.coalesce(tasks)
         observation = Observation()
         counts = self._append(
             valid_rows(rows.observe(observation, *table_pass_columns()), self.spec),
@@ -315,6 +336,20 @@ class BatchWriter:
                 )
             report.dead_letters = dead.reasons
         report.seconds["write_dead_letter"] = time.monotonic() - clock
+
+    def _planned_records(self, end: TopicOffsets | None) -> int | None:
+        """Records in the batch by its offsets (None when where it starts is not known here)."""
+        start = self.committed_offsets
+        if end is None or not start:
+            return None
+        total = 0
+        for topic, parts in end.items():
+            for partition, offset in parts.items():
+                begin = start.get(topic, {}).get(partition)
+                if begin is None:
+                    return None
+                total += max(0, offset - begin)
+        return total
 
     def _finish_replay(
         self, rows: DataFrame, batch_id: int, metadata: str, report: BatchReport

@@ -352,3 +352,22 @@ def test_when_a_batch_was_planned_is_read_from_its_offset_log_entry() -> None:
         batch_timestamp_ms(offset_log_entry({"t": {0: 5}}, 1_795_000_000_123)) == 1_795_000_000_123
     )
     assert batch_timestamp_ms("v1") is None
+
+
+@pytest.mark.parametrize(
+    ("planned", "partitions", "tasks"),
+    [
+        (25_000, 4, 1),  # steady 5k rec/s, 5 s trigger: one write task, one file per partition
+        (250_000, 4, 3),
+        (500_000, 4, None),  # catch-up: one task per Kafka partition, as Spark reads them
+        (10, 1, None),
+        (None, 4, None),  # where the batch starts is unknown (first batch after a start)
+        (0, 4, 1),
+    ],
+)
+def test_small_batches_are_written_by_fewer_tasks(
+    planned: int | None, partitions: int, tasks: int | None
+) -> None:
+    from deltaflow_runtime.sink import write_tasks
+
+    assert write_tasks(planned, partitions) == tasks

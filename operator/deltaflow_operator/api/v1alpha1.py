@@ -256,10 +256,11 @@ class DeltaSink(ApiModel):
         description="Add _kafka_topic, _kafka_partition, _kafka_offset, _kafka_timestamp.",
     )
     optimize_write: bool = Field(
-        default=True,
+        default=False,
         description="Shuffle each batch by the table's partitions before writing (Delta's "
-        "optimized writes): one file per table partition per batch instead of one per Kafka "
-        "partition and table partition. Turn off to save the shuffle when files are large.",
+        "optimized writes): one file per table partition per batch even for large batches, at "
+        "the cost of a shuffle (about 10% more CPU per record). Without it, small batches are "
+        "written by fewer tasks (no shuffle) and large ones by one task per Kafka partition.",
     )
     storage: Storage | None = None
     rules = (
