@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -20,12 +21,22 @@ class ServiceError(RuntimeError):
     """A service did not start or stopped unexpectedly; the message carries its log tail."""
 
 
+_HANDED_OUT: set[int] = set()
+_HANDED_OUT_LOCK = threading.Lock()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free now (the OS picks it, so busy ports are avoided)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A TCP port on 127.0.0.1 that is free now (the OS picks it, so busy ports are avoided) and
+    was not returned before in this process: the OS may hand out a just-closed port again, and
+    two listeners of one service (Kafka's controller and pod listeners) once got the same one."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port: int = s.getsockname()[1]
+        with _HANDED_OUT_LOCK:
+            if port not in _HANDED_OUT:
+                _HANDED_OUT.add(port)
+                return port
 
 
 def record_pid(pid: int) -> None:
