@@ -117,6 +117,20 @@ def _commit_info_at(log: HadoopDir, version: int) -> dict[str, Any] | None:
     return None if text is None else commit_info(text)
 
 
+def _stream_entry(info: dict[str, Any], txn_app_id: str) -> tuple[int, dict[str, Any]] | None:
+    """(batch id, the stream's userMetadata entry + WRITTEN_ROWS) of one commit's commitInfo;
+    None when the commit is not the stream's."""
+    user_metadata = info.get("userMetadata")
+    parsed = parse_commit_metadata(None if user_metadata is None else str(user_metadata))
+    if parsed is None or parsed[0] != txn_app_id:
+        return None
+    entry: dict[str, Any] = json.loads(str(user_metadata))[METADATA_KEY]
+    metrics = info.get("operationMetrics") or {}
+    if "numOutputRows" in metrics:
+        entry[WRITTEN_ROWS] = int(metrics["numOutputRows"])
+    return parsed[1], entry
+
+
 @dataclass(frozen=True)
 class StreamCommit:
     """The commit that holds the table's current last batch of the stream, found by walking the
@@ -167,15 +181,11 @@ def last_stream_commit(
         info = _commit_info_at(log, version)
         if info is None:
             return None
-        user_metadata = info.get("userMetadata")
-        parsed = parse_commit_metadata(None if user_metadata is None else str(user_metadata))
-        if parsed is not None and parsed[0] == txn_app_id:
-            entry: dict[str, Any] = json.loads(str(user_metadata))[METADATA_KEY]
-            metrics = info.get("operationMetrics") or {}
-            if "numOutputRows" in metrics:
-                entry[WRITTEN_ROWS] = int(metrics["numOutputRows"])
+        ours = _stream_entry(info, txn_app_id)
+        if ours is not None:
+            batch, entry = ours
             return StreamCommit(
-                batch=parsed[1],
+                batch=batch,
                 version=version,
                 entry=entry,
                 restore_version=restore[0] if restore else None,
@@ -210,16 +220,11 @@ def recorded_entry(
         info = _commit_info_at(log, version)
         if info is None:
             return None  # cleaned up by log retention: nothing older is left either
-        user_metadata = info.get("userMetadata")
-        parsed = parse_commit_metadata(None if user_metadata is None else str(user_metadata))
-        if parsed is not None and parsed[0] == txn_app_id:
-            if parsed[1] == batch_id:
-                entry: dict[str, Any] = json.loads(str(user_metadata))[METADATA_KEY]
-                metrics = info.get("operationMetrics") or {}
-                if "numOutputRows" in metrics:
-                    entry[WRITTEN_ROWS] = int(metrics["numOutputRows"])
-                return entry
-            if parsed[1] < batch_id:
+        ours = _stream_entry(info, txn_app_id)
+        if ours is not None:
+            if ours[0] == batch_id:
+                return ours[1]
+            if ours[0] < batch_id:
                 return None
     return None
 
