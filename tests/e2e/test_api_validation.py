@@ -15,6 +15,10 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from deltaflow_operator.api import DeltaIngestion
+from deltaflow_operator.api.names import MAX_NAME_LENGTH, executor_pod_name
+from deltaflow_operator.builders import driver as driver_builders
+from deltaflow_operator.reconcile import children
+from deltaflow_operator.settings import Settings
 from devstack.kube import KubeControlPlane
 from support.manifests import IMMUTABLE_UPDATES, INVALID_CASES, InvalidCase, valid_manifest
 
@@ -64,6 +68,71 @@ def test_checkpoint_breaking_updates_are_rejected(
     chart_installed.kubectl("apply", "--dry-run=server", "-f", "-", stdin=json.dumps(fine))
 
 
+# --- names: a metadata.name the API server accepts, it accepts for every child --------------------
+
+_DNS_LABEL_NAMES = st.from_regex(r"\A[a-z]([-a-z0-9]*[a-z0-9])?\Z", fullmatch=True).filter(
+    lambda n: len(n) <= MAX_NAME_LENGTH
+)
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    name=st.one_of(
+        st.just("a" * MAX_NAME_LENGTH),
+        st.just("z" + "-9" * ((MAX_NAME_LENGTH - 1) // 2)),
+        _DNS_LABEL_NAMES,
+    )
+)
+def test_every_child_of_an_accepted_name_is_accepted(
+    chart_installed: KubeControlPlane, api: client.CustomObjectsApi, name: str
+) -> None:
+    manifest = valid_manifest(name=name, namespace=NS)
+    chart_installed.kubectl("apply", "--dry-run=server", "-f", "-", stdin=json.dumps(manifest))
+    manifest["metadata"].update(uid="00000000-0000-0000-0000-000000000001", generation=1)
+    ingestion = DeltaIngestion.model_validate(manifest)
+    settings_ = Settings(image="deltaflow:e2e")
+    executor = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        # Spark's name for the executor with the largest id it can give.
+        "metadata": {"name": executor_pod_name(name, 2**31 - 1), "namespace": NS},
+        "spec": {"containers": [{"name": "executor", "image": "deltaflow:e2e"}]},
+    }
+    items = [
+        *children(ingestion, settings_),
+        driver_builders.driver_pod(ingestion, settings_),
+        executor,
+    ]
+    result = chart_installed.kubectl(
+        "apply",
+        "--dry-run=server",
+        "-f",
+        "-",
+        stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
+        check=False,
+    )
+    assert result.returncode == 0, f"{name} ({len(name)} characters): {result.stderr}"
+    assert result.stdout.count("(server dry run)") == len(items), result.stdout
+
+
+def test_one_character_longer_is_refused_by_the_api_server(
+    chart_installed: KubeControlPlane, api: client.CustomObjectsApi
+) -> None:
+    manifest = valid_manifest(name="a" * (MAX_NAME_LENGTH + 1), namespace=NS)
+    result = chart_installed.kubectl(
+        "apply", "--dry-run=server", "-f", "-", stdin=json.dumps(manifest), check=False
+    )
+    assert result.returncode != 0
+    assert "metadata.name" in result.stderr, result.stderr
+    assert "CronJob" in result.stderr, result.stderr
+
+
 # --- both judges on generated manifests ----------------------------------------------------------
 
 
@@ -77,7 +146,9 @@ def _volume(name: str, mount: str, read_only: bool = False) -> dict[str, Any]:
 
 
 _FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
-    "metadata.name": st.sampled_from(["orders", "a" * 47, "a" * 48, "1abc", "a-b", "x9"]),
+    "metadata.name": st.sampled_from(
+        ["orders", "a" * MAX_NAME_LENGTH, "a" * (MAX_NAME_LENGTH + 1), "1abc", "a-b", "x9"]
+    ),
     "spec.suspend": st.sampled_from([True, False]),
     "spec.source.bootstrapServers": st.sampled_from(
         ["k:9092", "k", "k:123456", "a:1,b:2", "a:1,", "a.b-c:80"]

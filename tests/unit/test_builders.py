@@ -401,3 +401,17 @@ def test_driver_pod_in_a_pod_resolves_master_and_host_without_dns() -> None:
     job = maintenance_cronjob(ing, SETTINGS, "vacuum")["spec"]["jobTemplate"]["spec"]["template"]
     job_env = {e["name"] for e in job["spec"]["containers"][0]["env"]}
     assert session.ENV_SPARK_MASTER not in job_env
+
+
+def test_spec_image_runs_the_driver_executors_and_maintenance_jobs() -> None:
+    custom = ingestion(image="registry.example/deltaflow-extra:7")
+    pod = b.driver_pod(custom, SETTINGS)
+    assert pod["spec"]["containers"][0]["image"] == "registry.example/deltaflow-extra:7"
+    conf = b.spark_conf(custom, SETTINGS)
+    assert conf["spark.kubernetes.container.image"] == "registry.example/deltaflow-extra:7"
+    cron = maintenance_cronjob(custom, SETTINGS, "optimize")
+    job_pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert job_pod["containers"][0]["image"] == "registry.example/deltaflow-extra:7"
+    # Changing it replaces the driver; leaving it out runs the operator's image.
+    assert b.driver_spec_hash(custom, SETTINGS) != b.driver_spec_hash(ingestion(), SETTINGS)
+    assert b.driver_pod(ingestion(), SETTINGS)["spec"]["containers"][0]["image"] == SETTINGS.image

@@ -138,7 +138,8 @@ def crd_manifest() -> dict[str, Any]:
                 "singular": api.SINGULAR,
                 "listKind": f"{api.KIND}List",
                 "shortNames": list(api.SHORT_NAMES),
-                "categories": ["all", "deltaflow"],
+                # Not in "all": `kubectl delete all` must not stop every stream.
+                "categories": ["deltaflow"],
             },
             "versions": [
                 {

@@ -14,6 +14,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from deltaflow_operator.api.names import MAX_NAME_LENGTH, NAME_LIMITED_BY
 from deltaflow_operator.api.rules import (
     MEMORY_MIB_CEL,
     RESERVED_MOUNT_PATHS,
@@ -498,7 +499,14 @@ class DeltaIngestionSpec(ApiModel):
     """What a data engineer writes: one Kafka source into one Delta table."""
 
     suspend: bool = Field(default=False, description="Stop the driver; resume from the checkpoint.")
-    image: Annotated[str | None, Field(pattern=IMAGE_PATTERN)] = None
+    image: Annotated[
+        str | None,
+        Field(
+            pattern=IMAGE_PATTERN,
+            description="Image of the driver, executors and maintenance jobs (a Deltaflow "
+            "runtime image, e.g. one with extra jars); default: the operator's own image.",
+        ),
+    ] = None
     source: KafkaSource
     format: Format
     sink: DeltaSink
@@ -672,10 +680,11 @@ class DeltaIngestionStatus(StatusModel):
 
 NAME_RULES = (
     Rule(
-        cel="size(self.metadata.name) <= 47",
-        message="metadata.name must be at most 47 characters (child names add suffixes such as "
-        "-optimize and must stay within 63)",
-        check=lambda v: len(str((v.get("metadata") or {}).get("name", ""))) <= 47,
+        cel=f"size(self.metadata.name) <= {MAX_NAME_LENGTH}",
+        message=f"metadata.name must be at most {MAX_NAME_LENGTH} characters: the "
+        f"{NAME_LIMITED_BY.names} is named <name>{NAME_LIMITED_BY.suffix} and may have at most "
+        f"{NAME_LIMITED_BY.limit}",
+        check=lambda v: len(str((v.get("metadata") or {}).get("name", ""))) <= MAX_NAME_LENGTH,
         field_path=".metadata.name",
     ),
     Rule(

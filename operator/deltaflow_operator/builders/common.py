@@ -6,7 +6,7 @@ import hashlib
 import json
 from typing import Any
 
-from deltaflow_operator.api import GROUP, KIND, VERSION, DeltaIngestion
+from deltaflow_operator.api import GROUP, KIND, VERSION, DeltaIngestion, names
 
 Manifest = dict[str, Any]
 MANAGED_BY = "deltaflow-operator"
@@ -17,27 +17,37 @@ CONFIG_MOUNT = "/etc/deltaflow"
 
 def driver_pod_name(name: str) -> str:
     """The driver pod's fixed name: at most one driver per stream can exist at a time."""
-    return f"{name}-driver"
+    return names.DRIVER_POD.of(name)
 
 
 def driver_service_name(name: str) -> str:
     """Headless Service executors use to reach the driver."""
-    return f"{name}-driver"
+    return names.DRIVER_SERVICE.of(name)
 
 
 def service_account_name(name: str) -> str:
-    """The driver's ServiceAccount (also the name of its Role and RoleBinding)."""
-    return f"{name}-spark"
+    """The driver's ServiceAccount (also the name of its RoleBinding)."""
+    return names.DRIVER_IDENTITY.of(name)
 
 
 def config_map_name(name: str) -> str:
     """The ConfigMap with the rendered pipeline config."""
-    return f"{name}-config"
+    return names.CONFIG_MAP.of(name)
 
 
 def cronjob_name(name: str, job: str) -> str:
     """The CronJob running one maintenance job (``optimize`` or ``vacuum``)."""
-    return f"{name}-{job}"
+    return {"optimize": names.OPTIMIZE_CRONJOB, "vacuum": names.VACUUM_CRONJOB}[job].of(name)
+
+
+def executor_pod_name_prefix(name: str) -> str:
+    """What Spark names executor pods after: ``<prefix>-exec-<id>``."""
+    return names.EXECUTOR_PREFIX.of(name)
+
+
+def runtime_image(ingestion: DeltaIngestion, default: str) -> str:
+    """The image the stream's pods run: ``spec.image``, else the operator's ``default``."""
+    return ingestion.spec.image or default
 
 
 def labels(ingestion: DeltaIngestion, component: str) -> dict[str, str]:

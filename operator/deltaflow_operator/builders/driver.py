@@ -27,10 +27,12 @@ from deltaflow_operator.builders.common import (
     config_map_name,
     driver_pod_name,
     driver_service_name,
+    executor_pod_name_prefix,
     labels,
     metadata,
     restricted_container_security,
     restricted_pod_security,
+    runtime_image,
     service_account_name,
     stable_hash,
 )
@@ -82,7 +84,13 @@ def driver_spec_hash(ingestion: DeltaIngestion, settings: Settings) -> str:
     Scaling bounds, maintenance schedules and ``suspend`` are left out: those apply in place.
     """
     spec = ingestion.spec.model_dump(by_alias=True, exclude={"suspend", "scaling", "maintenance"})
-    return stable_hash({"spec": spec, "image": settings.image, "pull": settings.image_pull_policy})
+    return stable_hash(
+        {
+            "spec": spec,
+            "image": runtime_image(ingestion, settings.image),
+            "pull": settings.image_pull_policy,
+        }
+    )
 
 
 def secret_refs(ingestion: DeltaIngestion) -> dict[str, SecretKeyRef]:
@@ -147,11 +155,11 @@ def spark_conf(ingestion: DeltaIngestion, settings: Settings) -> dict[str, str]:
         "spark.submit.deployMode": "client",
         "spark.app.name": f"deltaflow-{ns}-{name}",
         "spark.kubernetes.namespace": ns,
-        "spark.kubernetes.container.image": settings.image,
+        "spark.kubernetes.container.image": runtime_image(ingestion, settings.image),
         "spark.kubernetes.container.image.pullPolicy": settings.image_pull_policy,
         # Executors get an owner reference to this pod: a replaced driver takes its executors along.
         "spark.kubernetes.driver.pod.name": driver_pod_name(name),
-        "spark.kubernetes.executor.podNamePrefix": f"{name}-exec",
+        "spark.kubernetes.executor.podNamePrefix": executor_pod_name_prefix(name),
         "spark.kubernetes.executor.podTemplateFile": f"{CONFIG_MOUNT}/executor-pod-template.yaml",
         "spark.kubernetes.executor.podTemplateContainerName": EXECUTOR_CONTAINER,
         "spark.kubernetes.authenticate.driver.serviceAccountName": service_account_name(name),
@@ -353,7 +361,7 @@ def driver_pod(ingestion: DeltaIngestion, settings: Settings) -> Manifest:
             "containers": [
                 {
                     "name": "driver",
-                    "image": settings.image,
+                    "image": runtime_image(ingestion, settings.image),
                     "imagePullPolicy": settings.image_pull_policy,
                     "args": ["stream", "--config", f"{CONFIG_MOUNT}/ingestion.yaml"],
                     "env": [

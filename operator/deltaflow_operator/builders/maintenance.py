@@ -13,6 +13,7 @@ from deltaflow_operator.builders.common import (
     metadata,
     restricted_container_security,
     restricted_pod_security,
+    runtime_image,
 )
 from deltaflow_operator.builders.driver import (
     config_volume,
@@ -61,7 +62,7 @@ def maintenance_cronjob(ingestion: DeltaIngestion, settings: Settings, job: Job)
                             "containers": [
                                 {
                                     "name": job,
-                                    "image": settings.image,
+                                    "image": runtime_image(ingestion, settings.image),
                                     "imagePullPolicy": settings.image_pull_policy,
                                     "args": [job, "--config", f"{CONFIG_MOUNT}/ingestion.yaml"],
                                     "env": [
