@@ -19,6 +19,7 @@ from typing import Any, TypeVar, cast
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import DynamicApiError
 
 from deltaflow_operator.api import GROUP, PLURAL, VERSION
 from deltaflow_operator.api.v1alpha1 import SecretKeyRef
@@ -94,13 +95,28 @@ class Kube:
         resource = self.dynamic.resources.get(
             api_version=manifest["apiVersion"], kind=manifest["kind"]
         )
-        result = self.dynamic.server_side_apply(
-            resource,
-            body=manifest,
-            namespace=manifest["metadata"].get("namespace"),
-            field_manager=FIELD_MANAGER,
-            force_conflicts=True,
-        )
+        namespace = manifest["metadata"].get("namespace")
+        try:
+            result = self.dynamic.server_side_apply(
+                resource,
+                body=manifest,
+                namespace=namespace,
+                field_manager=FIELD_MANAGER,
+                force_conflicts=True,
+            )
+        except DynamicApiError as e:
+            # A RoleBinding's roleRef cannot change (older versions bound a per-stream Role):
+            # replace the binding, which the driver holds only while it lists or creates pods.
+            if e.status != 422 or manifest["kind"] != "RoleBinding":
+                raise
+            resource.delete(name=manifest["metadata"]["name"], namespace=namespace)
+            result = self.dynamic.server_side_apply(
+                resource,
+                body=manifest,
+                namespace=namespace,
+                field_manager=FIELD_MANAGER,
+                force_conflicts=True,
+            )
         applied: dict[str, Any] = result.to_dict()
         return applied
 

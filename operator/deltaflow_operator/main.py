@@ -16,7 +16,6 @@ from deltaflow_operator.kube import Kube, load_config, release_lease, start_lead
 from deltaflow_operator.settings import Settings
 
 log = logging.getLogger("deltaflow.operator")
-LEASE_NAME = "deltaflow-operator"
 
 
 def health_response(path: str, *, leading: bool, stopping: bool) -> tuple[int, str]:
@@ -89,8 +88,9 @@ def run(settings: Settings | None = None) -> int:
         stop.set()
         leading.set()  # wake the main thread if it is still waiting
 
-    identity = start_leader_election(settings.namespace, LEASE_NAME, on_started, on_stopped)
-    log.info("standby: waiting for the leader Lease %s/%s", settings.namespace, LEASE_NAME)
+    lease = settings.lease_name
+    identity = start_leader_election(settings.namespace, lease, on_started, on_stopped)
+    log.info("standby: waiting for the leader Lease %s/%s", settings.namespace, settings.lease_name)
     leading.wait()
     if lost.is_set():
         return 1
@@ -100,8 +100,8 @@ def run(settings: Settings | None = None) -> int:
         return 1
     # Stopped on purpose (SIGTERM: pod deleted, rollout): nothing acts any more, so hand the
     # Lease over now rather than make the standby wait for it to expire.
-    if release_lease(settings.namespace, LEASE_NAME, identity):
-        log.info("released the leader Lease %s/%s", settings.namespace, LEASE_NAME)
+    if release_lease(settings.namespace, settings.lease_name, identity):
+        log.info("released the leader Lease %s/%s", settings.namespace, settings.lease_name)
     return 0
 
 

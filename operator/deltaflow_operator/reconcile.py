@@ -36,8 +36,7 @@ def children(ingestion: DeltaIngestion, settings: Settings) -> list[dict[str, An
     """Every child except the driver pod, in the order they are applied."""
     return [
         driver_builders.service_account(ingestion),
-        driver_builders.role(ingestion),
-        driver_builders.role_binding(ingestion),
+        driver_builders.role_binding(ingestion, settings),
         driver_builders.driver_service(ingestion, settings),
         driver_builders.config_map(ingestion, settings),
         *(maintenance_cronjob(ingestion, settings, job) for job in JOBS),

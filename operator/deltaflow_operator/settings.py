@@ -13,6 +13,9 @@ class Settings:
     image: str = "ghcr.io/deltaflow/deltaflow:0.1.0"
     image_pull_policy: str = "IfNotPresent"
     namespace: str = "deltaflow-system"  # where the operator's leader-election Lease lives
+    lease_name: str = "deltaflow-operator"
+    # The chart's ClusterRole each driver's RoleBinding grants (the operator may only bind it).
+    driver_cluster_role: str = "deltaflow-operator-driver"
     metrics_port: int = 8000
     health_port: int = 8080
     reconcile_interval_seconds: float = 10.0
@@ -30,6 +33,8 @@ class Settings:
             image=e.get("DELTAFLOW_IMAGE", d.image),
             image_pull_policy=e.get("DELTAFLOW_IMAGE_PULL_POLICY", d.image_pull_policy),
             namespace=e.get("DELTAFLOW_NAMESPACE", d.namespace),
+            lease_name=e.get("DELTAFLOW_LEASE_NAME", d.lease_name),
+            driver_cluster_role=e.get("DELTAFLOW_DRIVER_CLUSTER_ROLE", d.driver_cluster_role),
             metrics_port=int(e.get("DELTAFLOW_METRICS_PORT", d.metrics_port)),
             health_port=int(e.get("DELTAFLOW_HEALTH_PORT", d.health_port)),
             reconcile_interval_seconds=float(

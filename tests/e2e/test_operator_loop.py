@@ -18,7 +18,6 @@ CHILD_KINDS = [
     ("pod", "orders-driver"),
     ("service", "orders-driver"),
     ("serviceaccount", "orders-spark"),
-    ("role", "orders-spark"),
     ("rolebinding", "orders-spark"),
     ("configmap", "orders-config"),
     ("cronjob", "orders-optimize"),
@@ -278,22 +277,53 @@ def test_operator_killed_mid_reconcile_resumes_without_duplicates(
     assert added == {new_uid}, watch.events
 
 
+PERMISSIONS = Path(__file__).parent / "permissions"
+
+
+def allowed(name: str) -> dict[str, set[str]]:
+    """A checked-in allow-list: ``resource[resourceNames]`` -> verbs."""
+    entries: dict[str, set[str]] = {}
+    for line in (PERMISSIONS / name).read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            what, verbs = line.split(":", 1)
+            entries[what.strip()] = set(verbs.split())
+    return entries
+
+
+def effective(op: OperatorUnderTest, who: str) -> dict[str, set[str]]:
+    """``kubectl auth can-i --list`` for ``who`` in the stream's namespace, as an allow-list."""
+    listing = op.kube.kubectl("-n", NS, "auth", "can-i", "--list", f"--as={who}").stdout
+    entries: dict[str, set[str]] = {}
+    # Rows: resource, non-resource URLs, resource names, verbs. Non-resource URL rows
+    # (discovery, health) start with a blank resource column and are left out.
+    for line in listing.splitlines()[1:]:
+        if not line[:1].strip():
+            continue
+        resource, rest = line.split(None, 1)
+        names = rest[rest.index("]") + 1 :].strip()  # after the non-resource URLs column
+        names, verbs = names[: names.index("]") + 1], names[names.index("]") + 1 :]
+        key = resource if names == "[]" else f"{resource}[{names.strip('[]')}]"
+        entries.setdefault(key, set()).update(verbs.strip().strip("[]").split())
+    return entries
+
+
+def test_operator_permissions_are_exactly_the_checked_in_list(
+    operator: OperatorUnderTest, orders: dict[str, Any]
+) -> None:
+    who = "system:serviceaccount:deltaflow-system:deltaflow-operator"
+    assert effective(operator, who) == allowed("operator.txt")
+    for verb, what in [("list", "secrets"), ("watch", "secrets"), ("create", "roles")]:
+        answer = operator.kube.kubectl(
+            "-n", NS, "auth", "can-i", verb, *what.split(), f"--as={who}", check=False
+        )
+        assert answer.stdout.strip() == "no", (verb, what, answer.stdout)
+
+
 def test_driver_service_account_can_only_manage_its_executors(
     operator: OperatorUnderTest, orders: dict[str, Any]
 ) -> None:
     who = "system:serviceaccount:data:orders-spark"
-    listing = operator.kube.kubectl("-n", NS, "auth", "can-i", "--list", f"--as={who}").stdout
-    # Resource rows start in the first column; non-resource URL rows (discovery, health) do not.
-    rows = [line.split() for line in listing.splitlines()[1:] if line[:1].strip()]
-    resources = {row[0] for row in rows}
-    granted = {"pods", "configmaps"}
-    defaults = {
-        "selfsubjectreviews.authentication.k8s.io",
-        "selfsubjectaccessreviews.authorization.k8s.io",
-        "selfsubjectrulesreviews.authorization.k8s.io",
-    }
-    assert granted <= resources, listing
-    assert resources - defaults - granted == set(), listing  # discovery URLs aside, nothing else
+    assert effective(operator, who) == allowed("driver.txt")
     for verb, what in [
         ("get", "secrets"),
         ("list", "secrets"),

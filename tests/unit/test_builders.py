@@ -120,16 +120,19 @@ def test_spark_conf_runs_client_mode_against_kubernetes() -> None:
     assert template["spec"]["automountServiceAccountToken"] is False
 
 
-def test_driver_role_is_namespaced_and_has_no_secret_access() -> None:
-    role = b.role(ingestion())
-    assert role["kind"] == "Role"
-    assert role["metadata"]["namespace"] == "data"
-    resources = {r for rule in role["rules"] for r in rule["resources"]}
-    assert resources == {"pods", "configmaps"}
-    binding = b.role_binding(ingestion())
+def test_driver_gets_the_charts_cluster_role_in_its_own_namespace_only() -> None:
+    binding = b.role_binding(ingestion(), SETTINGS)
+    assert binding["kind"] == "RoleBinding"  # namespaced: nothing outside the stream's namespace
+    assert binding["metadata"]["namespace"] == "data"
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": SETTINGS.driver_cluster_role,
+    }
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "orders-spark", "namespace": "data"}
     ]
+    assert {r for rule in b.DRIVER_RULES for r in rule["resources"]} == {"pods", "configmaps"}
 
 
 def test_config_map_holds_what_the_runtime_reads() -> None:

@@ -15,18 +15,28 @@ REPO = Path(__file__).resolve().parents[2]
 UID = 185  # the image's user (Dockerfile)
 
 
-@pytest.fixture(scope="module")
-def deployment() -> dict[str, Any]:
+CHART = str(REPO / "charts/deltaflow")
+
+
+def _helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     # The pinned helm the stack builds (a missing one fails the run with the step to rerun).
     helm = str(installed_path("helm") / "helm")
-    out = subprocess.run(
-        [helm, "template", "deltaflow", str(REPO / "charts/deltaflow"), "-n", "deltaflow-system"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    docs = [d for d in yaml.safe_load_all(out) if d]
-    return next(d for d in docs if d["kind"] == "Deployment")
+    return subprocess.run([helm, *args], capture_output=True, text=True, check=check)
+
+
+def render(release: str = "deltaflow", *values: str) -> list[dict[str, Any]]:
+    """The chart's objects as `helm template` renders them."""
+    out = _helm("template", release, CHART, "-n", "deltaflow-system", *values).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def _one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    return next(d for d in docs if d["kind"] == kind and name in (None, d["metadata"]["name"]))
+
+
+@pytest.fixture(scope="module")
+def deployment() -> dict[str, Any]:
+    return _one(render(), "Deployment")
 
 
 def test_operator_pod_passes_the_restricted_standard(deployment: dict[str, Any]) -> None:
@@ -68,3 +78,102 @@ def test_readiness_is_readyz_which_the_standby_passes(deployment: dict[str, Any]
         assert health_response(probe["path"], leading=leading, stopping=False)[0] == 200
     liveness = container["livenessProbe"]["httpGet"]["path"]
     assert health_response(liveness, leading=False, stopping=False)[0] == 200
+
+
+def test_helm_lint_passes_strict() -> None:
+    result = _helm("lint", "--strict", CHART, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        (["--set=operatr.logLevel=DEBUG"], "operatr"),
+        (["--set=operator.loglevel=DEBUG"], "loglevel"),
+        (["--set=operator.logLevel=VERBOSE"], "logLevel"),
+        (["--set=replicaCount=-1"], "replicaCount"),
+        (["--set=metrics.port=70000"], "port"),
+        (["--set=image.pullPolicy=Sometimes"], "pullPolicy"),
+    ],
+)
+def test_a_values_mistake_is_refused_naming_the_key(values: list[str], named: str) -> None:
+    result = _helm("template", "deltaflow", CHART, *values, check=False)
+    assert result.returncode != 0
+    assert named in result.stderr, result.stderr
+
+
+def test_cluster_scoped_names_carry_the_release_so_two_releases_never_collide() -> None:
+    def cluster_scoped(release: str) -> set[tuple[str, str]]:
+        return {
+            (d["kind"], d["metadata"]["name"])
+            for d in render(release)
+            if d["kind"] in ("ClusterRole", "ClusterRoleBinding")
+        }
+
+    default, other = cluster_scoped("deltaflow"), cluster_scoped("team-a")
+    assert ("ClusterRole", "deltaflow-operator") in default
+    assert not default & other
+    env = {
+        e["name"]: e.get("value")
+        for e in _one(render("team-a"), "Deployment")["spec"]["template"]["spec"]["containers"][0][
+            "env"
+        ]
+    }
+    assert env["DELTAFLOW_LEASE_NAME"] == "team-a-deltaflow-operator"
+    assert env["DELTAFLOW_DRIVER_CLUSTER_ROLE"] == "team-a-deltaflow-operator-driver"
+
+
+def test_the_driver_cluster_role_is_the_builders_rules() -> None:
+    from deltaflow_operator.builders.driver import DRIVER_RULES
+    from deltaflow_operator.settings import Settings
+
+    role = _one(render(), "ClusterRole", Settings().driver_cluster_role)
+    assert role["rules"] == DRIVER_RULES
+
+
+def test_the_operator_binds_the_driver_role_and_creates_no_roles() -> None:
+    rules = _one(render(), "ClusterRole", "deltaflow-operator")["rules"]
+    granted = {
+        (group, resource, verb)
+        for rule in rules
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    rbac = "rbac.authorization.k8s.io"
+    assert not {g for g in granted if g[1] in ("roles", "clusterroles") and g[2] != "bind"}
+    bind = next(r for r in rules if "bind" in r["verbs"])
+    assert bind["resourceNames"] == ["deltaflow-operator-driver"]  # that one role only
+    assert (rbac, "rolebindings", "create") in granted
+    assert not {g for g in granted if "*" in g}
+    assert not {g for g in granted if g[1] == "secrets" and g[2] != "get"}
+
+
+def test_two_replicas_get_a_disruption_budget_and_spread() -> None:
+    docs = render()
+    assert _one(docs, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
+    spread = _one(docs, "Deployment")["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert {c["topologyKey"] for c in spread} == {
+        "kubernetes.io/hostname",
+        "topology.kubernetes.io/zone",
+    }
+    assert not [
+        d for d in render("deltaflow", "--set=replicaCount=1") if d["kind"] == "PodDisruptionBudget"
+    ]
+
+
+def test_optional_service_monitor_and_network_policy() -> None:
+    assert not [d for d in render() if d["kind"] in ("ServiceMonitor", "NetworkPolicy")]
+    docs = render(
+        "deltaflow", "--set=metrics.serviceMonitor.enabled=true", "--set=networkPolicy.enabled=true"
+    )
+    assert _one(docs, "ServiceMonitor")["spec"]["endpoints"][0]["port"] == "metrics"
+    assert _one(docs, "NetworkPolicy")["spec"]["ingress"][0]["ports"][0]["port"] == "metrics"
+
+
+def test_helm_test_pod_is_restricted_and_needs_no_dns() -> None:
+    pod = _one(render(), "Pod", "deltaflow-operator-test")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    container = pod["spec"]["containers"][0]
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert "DELTAFLOW_OPERATOR_METRICS_SERVICE_HOST" in container["command"][2]

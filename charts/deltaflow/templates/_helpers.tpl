@@ -1,4 +1,13 @@
-{{- define "deltaflow.name" -}}deltaflow-operator{{- end -}}
+{{- /* Names of the operator's objects. Namespaced ones could share a name across releases; the
+cluster-scoped ones (ClusterRoles, their bindings) cannot, so every name carries the release:
+release "deltaflow" gives "deltaflow-operator", release "team-a" gives "team-a-deltaflow-operator". */ -}}
+{{- define "deltaflow.name" -}}
+{{- if contains "deltaflow" .Release.Name -}}
+{{- printf "%s-operator" .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-deltaflow-operator" .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
 {{- define "deltaflow.image" -}}{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}{{- end -}}
 {{- define "deltaflow.labels" -}}
 app.kubernetes.io/name: deltaflow

@@ -439,7 +439,9 @@ def service_account(ingestion: DeltaIngestion) -> Manifest:
 
 
 # Exactly what Spark's Kubernetes backend does in client mode: manage its executor pods and the
-# executor ConfigMaps. No Secrets, no Services, no PVCs, nothing outside the namespace.
+# executor ConfigMaps. No Secrets, no Services, no PVCs, nothing outside the namespace. The chart's
+# driver ClusterRole holds these rules (a test keeps the two equal); each driver gets them in its
+# own namespace through a RoleBinding.
 DRIVER_RULES: list[dict[str, Any]] = [
     {
         "apiGroups": [""],
@@ -454,23 +456,18 @@ DRIVER_RULES: list[dict[str, Any]] = [
 ]
 
 
-def role(ingestion: DeltaIngestion) -> Manifest:
-    """Namespaced Role for the driver (see DRIVER_RULES)."""
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "Role",
-        "metadata": metadata(ingestion, service_account_name(ingestion.name), "driver"),
-        "rules": DRIVER_RULES,
-    }
-
-
-def role_binding(ingestion: DeltaIngestion) -> Manifest:
-    """Binds the driver's Role to its ServiceAccount."""
+def role_binding(ingestion: DeltaIngestion, settings: Settings) -> Manifest:
+    """Grants the chart's driver ClusterRole (see DRIVER_RULES) to the driver's ServiceAccount,
+    in the stream's namespace only."""
     name = service_account_name(ingestion.name)
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
         "metadata": metadata(ingestion, name, "driver"),
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": settings.driver_cluster_role,
+        },
         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ingestion.namespace}],
     }
