@@ -6,6 +6,7 @@ operator resumes from what the cluster holds, never from memory.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from datetime import UTC, datetime
@@ -57,8 +58,9 @@ class Reconciler:
         metrics.RECONCILES.labels(namespace, name).inc()
         try:
             return self._reconcile(namespace, name)
-        except Exception:
+        except Exception as error:
             metrics.RECONCILE_ERRORS.labels(namespace, name).inc()
+            self._report_failure(namespace, name, error)
             raise
         finally:
             metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
@@ -101,7 +103,7 @@ class Reconciler:
         document = status.model_dump(by_alias=True, mode="json", exclude_none=True)
         # Measured figures that became unknown must go, not linger as if current: a null
         # deletes a field in a merge patch.
-        for key in ("lag", "executors", "autoscaler"):
+        for key in ("driver", "lag", "executors", "autoscaler"):
             document[key] = getattr(status, key).model_dump(by_alias=True, mode="json")
         self.kube.patch_status(namespace, name, document)
         return plan.requeue_after
@@ -183,6 +185,39 @@ class Reconciler:
             }
         )
 
+    def _report_failure(self, namespace: str, name: str, error: Exception) -> None:
+        """A reconcile that failed says so in the status: a Ready=True from an earlier round
+        must not stand while the operator cannot act (kopf retries the reconcile)."""
+        try:
+            body = self.kube.get_ingestion(namespace, name)
+            if body is None:
+                return
+            current = DeltaIngestionStatus.model_validate(body.get("status") or {})
+            message = f"the operator could not reconcile this resource: {_short(error)}"
+            now = datetime.now(UTC)
+            generation = body["metadata"].get("generation")
+            conditions = set_condition(
+                current.conditions, "Ready", False, "ReconcileFailed", message, generation, now
+            )
+            conditions = set_condition(
+                conditions, "Progressing", True, "ReconcileFailed", message, generation, now
+            )
+            self.kube.patch_status(
+                namespace,
+                name,
+                {
+                    "conditions": [
+                        c.model_dump(by_alias=True, mode="json", exclude_none=True)
+                        for c in conditions
+                    ]
+                },
+            )
+            self.kube.post_event(body, "Warning", "ReconcileFailed", message)
+        except Exception as report_error:  # the API server may be what failed
+            log.warning(
+                "could not report the failed reconcile of %s/%s: %s", namespace, name, report_error
+            )
+
     def _report_invalid(self, body: dict[str, Any], problems: list[str]) -> None:
         # The CRD's schema should have stopped this; it can still happen after an operator
         # upgrade tightens a rule. Say exactly what to fix, and touch nothing.
@@ -214,3 +249,14 @@ class Reconciler:
         if pod is not None:
             self.kube.delete_pod(namespace, driver_pod_name(name), uid=pod["metadata"]["uid"])
             metrics.DRIVER_ACTIONS.labels("delete", "resource deleted").inc()
+
+
+def _short(error: Exception) -> str:
+    """An exception as one line a user can act on (an API error's message, not its headers)."""
+    body = getattr(error, "body", None)
+    if body:
+        try:
+            return str(json.loads(body).get("message") or body)[:500]
+        except (ValueError, AttributeError):
+            return str(body)[:500]
+    return f"{type(error).__name__}: {error}"[:500]

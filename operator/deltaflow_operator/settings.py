@@ -22,6 +22,8 @@ class Settings:
     backoff_base_seconds: float = 10.0
     backoff_max_seconds: float = 300.0
     degraded_after_failures: int = 3
+    # A driver pod not running (or not gone) this long after it should be makes it Degraded.
+    driver_pending_deadline_seconds: float = 120.0
     runtime_metrics_port: int = 8090
 
     @classmethod
@@ -48,5 +50,10 @@ class Settings:
             ),
             degraded_after_failures=int(
                 e.get("DELTAFLOW_DEGRADED_AFTER_FAILURES", d.degraded_after_failures)
+            ),
+            driver_pending_deadline_seconds=float(
+                e.get(
+                    "DELTAFLOW_DRIVER_PENDING_DEADLINE_SECONDS", d.driver_pending_deadline_seconds
+                )
             ),
         )

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from deltaflow_operator.api.failures import FailureReason
 from deltaflow_runtime.config import ConfigError, Pipeline, load_ingestion, localize
 from deltaflow_runtime.session import InClusterConfigError
 
@@ -165,12 +166,30 @@ def _load(args: argparse.Namespace) -> Pipeline:
     return Pipeline.of(load_ingestion(args.config))
 
 
-def _fail(code: int, reason: str, message: str) -> int:
+def _fail(code: int, reason: FailureReason, message: str) -> int:
     from deltaflow_runtime.maintenance import write_termination_message
 
     print(f"deltaflow: {message}", file=sys.stderr, flush=True)
-    write_termination_message({"reason": reason, "message": message[:3500]}, os.environ)
+    write_termination_message({"reason": reason.value, "message": message[:3500]}, os.environ)
     return code
+
+
+# Errors raised inside a batch reach here wrapped in Spark's StreamingQueryException: told
+# apart by their class name in its text.
+_BATCH_FAILURES = (
+    ("RoutingChangedError", FailureReason.ROUTING_CHANGED),
+    ("BatchMismatchError", FailureReason.BATCH_MISMATCH),
+    ("DuplicateWriterError", FailureReason.DUPLICATE_WRITER),
+)
+
+
+def failure_reason(error: Exception) -> FailureReason:
+    """The reason for an error no handler classified (``Failed`` unless a batch named it)."""
+    text = f"{type(error).__name__}: {error}"
+    for marker, reason in _BATCH_FAILURES:
+        if marker in text:
+            return reason
+    return FailureReason.FAILED
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -179,7 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         pipeline = _load(args)
     except ConfigError as error:
-        return _fail(EXIT_CONFIG, "InvalidSpec", error.render())
+        return _fail(EXIT_CONFIG, FailureReason.INVALID_SPEC, error.render())
     _setup_logging()
     if args.command == "run":
         ident = pipeline.identity
@@ -193,9 +212,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _dispatch(args, pipeline)
     except ConfigError as error:
-        return _fail(EXIT_CONFIG, "InvalidSpec", error.render())
+        return _fail(EXIT_CONFIG, FailureReason.INVALID_SPEC, error.render())
     except InClusterConfigError as error:
-        return _fail(EXIT_FAILED, "NoKubernetesMaster", str(error))
+        return _fail(EXIT_FAILED, FailureReason.NO_KUBERNETES_MASTER, str(error))
 
 
 def _dispatch(args: argparse.Namespace, pipeline: Pipeline) -> int:
@@ -220,7 +239,7 @@ def _dispatch(args: argparse.Namespace, pipeline: Pipeline) -> int:
         try:
             check_retention(hours, vac.allow_unsafe_retention)
         except UnsafeRetentionError as error:
-            return _fail(EXIT_REFUSED, "VacuumRefused", str(error))
+            return _fail(EXIT_REFUSED, FailureReason.VACUUM_REFUSED, str(error))
     work_dir = args.local_dir.resolve() / ".spark" if args.command == "run" else None
     spark = _session(pipeline, args, work_dir)
     try:
@@ -251,18 +270,20 @@ def _dispatch(args: argparse.Namespace, pipeline: Pipeline) -> int:
             return 0
         return _recover(spark, pipeline)
     except (SchemaError, SourceConfigError, MaintenanceConfigError) as error:
-        return _fail(EXIT_CONFIG, "InvalidSpec", str(error))
+        return _fail(EXIT_CONFIG, FailureReason.INVALID_SPEC, str(error))
     except CheckpointMismatchError as error:
         return _fail(EXIT_CHECKPOINT, error.reason, str(error))
     except DataLossError as error:
-        return _fail(EXIT_DATA_LOSS, "DataLoss", str(error))
+        return _fail(EXIT_DATA_LOSS, FailureReason.DATA_LOSS, str(error))
     except UnsafeRetentionError as error:
-        return _fail(EXIT_REFUSED, "VacuumRefused", str(error))
+        return _fail(EXIT_REFUSED, FailureReason.VACUUM_REFUSED, str(error))
     except ObjectStoreError as error:
         return _fail(EXIT_FAILED, error.reason, str(error))
     except Exception as error:
         log.exception("failed")
-        return _fail(EXIT_FAILED, "Failed", f"{type(error).__name__}: {str(error)[:2000]}")
+        return _fail(
+            EXIT_FAILED, failure_reason(error), f"{type(error).__name__}: {str(error)[:2000]}"
+        )
     finally:
         spark.stop()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from deltaflow_operator.api.failures import FailureReason
 from deltaflow_runtime.checkpoint import CheckpointState, TopicOffsets, render_offsets
 from deltaflow_runtime.table import StreamCommit, TableState
 
@@ -22,7 +23,7 @@ class CheckpointMismatchError(Exception):
         super().__init__(message)
         # CheckpointLost | CheckpointBehind | CheckpointMismatch | TableLost | TableBehind |
         # DeadLetterTableAhead
-        self.reason = reason
+        self.reason = FailureReason(reason)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from deltaflow_operator.api.failures import FailureReason
 from deltaflow_operator.api.v1alpha1 import Storage
 
 if TYPE_CHECKING:
@@ -84,7 +85,7 @@ def storage_conf(storage: Storage | None) -> dict[str, str]:
 class ObjectStoreError(Exception):
     """The object store refused or could not be reached; ``reason`` is the status reason."""
 
-    reason: str
+    reason: FailureReason
     message: str
 
     def __str__(self) -> str:
@@ -93,30 +94,30 @@ class ObjectStoreError(Exception):
 
 _NO_BUCKET = "the bucket does not exist: create it, or fix the bucket in the path"
 # Java exception class (simple name) or message fragment -> (reason, what to check).
-_CAUSES: tuple[tuple[str, str, str], ...] = (
+_CAUSES: tuple[tuple[str, FailureReason, str], ...] = (
     # The store's own error codes first: they say more than the exception class around them.
     (
         "InvalidAccessKeyId",
-        "ObjectStoreAccessDenied",
+        FailureReason.OBJECT_STORE_ACCESS_DENIED,
         "the access key is not known to the store: check the Secret that "
         "spec.sink.storage.accessKeyId names",
     ),
     (
         "SignatureDoesNotMatch",
-        "ObjectStoreAccessDenied",
+        FailureReason.OBJECT_STORE_ACCESS_DENIED,
         "the secret key is wrong: check the Secret that spec.sink.storage.secretAccessKey names",
     ),
-    ("NoSuchBucket", "BucketNotFound", _NO_BUCKET),
-    ("UnknownStoreException", "BucketNotFound", _NO_BUCKET),
+    ("NoSuchBucket", FailureReason.BUCKET_NOT_FOUND, _NO_BUCKET),
+    ("UnknownStoreException", FailureReason.BUCKET_NOT_FOUND, _NO_BUCKET),
     (
         "NoAuthWithAWSException",
-        "ObjectStoreNoCredentials",
+        FailureReason.OBJECT_STORE_NO_CREDENTIALS,
         "no credentials: set spec.sink.storage.accessKeyId/secretAccessKey (Secret references) "
         "or give the pod a workload identity",
     ),
     (
         "AccessDeniedException",
-        "ObjectStoreAccessDenied",
+        FailureReason.OBJECT_STORE_ACCESS_DENIED,
         "access denied: check the keys in the Secret that spec.sink.storage.accessKeyId/"
         "secretAccessKey name, and the bucket's policy",
     ),
@@ -131,18 +132,18 @@ _UNREACHABLE = (
 )
 
 
-def classify(error_text: str) -> tuple[str, str]:
+def classify(error_text: str) -> tuple[FailureReason, str]:
     """(reason, advice) for the text of a failed probe (its Java exception chain)."""
     for marker, reason, advice in _CAUSES:
         if marker in error_text:
             return reason, advice
     if any(marker in error_text for marker in _UNREACHABLE):
         return (
-            "ObjectStoreUnreachable",
+            FailureReason.OBJECT_STORE_UNREACHABLE,
             "the endpoint does not answer: check spec.sink.storage.endpoint and the network "
             "between the pod and the store",
         )
-    return "ObjectStoreError", "the store refused the request"
+    return FailureReason.OBJECT_STORE_ERROR, "the store refused the request"
 
 
 def probe_paths(paths: Iterable[str]) -> list[str]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from deltaflow_operator.api.failures import FailureReason
 from deltaflow_runtime.checkpoint import Checkpoint, TopicOffsets, render_offsets
 from deltaflow_runtime.config import Pipeline, trigger_seconds
 from deltaflow_runtime.executors import ExecutorControl
@@ -394,7 +395,7 @@ class RecoveryError(Exception):
 
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
-        self.reason = reason
+        self.reason = FailureReason(reason)
 
 
 @dataclass(frozen=True)

@@ -243,6 +243,48 @@ def test_failed_driver_is_replaced_with_backoff_then_degraded(
     assert any(e["reason"] == "DriverFailed" for e in operator.events("orders", NS))
 
 
+def test_a_failure_no_restart_can_fix_is_held_until_the_pod_is_deleted(
+    operator: OperatorUnderTest, orders: dict[str, Any]
+) -> None:
+    message = "the table is behind its checkpoint: undo the RESTORE or rebuild the checkpoint."
+    terminated = {
+        "containerStatuses": [
+            {
+                "name": "driver",
+                "image": "deltaflow:test",
+                "imageID": "",
+                "ready": False,
+                "restartCount": 0,
+                "state": {
+                    "terminated": {
+                        "exitCode": 3,
+                        "reason": "Error",
+                        "message": json.dumps({"reason": "TableBehind", "message": message}),
+                    }
+                },
+            }
+        ]
+    }
+    uid = wait_for("driver", lambda: driver_uid(operator), timeout=60)
+    operator.set_pod_phase("orders-driver", NS, "Failed", **terminated)
+    degraded = wait_for(
+        "Degraded=True TableBehind",
+        lambda: (c := operator.condition("orders", NS, "Degraded")) and c["reason"] == "TableBehind"
+        and c,
+    )  # fmt: skip
+    assert message in degraded["message"]
+    assert f"kubectl delete pod orders-driver -n {NS}" in degraded["message"]
+    time.sleep(15)  # longer than any backoff of this operator: nothing restarts it
+    assert driver_uid(operator) == uid
+    assert [e["reason"] for e in operator.events("orders", NS)].count("TableBehind") == 1
+    operator.kube.kubectl("-n", NS, "delete", "pod", "orders-driver", "--wait=false")
+    wait_for(
+        "a new driver after the delete",
+        lambda: (n := driver_uid(operator)) not in (None, uid) and n,
+        timeout=60,
+    )
+
+
 def test_operator_killed_mid_reconcile_resumes_without_duplicates(
     operator: OperatorUnderTest, orders: dict[str, Any]
 ) -> None:
@@ -429,6 +471,41 @@ def test_missing_secret_blocks_start_until_created(
         "-n", NS, "delete", "deltaingestion", "payments", "--wait=true", "--timeout=60s"
     )
     operator.kube.kubectl("-n", NS, "delete", "secret", "lake-creds")
+
+
+def test_a_failing_reconcile_says_so_in_the_status_and_recovers(
+    operator: OperatorUnderTest, tmp_path: Path
+) -> None:
+    ns = "quota"
+    restricted_namespace(operator.kube, ns)
+    # The API server refuses one child (a CronJob over the namespace's quota).
+    operator.kube.kubectl(
+        "-n", ns, "create", "quota", "no-cronjobs", "--hard=count/cronjobs.batch=0"
+    )  # fmt: skip
+    operator.apply(load_example(ns, "capped", tmp_path))
+    ready = wait_for(
+        "Ready=False ReconcileFailed",
+        lambda: (
+            (c := operator.condition("capped", ns, "Ready"))
+            and c["reason"] == "ReconcileFailed"
+            and c
+        ),
+        timeout=60,
+    )
+    assert ready["status"] == "False"
+    assert "exceeded quota" in ready["message"], ready["message"]
+    assert any(e["reason"] == "ReconcileFailed" for e in operator.events("capped", ns))
+    operator.kube.kubectl("-n", ns, "delete", "quota", "no-cronjobs")
+    wait_for(
+        "the reconcile to succeed again",
+        lambda: (
+            (c := operator.condition("capped", ns, "Ready"))
+            and c["reason"] != "ReconcileFailed"
+            and operator.get("cronjob", "capped-optimize", ns)
+        ),
+        timeout=120,
+    )
+    operator.kube.kubectl("-n", ns, "delete", "deltaingestion", "capped", "--timeout=60s")
 
 
 def test_delete_removes_children_and_keeps_the_data(

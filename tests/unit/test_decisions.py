@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -180,3 +181,128 @@ def test_change_classification() -> None:
     )
     assert needs_driver_replacement(["spec.scaling.maxExecutors", "spec.executor.memory"])
     assert needs_driver_replacement(["spec.trigger.interval"])
+
+
+def _waiting(reason: str, message: str) -> dict[str, Any]:
+    return {
+        "containerStatuses": [
+            {
+                "image": "deltaflow:nope",
+                "state": {"waiting": {"reason": reason, "message": message}},
+            }
+        ]
+    }
+
+
+def _created(seconds_ago: float) -> dict[str, Any]:
+    p = pod("Pending")
+    p["metadata"]["creationTimestamp"] = (NOW - timedelta(seconds=seconds_ago)).isoformat()
+    return p
+
+
+def test_an_image_that_cannot_be_pulled_is_degraded_at_once_with_the_pull_error() -> None:
+    driver = pod(
+        "Pending", **_waiting("ImagePullBackOff", 'Back-off pulling image "deltaflow:nope"')
+    )
+    plan = decide_driver(observe(ingestion(), driver), SETTINGS)
+    assert conds(plan)["Degraded"] == ("True", "ImagePullFailed")
+    assert conds(plan)["Progressing"] == ("False", "ImagePullFailed")
+    ready = next(c for c in plan.conditions if c.type == "Ready")
+    assert "deltaflow:nope" in ready.message
+    assert "spec.image" in ready.message
+
+
+def test_a_missing_secret_reported_by_the_kubelet_is_degraded_and_named() -> None:
+    driver = pod(
+        "Pending", **_waiting("CreateContainerConfigError", 'secret "kafka-creds" not found')
+    )
+    plan = decide_driver(observe(ingestion(), driver), SETTINGS)
+    assert conds(plan)["Degraded"] == ("True", "ContainerConfigError")
+    degraded = next(c for c in plan.conditions if c.type == "Degraded")
+    assert 'secret "kafka-creds" not found' in degraded.message
+
+
+def test_unschedulable_waits_for_the_deadline_then_degrades_with_the_schedulers_reason() -> None:
+    unschedulable = {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": "0/1 nodes are available: 1 Insufficient cpu.",
+    }
+    early = _created(30)
+    early["status"]["conditions"] = [unschedulable]
+    plan = decide_driver(observe(ingestion(), early), SETTINGS)
+    assert conds(plan)["Progressing"] == ("True", "Unschedulable")
+    assert conds(plan)["Degraded"][0] == "False"
+    late = _created(SETTINGS.driver_pending_deadline_seconds + 1)
+    late["status"]["conditions"] = [unschedulable]
+    plan = decide_driver(observe(ingestion(), late), SETTINGS)
+    assert conds(plan)["Degraded"] == ("True", "Unschedulable")
+    degraded = next(c for c in plan.conditions if c.type == "Degraded")
+    assert "Insufficient cpu" in degraded.message
+
+
+def test_a_driver_stuck_terminating_past_the_deadline_is_degraded_with_what_to_do() -> None:
+    stuck = pod("Running")
+    stuck["metadata"]["namespace"] = "data"
+    stuck["metadata"]["deletionTimestamp"] = (NOW - timedelta(seconds=30)).isoformat()
+    plan = decide_driver(observe(ingestion(), stuck), SETTINGS)
+    assert conds(plan)["Ready"] == ("False", "DriverStopping")
+    stuck["metadata"]["deletionTimestamp"] = (
+        NOW - timedelta(seconds=SETTINGS.driver_pending_deadline_seconds + 1)
+    ).isoformat()
+    plan = decide_driver(observe(ingestion(), stuck), SETTINGS)
+    assert conds(plan)["Degraded"] == ("True", "DriverStuckTerminating")
+    assert plan.action == "wait"  # never a second driver next to one that may still run
+    degraded = next(c for c in plan.conditions if c.type == "Degraded")
+    assert "--force" in degraded.message
+
+
+def _failed_with(reason: str, message: str, spec_hash: str = "h1") -> dict[str, Any]:
+    terminated = {
+        "reason": "Error",
+        "exitCode": 3,
+        "message": json.dumps({"reason": reason, "message": message}),
+    }
+    failed = pod("Failed", spec_hash, containerStatuses=[{"state": {"terminated": terminated}}])
+    failed["metadata"]["namespace"] = "data"
+    return failed
+
+
+def test_a_failure_no_restart_can_fix_keeps_the_pod_and_says_what_to_do() -> None:
+    failed = _failed_with("TableBehind", "the table is behind its checkpoint.")
+    plan = decide_driver(observe(ingestion(), failed), SETTINGS)
+    assert plan.action == "none"  # no restart, the failed pod (and its logs) stays
+    assert conds(plan)["Degraded"] == ("True", "TableBehind")
+    assert conds(plan)["Progressing"] == ("False", "NeedsAction")
+    ready = next(c for c in plan.conditions if c.type == "Ready")
+    assert "kubectl delete pod orders-driver -n data" in ready.message
+    assert [e.reason for e in plan.events] == ["TableBehind"]
+    # The next round says nothing new: one Event per failure, not one per poll.
+    again = ingestion(
+        status={
+            "driver": plan.driver.model_dump(by_alias=True, mode="json", exclude_none=True),
+            "conditions": [
+                c.model_dump(by_alias=True, mode="json", exclude_none=True) for c in plan.conditions
+            ],
+        }
+    )
+    assert decide_driver(observe(again, failed), SETTINGS).events == []
+
+
+def test_a_spec_change_replaces_a_driver_that_needed_action() -> None:
+    failed = _failed_with("InvalidSpec", "spec.format.schema: no such type", spec_hash="old")
+    plan = decide_driver(
+        observe(ingestion(), failed, changed_fields=["spec.format.schema"]), SETTINGS
+    )
+    assert plan.action == "delete"
+    assert plan.delete_reason == "spec changed"
+
+
+def test_a_failure_a_restart_may_fix_restarts_with_backoff_and_names_the_reason() -> None:
+    failed = _failed_with("ObjectStoreUnreachable", "the endpoint does not answer")
+    plan = decide_driver(observe(ingestion(), failed), SETTINGS)
+    assert plan.action == "delete"
+    assert plan.driver.last_failure_reason == (
+        "ObjectStoreUnreachable: the endpoint does not answer"
+    )

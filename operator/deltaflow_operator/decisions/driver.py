@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from deltaflow_operator.api import DeltaIngestion
+from deltaflow_operator.api.failures import Termination, restart_helps, what_to_do
 from deltaflow_operator.api.v1alpha1 import Condition, DriverStatus
 from deltaflow_operator.builders.common import SPEC_HASH_ANNOTATION
 from deltaflow_operator.decisions.conditions import set_condition
@@ -20,6 +21,12 @@ from deltaflow_operator.settings import Settings
 
 # A driver that has been running this long is healthy again: its failure streak is forgotten.
 STABLE_RUN = timedelta(minutes=2)
+
+# Waiting reasons of a container the kubelet cannot start until someone changes something.
+IMAGE_PULL_FAILURES = frozenset(
+    {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
+)
+CONFIG_FAILURES = frozenset({"CreateContainerConfigError", "CreateContainerError"})
 
 DriverAction = Literal["none", "create", "delete", "wait"]
 
@@ -66,8 +73,21 @@ def backoff_seconds(failures: int, settings: Settings) -> float:
     )
 
 
+def driver_termination(pod: dict[str, Any]) -> Termination | None:
+    """The runtime's own termination message (reason and message), if it wrote one."""
+    for container in (pod.get("status") or {}).get("containerStatuses") or []:
+        terminated = (container.get("state") or {}).get("terminated") or {}
+        if terminated:
+            return Termination.parse(terminated.get("message"))
+    return None
+
+
 def pod_failure_reason(pod: dict[str, Any]) -> str:
-    """The most specific reason a pod gives for failing (container exit, then pod status)."""
+    """The most specific reason a pod gives for failing: the runtime's reason and message, the
+    container's exit (OOMKilled, exit code), then the pod's status."""
+    termination = driver_termination(pod)
+    if termination is not None:
+        return f"{termination.reason.value}: {termination.message}"
     status = pod.get("status") or {}
     for container in status.get("containerStatuses") or []:
         terminated = (container.get("state") or {}).get("terminated") or {}
@@ -80,14 +100,66 @@ def pod_failure_reason(pod: dict[str, Any]) -> str:
     return f"{reason}: {message}" if message else reason
 
 
+def _time(value: Any) -> datetime | None:
+    if not value:
+        return None
+    return value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+
+
 def _running_since(pod: dict[str, Any]) -> datetime | None:
     for container in (pod.get("status") or {}).get("containerStatuses") or []:
-        started = ((container.get("state") or {}).get("running") or {}).get("startedAt")
+        started = _time(((container.get("state") or {}).get("running") or {}).get("startedAt"))
         if started:
-            return (
-                started if isinstance(started, datetime) else datetime.fromisoformat(str(started))
-            )
+            return started
     return None
+
+
+@dataclass(frozen=True)
+class PendingDiagnosis:
+    """Why a driver pod is not running yet, and whether waiting can fix it."""
+
+    reason: str  # condition reason
+    message: str
+    stuck: bool  # True: it will not start without a change (or it is past the deadline)
+
+
+def diagnose_pending(pod: dict[str, Any], now: datetime, deadline: timedelta) -> PendingDiagnosis:
+    """Why a Pending driver pod does not run: the kubelet's waiting reason (image pull, missing
+    Secret or key), the scheduler's reason, or plain waiting — stuck once past ``deadline``."""
+    status = pod.get("status") or {}
+    for container in status.get("containerStatuses") or []:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        reason, detail = waiting.get("reason"), waiting.get("message") or ""
+        if reason in IMAGE_PULL_FAILURES:
+            image = container.get("image", "")
+            return PendingDiagnosis(
+                "ImagePullFailed",
+                f"the driver's image {image} cannot be pulled ({reason}: {detail}); check "
+                "spec.image (or the chart's image values) and imagePullSecrets",
+                stuck=True,
+            )
+        if reason in CONFIG_FAILURES:
+            return PendingDiagnosis(
+                "ContainerConfigError",
+                f"the kubelet cannot start the driver ({reason}: {detail}); a Secret or key the "
+                "spec references is the usual cause: create it and the driver starts",
+                stuck=True,
+            )
+    age = now - (_time((pod.get("metadata") or {}).get("creationTimestamp")) or now)
+    past = age >= deadline
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            why = condition.get("message") or condition.get("reason") or "not scheduled"
+            return PendingDiagnosis(
+                "Unschedulable",
+                f"the driver pod cannot be scheduled for {age.total_seconds():.0f}s: {why}",
+                stuck=past,
+            )
+    return PendingDiagnosis(
+        "DriverPending",
+        f"the driver pod has been {status.get('phase', 'Pending')} for {age.total_seconds():.0f}s",
+        stuck=past,
+    )
 
 
 class _Conditions:
@@ -129,19 +201,51 @@ def decide_driver(observed: Observed, settings: Settings) -> DriverPlan:
     if pod is None:
         return _start(driver, conds, observed.now, settings)
     if deleting:
-        conds.set("Ready", False, "DriverStopping", "waiting for the previous driver to terminate")
-        conds.set(
-            "Progressing", True, "DriverStopping", "waiting for the previous driver to terminate"
-        )
-        return DriverPlan("wait", driver, conds.items, requeue_after=1.0)
-    if phase in ("Failed", "Succeeded"):
-        return _failed(driver, conds, pod, observed.now, settings)
+        return _stopping(driver, conds, pod, observed.now, settings)
     current_hash = ((pod.get("metadata") or {}).get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
+    if phase in ("Failed", "Succeeded"):
+        termination = driver_termination(pod)
+        if (
+            termination is not None
+            and not restart_helps(termination.reason)
+            and current_hash == observed.desired_hash
+        ):
+            return _needs_action(driver, conds, pod, termination, ingestion.namespace)
+        if current_hash != observed.desired_hash:
+            return _replace(driver, conds, observed.changed_fields)
+        return _failed(driver, conds, pod, observed.now, settings)
     if current_hash != observed.desired_hash:
         return _replace(driver, conds, observed.changed_fields)
     return _running_or_pending(
         driver, conds, pod, phase=str(phase), now=observed.now, settings=settings
     )
+
+
+def _stopping(
+    driver: DriverStatus,
+    conds: _Conditions,
+    pod: dict[str, Any],
+    now: datetime,
+    settings: Settings,
+) -> DriverPlan:
+    meta = pod.get("metadata") or {}
+    # deletionTimestamp is when the grace period ends: past it by the deadline, the kubelet is
+    # not finishing the deletion (node down or unreachable) and no new driver can start.
+    since = _time(meta.get("deletionTimestamp")) or now
+    overdue = now - since
+    if overdue >= timedelta(seconds=settings.driver_pending_deadline_seconds):
+        message = (
+            f"the previous driver pod {meta.get('name')} should have been gone "
+            f"{overdue.total_seconds():.0f}s ago: its node may be down. If the node is gone for "
+            f"good: kubectl delete pod {meta.get('name')} -n {meta.get('namespace')} --force"
+        )
+        conds.set("Ready", False, "DriverStuckTerminating", message)
+        conds.set("Progressing", True, "DriverStopping", message)
+        conds.set("Degraded", True, "DriverStuckTerminating", message)
+        return DriverPlan("wait", driver, conds.items, requeue_after=5.0)
+    conds.set("Ready", False, "DriverStopping", "waiting for the previous driver to terminate")
+    conds.set("Progressing", True, "DriverStopping", "waiting for the previous driver to terminate")
+    return DriverPlan("wait", driver, conds.items, requeue_after=1.0)
 
 
 def _crash_loop_message(driver: DriverStatus, settings: Settings) -> str:
@@ -243,6 +347,34 @@ def _failed(
     )
 
 
+def _needs_action(
+    driver: DriverStatus,
+    conds: _Conditions,
+    pod: dict[str, Any],
+    termination: Termination,
+    namespace: str,
+) -> DriverPlan:
+    """A failure a restart cannot fix: keep the failed pod (its logs) and say what to do."""
+    pod_name = (pod.get("metadata") or {}).get("name")
+    reason = termination.reason.value
+    message = (
+        f"{termination.message} To do: {what_to_do(termination.reason)}; then change the spec, "
+        f"or retry with: kubectl delete pod {pod_name} -n {namespace}. Not restarted until then."
+    )
+    seen_before = driver.last_failure_reason == f"{reason}: {termination.message}"
+    driver = driver.model_copy(
+        update={
+            "last_failure_reason": f"{reason}: {termination.message}",
+            "next_start_after": None,
+        }
+    )
+    conds.set("Ready", False, reason, message)
+    conds.set("Progressing", False, "NeedsAction", "a restart cannot fix this: " + reason)
+    conds.set("Degraded", True, reason, message)
+    events = [] if seen_before else [Event("Warning", reason, message)]
+    return DriverPlan("none", driver, conds.items, events)
+
+
 def _replace(driver: DriverStatus, conds: _Conditions, changed: list[str]) -> DriverPlan:
     message = f"replacing the driver: {', '.join(changed) or 'its spec'} changed"
     conds.set("Ready", False, "DriverReplacing", message)
@@ -263,12 +395,15 @@ def _running_or_pending(
     settings: Settings,
 ) -> DriverPlan:
     if phase != "Running":
-        conds.set(
-            "Ready", False, "DriverPending", f"the driver pod is {phase}: waiting for it to run"
-        )
-        conds.set("Progressing", True, "DriverPending", f"the driver pod is {phase}")
-        conds.degraded(_crash_loop_message(driver, settings))
-        return DriverPlan("none", driver, conds.items)
+        deadline = timedelta(seconds=settings.driver_pending_deadline_seconds)
+        pending = diagnose_pending(pod, now, deadline)
+        conds.set("Ready", False, pending.reason, pending.message)
+        conds.set("Progressing", not pending.stuck, pending.reason, pending.message)
+        if pending.stuck:
+            conds.set("Degraded", True, pending.reason, pending.message)
+        else:
+            conds.degraded(_crash_loop_message(driver, settings))
+        return DriverPlan("none", driver, conds.items, requeue_after=5.0)
     since = _running_since(pod)
     if since is not None and now - since >= STABLE_RUN and driver.consecutive_failures:
         driver = driver.model_copy(update={"consecutive_failures": 0, "last_failure_reason": None})
