@@ -1,37 +1,88 @@
 """kopf handlers: thin triggers for :class:`~deltaflow_operator.reconcile.Reconciler`.
 
-Create, update, resume and a periodic timer all run the same idempotent reconciliation. kopf runs
-timers concurrently with change handlers, so a per-resource lock keeps one reconciliation of a
-resource at a time.
+Each DeltaIngestion has a daemon that reconciles it, then waits for what the reconcile asked
+(``requeue_after``: 1 s while a driver is replaced) or the reconcile interval, whichever is
+shorter, or until something wakes it: a change of the resource, or a change of one of its pods
+(a driver that crashed is seen in a second, not at the next poll). Create, update and resume run
+the same idempotent reconciliation; a per-resource lock keeps one at a time.
+
+State lives in kopf's memo (one :class:`Loop` per operator), not in module globals.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import threading
+import time
 from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
 
 from deltaflow_operator import metrics
 from deltaflow_operator.api import GROUP, PLURAL, VERSION
+from deltaflow_operator.builders.common import MANAGED_BY
 from deltaflow_operator.kube import Kube
 from deltaflow_operator.reconcile import Reconciler
 from deltaflow_operator.settings import Settings
 
 FINALIZER = f"{GROUP}/finalizer"
-_locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
-_state: dict[str, Reconciler] = {}
-_managed: set[str] = set()  # resumed on restart by kopf's resume handlers
+log = logging.getLogger(__name__)
 
 
-def install(settings: Settings, kube: Kube, stop_flag: threading.Event | None = None) -> None:
-    """Register the handlers with kopf's default registry for these settings.
+@dataclass
+class Loop:
+    """The operator's reconcile loop state: one reconciler, a lock and a wake-up per resource."""
+
+    reconciler: Reconciler
+    interval: float
+    locks: defaultdict[str, threading.Lock] = field(
+        default_factory=lambda: defaultdict(threading.Lock)
+    )
+    # Set from the event loop (pod events), awaited by the daemons: asyncio, not threading.
+    wakes: defaultdict[str, asyncio.Event] = field(
+        default_factory=lambda: defaultdict(asyncio.Event)
+    )
+    managed: set[str] = field(default_factory=set)
+
+    def reconcile(self, namespace: str, name: str) -> float | None:
+        """One reconciliation of one resource; seconds until it wants another look."""
+        key = f"{namespace}/{name}"
+        with self.locks[key]:
+            requeue = self.reconciler.reconcile(namespace, name)
+        self.managed.add(key)
+        metrics.MANAGED_RESOURCES.labels("DeltaIngestion").set(len(self.managed))
+        return requeue
+
+    def wake(self, namespace: str, name: str) -> None:
+        """Make the resource's daemon reconcile now (call from the event loop)."""
+        event = self.wakes.get(f"{namespace}/{name}")  # no daemon, nothing to wake
+        if event is not None:
+            event.set()
+
+    def forget(self, namespace: str, name: str) -> None:
+        """The resource is gone: drop its lock, wake-up and gauge entry."""
+        key = f"{namespace}/{name}"
+        self.locks.pop(key, None)
+        self.wakes.pop(key, None)
+        self.managed.discard(key)
+        metrics.MANAGED_RESOURCES.labels("DeltaIngestion").set(len(self.managed))
+
+
+def new_loop(settings: Settings, kube: Kube) -> Loop:
+    """The memo entry handlers read (``kopf.run(memo=kopf.Memo(loop=new_loop(...)))``)."""
+    return Loop(Reconciler(kube, settings), settings.reconcile_interval_seconds)
+
+
+def install(stop_flag: threading.Event | None = None) -> None:
+    """Register the handlers with kopf's default registry.
 
     ``stop_flag`` is the flag kopf.run watches: it is raised when kopf stops for a signal.
     """
-    _state["reconciler"] = Reconciler(kube, settings)
 
     @kopf.on.cleanup()
     def release_stop_flag(**_: Any) -> None:
@@ -56,31 +107,51 @@ def install(settings: Settings, kube: Kube, stop_flag: threading.Event | None = 
     kopf.on.resume(GROUP, VERSION, PLURAL)(_on_change)
     kopf.on.create(GROUP, VERSION, PLURAL)(_on_change)
     kopf.on.update(GROUP, VERSION, PLURAL)(_on_change)
-    kopf.timer(GROUP, VERSION, PLURAL, interval=settings.reconcile_interval_seconds, sharp=False)(
-        _on_timer
-    )
+    kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10)(_stream_daemon)
     kopf.on.delete(GROUP, VERSION, PLURAL)(_on_delete)
+    kopf.on.event("", "v1", "pods", labels={"app.kubernetes.io/managed-by": MANAGED_BY})(
+        _on_pod_event
+    )
 
 
-def _reconcile(namespace: str, name: str) -> None:
-    key = f"{namespace}/{name}"
-    with _locks[key]:
-        _state["reconciler"].reconcile(namespace, name)
-    _managed.add(key)
-    metrics.MANAGED_RESOURCES.labels("DeltaIngestion").set(len(_managed))
+def _on_change(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
+    memo.loop.reconcile(str(namespace), name)
 
 
-def _on_change(namespace: str | None, name: str, **_: Any) -> None:
-    _reconcile(str(namespace), name)
+async def _stream_daemon(
+    namespace: str | None, name: str, stopped: kopf.DaemonStopped, memo: kopf.Memo, **_: Any
+) -> None:
+    # Async, so that a daemon per resource holds no thread while it waits; the reconcile itself
+    # (blocking API calls) runs in the loop's thread pool.
+    loop: Loop = memo.loop
+    ns = str(namespace)
+    wake = loop.wakes[f"{ns}/{name}"]
+    running = asyncio.get_running_loop()
+    while not stopped:
+        wake.clear()
+        try:
+            requeue = await running.run_in_executor(None, loop.reconcile, ns, name)
+        except Exception:  # reported in the status by the reconciler; try again later
+            log.exception("reconciling %s/%s failed", ns, name)
+            requeue = None
+        delay = loop.interval if requeue is None else min(requeue, loop.interval)
+        deadline = time.monotonic() + delay
+        # Wake early for a change; check the stop flag at least twice a second.
+        while not stopped and not wake.is_set() and (left := deadline - time.monotonic()) > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), timeout=min(left, 0.5))
 
 
-def _on_timer(namespace: str | None, name: str, **_: Any) -> None:
-    _reconcile(str(namespace), name)
+async def _on_pod_event(
+    namespace: str | None, labels: Mapping[str, str], memo: kopf.Memo, **_: Any
+) -> None:
+    instance = labels.get("app.kubernetes.io/instance")
+    if instance:
+        memo.loop.wake(str(namespace), instance)
 
 
-def _on_delete(namespace: str | None, name: str, **_: Any) -> None:
-    with _locks[f"{namespace}/{name}"]:
-        _state["reconciler"].finalize(str(namespace), name)
-    _locks.pop(f"{namespace}/{name}", None)
-    _managed.discard(f"{namespace}/{name}")
-    metrics.MANAGED_RESOURCES.labels("DeltaIngestion").set(len(_managed))
+def _on_delete(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
+    loop: Loop = memo.loop
+    with loop.locks[f"{namespace}/{name}"]:
+        loop.reconciler.finalize(str(namespace), name)
+    loop.forget(str(namespace), name)

@@ -94,8 +94,13 @@ def run(settings: Settings | None = None) -> int:
     leading.wait()
     if lost.is_set():
         return 1
-    handlers.install(settings, Kube(), stop_flag=stop)
-    kopf.run(clusterwide=True, standalone=True, stop_flag=stop)
+    handlers.install(stop_flag=stop)
+    kopf.run(
+        clusterwide=True,
+        standalone=True,
+        stop_flag=stop,
+        memo=kopf.Memo(loop=handlers.new_loop(settings, Kube())),
+    )
     if lost.is_set():
         return 1
     # Stopped on purpose (SIGTERM: pod deleted, rollout): nothing acts any more, so hand the

@@ -230,6 +230,14 @@ _FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
             "1G",
             "01g",
             "9999999m",
+            "2Gi",
+            "511Mi",
+            "512Mi",
+            "256Gi",
+            "257Gi",
+            "2GI",
+            "2Ki",
+            "2048M",
         ]
     ),
     "spec.trigger.interval": st.sampled_from(

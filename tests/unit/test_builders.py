@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from deltaflow_operator.api import DeltaIngestion
@@ -110,7 +111,7 @@ def test_spark_conf_runs_client_mode_against_kubernetes() -> None:
     assert (
         conf["spark.kubernetes.driver.pod.name"] == "orders-driver"
     )  # executors owned by the driver
-    assert conf["spark.executor.memory"] == "2g"
+    assert conf["spark.executor.memory"] == "2048m"
     assert conf["spark.executor.instances"] == "1"
     assert conf["spark.sql.shuffle.partitions"] == "16"
     template = b.executor_pod_template(ingestion())
@@ -418,3 +419,12 @@ def test_spec_image_runs_the_driver_executors_and_maintenance_jobs() -> None:
     # Changing it replaces the driver; leaving it out runs the operator's image.
     assert b.driver_spec_hash(custom, SETTINGS) != b.driver_spec_hash(ingestion(), SETTINGS)
     assert b.driver_pod(ingestion(), SETTINGS)["spec"]["containers"][0]["image"] == SETTINGS.image
+
+
+@pytest.mark.parametrize("memory", ["2g", "2G", "2Gi", "2048m", "2048M", "2048Mi"])
+def test_memory_in_spark_and_kubernetes_forms_means_the_same(memory: str) -> None:
+    custom = ingestion(executor={"cores": 1, "memory": memory})
+    assert b.spark_conf(custom, SETTINGS)["spark.executor.memory"] == "2048m"
+    template = b.executor_pod_template(custom)
+    assert template["kind"] == "Pod"
+    assert b.memory_with_overhead_mib(custom.spec.executor) == 2048 + 384

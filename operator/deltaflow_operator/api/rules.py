@@ -48,15 +48,23 @@ def immutable(field: str, message: str) -> Rule:
 
 
 def memory_mib(value: str) -> int:
-    """Spark memory string ('512m', '2g') in MiB; the pattern on the field guarantees the form."""
-    number, unit = int(value[:-1]), value[-1]
+    """A memory amount ('512m', '2g', '2G', '512Mi', '2Gi': binary units) in MiB; the pattern
+    on the field guarantees the form."""
+    digits = len(value) - (2 if value.endswith("i") else 1)
+    number, unit = int(value[:digits]), value[digits].lower()
     return number * 1024 if unit == "g" else number
+
+
+def _cel_number(suffix: int) -> str:
+    return f"int(self.memory.substring(0, size(self.memory) - {suffix}))"
 
 
 # The same arithmetic in CEL, for the resource bounds rule.
 MEMORY_MIB_CEL = (
-    "(self.memory.endsWith('g') ? int(self.memory.substring(0, size(self.memory) - 1)) * 1024 "
-    ": int(self.memory.substring(0, size(self.memory) - 1)))"
+    f"(self.memory.endsWith('Gi') ? {_cel_number(2)} * 1024 : "
+    f"self.memory.endsWith('Mi') ? {_cel_number(2)} : "
+    f"(self.memory.endsWith('g') || self.memory.endsWith('G')) ? {_cel_number(1)} * 1024 : "
+    f"{_cel_number(1)})"
 )
 
 

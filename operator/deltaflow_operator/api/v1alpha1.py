@@ -39,7 +39,10 @@ SHORT_NAMES = ["di", "dingest"]
 
 # Names are RE2- and Rust-regex compatible: the API server and pydantic run the same pattern.
 DURATION_PATTERN = r"^[1-9][0-9]{0,5}(ms|s|m|h)$"
-MEMORY_PATTERN = r"^[1-9][0-9]{0,6}[mg]$"  # lowercase only: CEL and Python read it alike
+# Spark's form (512m, 2g; any case, binary: 2G is 2 GiB as in spark.executor.memory) or
+# Kubernetes' binary form (512Mi, 2Gi). Kubernetes' decimal "2G" would read as 2 GiB here, so
+# the description says which.
+MEMORY_PATTERN = r"^[1-9][0-9]{0,6}([mMgG]|[MG]i)$"
 KAFKA_TOPIC_PATTERN = r"^[a-zA-Z0-9._-]{1,249}$"
 BOOTSTRAP_PATTERN = r"^[A-Za-z0-9.-]+:[0-9]{1,5}(,[A-Za-z0-9.-]+:[0-9]{1,5})*$"
 TABLE_PATH_PATTERN = r"^(s3a://|s3://|gs://|abfss://|file:///|/)[^\s]+$"
@@ -377,7 +380,13 @@ class Resources(ApiModel):
         ),
     ] = None
     memory: Annotated[
-        str, Field(pattern=MEMORY_PATTERN, max_length=8, description="Spark form: 512m, 2g.")
+        str,
+        Field(
+            pattern=MEMORY_PATTERN,
+            max_length=9,
+            description="Heap of the JVM, binary units: 512m, 2g, 2G (Spark's form) or 512Mi, "
+            "2Gi (Kubernetes'); the pod gets Spark's overhead on top.",
+        ),
     ] = "1g"
     rules = (
         Rule(

@@ -64,6 +64,13 @@ def memory_with_overhead_mib(resources: Resources) -> int:
     return heap + max(384, heap // 10)
 
 
+def spark_memory(resources: Resources) -> str:
+    """``memory`` in the one form every Spark setting reads: MiB, 'm'."""
+    from deltaflow_operator.api.rules import memory_mib
+
+    return f"{memory_mib(resources.memory)}m"
+
+
 def cpu_request(resources: Resources) -> str:
     """The pod's CPU request: ``coreRequest`` when given, else the Spark cores."""
     return resources.core_request or str(resources.cores)
@@ -170,9 +177,9 @@ def spark_conf(ingestion: DeltaIngestion, settings: Settings) -> dict[str, str]:
         "spark.driver.port": str(DRIVER_PORT),
         "spark.driver.blockManager.port": str(BLOCK_MANAGER_PORT),
         "spark.driver.cores": str(spec.driver.cores),
-        "spark.driver.memory": spec.driver.memory,
+        "spark.driver.memory": spark_memory(spec.driver),
         "spark.executor.cores": str(spec.executor.cores),
-        "spark.executor.memory": spec.executor.memory,
+        "spark.executor.memory": spark_memory(spec.executor),
         # The starting count; the operator's autoscaler (or /scale in manual mode) changes it
         # live through the driver (deltaflow_runtime.executors), never by restarting it.
         "spark.executor.instances": str(_starting_executors(spec.scaling)),
