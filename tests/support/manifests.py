@@ -182,6 +182,22 @@ INVALID_CASES: list[InvalidCase] = [
     _case("core-request-zero", "spec.driver.coreRequest", _set("spec.driver.coreRequest", "0m")),
     _case("absurd-executor-memory", "spec.executor.memory", _set("spec.executor.memory", "9000g")),
     _case("tiny-driver-memory", "spec.driver.memory", _set("spec.driver.memory", "100m")),
+    _case("tiny-memory-kubernetes-form", "spec.driver.memory", _set("spec.driver.memory", "511Mi")),
+    _case(
+        "toleration-operator-typo",
+        "spec.executor.pod.tolerations[0].operator",
+        _set("spec.executor.pod.tolerations", [{"key": "spot", "operator": "Maybe"}]),
+    ),
+    _case(
+        "node-selector-value-with-space",
+        "spec.driver.pod.nodeSelector.pool",
+        _set("spec.driver.pod.nodeSelector", {"pool": "has space"}),
+    ),
+    _case(
+        "image-pull-secret-without-name",
+        "spec.imagePullSecrets[0].name",
+        _set("spec.imagePullSecrets", [{}]),
+    ),
     _case(
         "bad-trigger-duration", "spec.trigger.interval", _set("spec.trigger.interval", "10 seconds")
     ),

@@ -167,3 +167,21 @@ def test_pvc_example_is_valid_and_its_tables_are_on_the_claim() -> None:
     for table in (spec.sink.table_path, str(spec.dead_letter.table_path)):
         assert table.startswith(f"file://{volume.mount_path}/")
     assert spec.driver.core_request == spec.executor.core_request == "500m"
+
+
+@pytest.mark.parametrize(
+    ("pod", "field"),
+    [
+        ({"tolerations": [{"operator": "Maybe"}]}, "operator"),
+        ({"tolerations": [{"effect": "NoScheduling"}]}, "effect"),
+        ({"nodeSelector": {"pool": "has space"}}, "nodeSelector"),
+        ({"priorityClassName": "Not_A_Name"}, "priorityClassName"),
+        ({"nodeSelectr": {"a": "b"}}, "nodeSelectr"),
+    ],
+)
+def test_pod_options_mistakes_name_the_field(pod: dict[str, Any], field: str) -> None:
+    manifest = valid_manifest()
+    manifest["spec"]["executor"]["pod"] = pod
+    with pytest.raises(ValidationError) as error:
+        DeltaIngestion.model_validate(manifest)
+    assert field in str(error.value)

@@ -428,3 +428,61 @@ def test_memory_in_spark_and_kubernetes_forms_means_the_same(memory: str) -> Non
     template = b.executor_pod_template(custom)
     assert template["kind"] == "Pod"
     assert b.memory_with_overhead_mib(custom.spec.executor) == 2048 + 384
+
+
+PLACEMENT = {
+    "labels": {"team": "payments", "app.kubernetes.io/component": "mine"},
+    "annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"},
+    "nodeSelector": {"node.kubernetes.io/lifecycle": "spot"},
+    "tolerations": [{"key": "spot", "operator": "Exists", "effect": "NoSchedule"}],
+    "affinity": {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+                ]
+            }
+        }
+    },
+    "priorityClassName": "streaming",
+}
+
+
+def test_pod_placement_reaches_each_roles_pods_and_deltaflows_labels_win() -> None:
+    custom = ingestion(
+        executor={"cores": 1, "memory": "2g", "pod": PLACEMENT},
+        driver={"cores": 1, "memory": "1g", "pod": {"nodeSelector": {"pool": "on-demand"}}},
+        imagePullSecrets=[{"name": "registry"}],
+        serviceAccount={"annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/x"}},
+    )
+    template = b.executor_pod_template(custom)
+    spec = template["spec"]
+    assert spec["nodeSelector"] == {"node.kubernetes.io/lifecycle": "spot"}
+    assert spec["tolerations"] == PLACEMENT["tolerations"]
+    assert spec["affinity"] == PLACEMENT["affinity"]
+    assert spec["priorityClassName"] == "streaming"
+    assert spec["imagePullSecrets"] == [{"name": "registry"}]
+    assert template["metadata"]["labels"]["team"] == "payments"
+    # Deltaflow's labels select the pods: a user label cannot take them over.
+    assert template["metadata"]["labels"]["app.kubernetes.io/component"] == "executor"
+    assert template["metadata"]["annotations"] == PLACEMENT["annotations"]
+
+    driver = b.driver_pod(custom, SETTINGS)
+    assert driver["spec"]["nodeSelector"] == {"pool": "on-demand"}  # its own role's options
+    assert "tolerations" not in driver["spec"]
+    assert driver["spec"]["imagePullSecrets"] == [{"name": "registry"}]
+    assert SPEC_HASH_ANNOTATION in driver["metadata"]["annotations"]
+    job = maintenance_cronjob(custom, SETTINGS, "optimize")["spec"]["jobTemplate"]["spec"]
+    assert job["template"]["spec"]["nodeSelector"] == {"pool": "on-demand"}
+    account = b.service_account(custom)
+    assert account["metadata"]["annotations"] == {
+        "eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/x"
+    }
+    # A placement change gives a new driver (pods cannot be moved).
+    assert b.driver_spec_hash(custom, SETTINGS) != b.driver_spec_hash(ingestion(), SETTINGS)
+
+
+def test_no_placement_adds_no_empty_fields() -> None:
+    spec = b.driver_pod(ingestion(), SETTINGS)["spec"]
+    for key in ("nodeSelector", "tolerations", "affinity", "priorityClassName", "imagePullSecrets"):
+        assert key not in spec

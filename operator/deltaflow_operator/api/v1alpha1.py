@@ -364,6 +364,63 @@ class Scaling(ApiModel):
     )
 
 
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
+
+
+class Toleration(ApiModel):
+    """A Kubernetes toleration (the pod's ``spec.tolerations`` entry)."""
+
+    key: Annotated[str | None, Field(max_length=253)] = None
+    operator: Literal["Exists", "Equal"] | None = None
+    value: Annotated[str | None, Field(max_length=63)] = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = None
+
+
+class PodOptions(ApiModel):
+    """Where and how the pods of one role (driver, executors) run: what a cluster's placement,
+    cost and identity rules need. Deltaflow's own labels win over equal keys here."""
+
+    labels: Annotated[
+        dict[str, Annotated[str, Field(pattern=LABEL_VALUE_PATTERN)]], Field(max_length=32)
+    ] = {}
+    annotations: Annotated[dict[str, str], Field(max_length=32)] = {}
+    node_selector: Annotated[
+        dict[str, Annotated[str, Field(pattern=LABEL_VALUE_PATTERN)]], Field(max_length=16)
+    ] = {}
+    tolerations: Annotated[list[Toleration], Field(max_length=32)] = []
+    affinity: Annotated[
+        dict[str, Any],
+        Field(
+            description="A Kubernetes Affinity (nodeAffinity, podAffinity, podAntiAffinity), "
+            "passed to the pod as is; the API server judges it when the pod is created.",
+            json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+        ),
+    ] = {}
+    priority_class_name: Annotated[str | None, Field(pattern=K8S_NAME_PATTERN, max_length=253)] = (
+        None
+    )
+
+
+class LocalObjectReference(ApiModel):
+    """A Secret in the resource's namespace, by name (e.g. an image pull secret)."""
+
+    name: Annotated[str, Field(pattern=K8S_NAME_PATTERN, max_length=253)]
+
+
+class ServiceAccountOptions(ApiModel):
+    """The driver's ServiceAccount (executors and maintenance jobs run without API access)."""
+
+    annotations: Annotated[
+        dict[str, str],
+        Field(
+            max_length=32,
+            description="e.g. eks.amazonaws.com/role-arn or iam.gke.io/gcp-service-account: a "
+            "workload identity for the object store instead of keys in a Secret.",
+        ),
+    ] = {}
+
+
 class Resources(ApiModel):
     """CPU and memory of one Spark JVM (driver or executor)."""
 
@@ -379,6 +436,7 @@ class Resources(ApiModel):
             "from cores: Spark still runs `cores` tasks at once.",
         ),
     ] = None
+    pod: PodOptions = PodOptions()
     memory: Annotated[
         str,
         Field(
@@ -524,6 +582,8 @@ class DeltaIngestionSpec(ApiModel):
     scaling: Scaling = Scaling()
     driver: Resources = Resources()
     executor: Resources = Resources(memory="2g")
+    image_pull_secrets: Annotated[list[LocalObjectReference], Field(max_length=8)] = []
+    service_account: ServiceAccountOptions = ServiceAccountOptions()
     spark_conf: Annotated[dict[str, str], Field(max_length=64)] = {}
     maintenance: Maintenance = Maintenance()
     volumes: Annotated[

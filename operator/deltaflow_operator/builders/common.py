@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from deltaflow_operator.api import GROUP, KIND, VERSION, DeltaIngestion, names
+from deltaflow_operator.api.v1alpha1 import PodOptions
 
 Manifest = dict[str, Any]
 MANAGED_BY = "deltaflow-operator"
@@ -59,6 +60,26 @@ def labels(ingestion: DeltaIngestion, component: str) -> dict[str, str]:
         "app.kubernetes.io/managed-by": MANAGED_BY,
         "app.kubernetes.io/part-of": "deltaflow",
     }
+
+
+def pod_labels(ingestion: DeltaIngestion, component: str, options: PodOptions) -> dict[str, str]:
+    """The user's labels for a role's pods, with Deltaflow's own on top (they select the pods)."""
+    return {**options.labels, **labels(ingestion, component)}
+
+
+def pod_placement(ingestion: DeltaIngestion, options: PodOptions) -> dict[str, Any]:
+    """Pod spec fields that place and admit a role's pods: node selector, tolerations,
+    affinity, priority class and the image pull secrets (only those set)."""
+    fields: dict[str, Any] = {
+        "nodeSelector": dict(options.node_selector),
+        "tolerations": [
+            t.model_dump(by_alias=True, exclude_none=True) for t in options.tolerations
+        ],
+        "affinity": dict(options.affinity),
+        "priorityClassName": options.priority_class_name,
+        "imagePullSecrets": [{"name": s.name} for s in ingestion.spec.image_pull_secrets],
+    }
+    return {k: v for k, v in fields.items() if v}
 
 
 def owner_reference(ingestion: DeltaIngestion) -> dict[str, Any]:

@@ -30,6 +30,8 @@ from deltaflow_operator.builders.common import (
     executor_pod_name_prefix,
     labels,
     metadata,
+    pod_labels,
+    pod_placement,
     restricted_container_security,
     restricted_pod_security,
     runtime_image,
@@ -270,11 +272,16 @@ def kafka_ca_mounts(ingestion: DeltaIngestion) -> list[dict[str, Any]]:
 def executor_pod_template(ingestion: DeltaIngestion) -> Manifest:
     """Pod template Spark uses for executors: restricted, no API token, writable /tmp, the
     Kafka CA bundle at the driver's path (the Kafka consumers run here) and spec.volumes."""
+    options = ingestion.spec.executor.pod
+    meta: dict[str, Any] = {"labels": pod_labels(ingestion, "executor", options)}
+    if options.annotations:
+        meta["annotations"] = dict(options.annotations)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"labels": labels(ingestion, "executor")},
+        "metadata": meta,
         "spec": {
+            **pod_placement(ingestion, options),
             "automountServiceAccountToken": False,
             "enableServiceLinks": False,
             "securityContext": restricted_pod_security(),
@@ -347,8 +354,13 @@ def config_volume(ingestion: DeltaIngestion) -> dict[str, Any]:
 def driver_pod(ingestion: DeltaIngestion, settings: Settings) -> Manifest:
     """The driver Pod: runs ``deltaflow stream`` with the pipeline config mounted read-only."""
     name = ingestion.name
+    options = ingestion.spec.driver.pod
     meta = metadata(ingestion, driver_pod_name(name), "driver")
-    meta["annotations"] = {SPEC_HASH_ANNOTATION: driver_spec_hash(ingestion, settings)}
+    meta["labels"] = pod_labels(ingestion, "driver", options)
+    meta["annotations"] = {
+        **options.annotations,
+        SPEC_HASH_ANNOTATION: driver_spec_hash(ingestion, settings),
+    }
     mounts = [
         {"name": "config", "mountPath": CONFIG_MOUNT, "readOnly": True},
         {"name": "tmp", "mountPath": "/tmp"},
@@ -361,6 +373,7 @@ def driver_pod(ingestion: DeltaIngestion, settings: Settings) -> Manifest:
         "metadata": meta,
         "spec": {
             "serviceAccountName": service_account_name(name),
+            **pod_placement(ingestion, options),
             "restartPolicy": "Never",  # the operator replaces a failed driver, with backoff
             "enableServiceLinks": False,
             "terminationGracePeriodSeconds": 60,  # let an in-flight batch commit
@@ -441,7 +454,10 @@ def service_account(ingestion: DeltaIngestion) -> Manifest:
     return {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
-        "metadata": metadata(ingestion, service_account_name(ingestion.name), "driver"),
+        "metadata": {
+            **metadata(ingestion, service_account_name(ingestion.name), "driver"),
+            "annotations": dict(ingestion.spec.service_account.annotations),
+        },
     }
 
 

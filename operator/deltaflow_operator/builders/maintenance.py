@@ -11,6 +11,8 @@ from deltaflow_operator.builders.common import (
     cronjob_name,
     labels,
     metadata,
+    pod_labels,
+    pod_placement,
     restricted_container_security,
     restricted_pod_security,
     runtime_image,
@@ -33,7 +35,8 @@ def maintenance_cronjob(ingestion: DeltaIngestion, settings: Settings, job: Job)
     spec = ingestion.spec
     schedule = spec.maintenance.optimize if job == "optimize" else spec.maintenance.vacuum
     component = f"maintenance-{job}"
-    pod_labels = labels(ingestion, component)
+    options = spec.driver.pod  # maintenance jobs run where the driver may
+    job_pod_labels = pod_labels(ingestion, component, options)
     return {
         "apiVersion": "batch/v1",
         "kind": "CronJob",
@@ -47,14 +50,18 @@ def maintenance_cronjob(ingestion: DeltaIngestion, settings: Settings, job: Job)
             "successfulJobsHistoryLimit": 3,
             "failedJobsHistoryLimit": 3,
             "jobTemplate": {
-                "metadata": {"labels": pod_labels},
+                "metadata": {"labels": labels(ingestion, component)},
                 "spec": {
                     "backoffLimit": 2,
                     "activeDeadlineSeconds": 6 * 3600,
                     "ttlSecondsAfterFinished": 24 * 3600,
                     "template": {
-                        "metadata": {"labels": pod_labels},
+                        "metadata": {
+                            "labels": job_pod_labels,
+                            "annotations": dict(options.annotations),
+                        },
                         "spec": {
+                            **pod_placement(ingestion, options),
                             "restartPolicy": "Never",
                             "automountServiceAccountToken": False,  # needs no API access
                             "enableServiceLinks": False,
