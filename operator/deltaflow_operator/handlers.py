@@ -31,6 +31,8 @@ from deltaflow_operator.reconcile import Reconciler
 from deltaflow_operator.settings import Settings
 
 FINALIZER = f"{GROUP}/finalizer"
+# No reconcile takes this long (API calls time out well before): one that does is hung.
+HUNG_RECONCILE = 300.0
 log = logging.getLogger(__name__)
 
 
@@ -48,15 +50,38 @@ class Loop:
         default_factory=lambda: defaultdict(asyncio.Event)
     )
     managed: set[str] = field(default_factory=set)
+    # For the liveness probe: kopf's event loop, and when each running reconcile started.
+    event_loop: asyncio.AbstractEventLoop | None = None
+    running: dict[str, float] = field(default_factory=dict)
 
     def reconcile(self, namespace: str, name: str) -> float | None:
         """One reconciliation of one resource; seconds until it wants another look."""
         key = f"{namespace}/{name}"
         with self.locks[key]:
-            requeue = self.reconciler.reconcile(namespace, name)
+            self.running[key] = time.monotonic()
+            try:
+                requeue = self.reconciler.reconcile(namespace, name)
+            finally:
+                self.running.pop(key, None)
         self.managed.add(key)
         metrics.MANAGED_RESOURCES.labels("DeltaIngestion").set(len(self.managed))
         return requeue
+
+    def wedged(self, answer_within: float = 3.0) -> str | None:
+        """What makes this operator useless while its process still answers: kopf's event loop
+        not answering within ``answer_within`` s, or a reconcile running past HUNG_RECONCILE."""
+        now = time.monotonic()
+        for key, started in list(self.running.items()):
+            if now - started > HUNG_RECONCILE:
+                return f"the reconcile of {key} has run for {now - started:.0f}s"
+        if self.event_loop is not None and self.event_loop.is_running():
+            answer = asyncio.run_coroutine_threadsafe(asyncio.sleep(0), self.event_loop)
+            try:
+                answer.result(timeout=answer_within)
+            except TimeoutError:
+                answer.cancel()
+                return f"kopf's event loop did not answer within {answer_within:.0f}s"
+        return None
 
     def wake(self, namespace: str, name: str) -> None:
         """Make the resource's daemon reconcile now (call from the event loop)."""
@@ -91,6 +116,10 @@ def install(stop_flag: threading.Event | None = None) -> None:
         # until the kubelet's SIGKILL (measured: the standby took over 47 s after a pod delete).
         if stop_flag is not None:
             stop_flag.set()
+
+    @kopf.on.startup()
+    async def remember_event_loop(memo: kopf.Memo, **_: Any) -> None:
+        memo.loop.event_loop = asyncio.get_running_loop()
 
     @kopf.on.startup()
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:

@@ -6,6 +6,7 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import kopf
@@ -18,10 +19,14 @@ from deltaflow_operator.settings import Settings
 log = logging.getLogger("deltaflow.operator")
 
 
-def health_response(path: str, *, leading: bool, stopping: bool) -> tuple[int, str]:
+def health_response(
+    path: str, *, leading: bool, stopping: bool, wedged: str | None = None
+) -> tuple[int, str]:
     """Status code and body of the health endpoints.
 
-    ``/healthz``  liveness: the process answers.
+    ``/healthz``  liveness: the process answers and, on the leader, kopf's event loop answers
+                  and no reconcile hangs (``wedged`` says which not); 503 makes the kubelet
+                  restart the replica, and the standby takes over.
     ``/readyz``   readiness: healthy and either leading or standing by (200 on the standby too,
                   so ``helm --wait``, ``helm upgrade`` and ``kubectl rollout status`` finish with
                   two replicas); 503 once the Lease is lost and the process is on its way out.
@@ -30,7 +35,7 @@ def health_response(path: str, *, leading: bool, stopping: bool) -> tuple[int, s
     """
     role = "leader" if leading else "standby"
     if path == "/healthz":
-        return 200, "ok"
+        return (503, wedged) if wedged else (200, "ok")
     if path == "/readyz":
         return (503, "stopping: lost the leader Lease") if stopping else (200, role)
     if path == "/leader":
@@ -43,12 +48,16 @@ class _Health(BaseHTTPRequestHandler):
 
     leading = threading.Event()
     stopping = threading.Event()
+    # Set once kopf runs: what is wedged in the reconcile loop, if anything.
+    wedged: Callable[[], str | None] = staticmethod(lambda: None)
 
     def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
         code, text = health_response(
-            self.path.split("?", 1)[0],
+            path,
             leading=self.leading.is_set(),
             stopping=self.stopping.is_set(),
+            wedged=_Health.wedged() if path == "/healthz" else None,
         )
         self.send_response(code)
         self.send_header("Content-Type", "text/plain")
@@ -95,12 +104,9 @@ def run(settings: Settings | None = None) -> int:
     if lost.is_set():
         return 1
     handlers.install(stop_flag=stop)
-    kopf.run(
-        clusterwide=True,
-        standalone=True,
-        stop_flag=stop,
-        memo=kopf.Memo(loop=handlers.new_loop(settings, Kube())),
-    )
+    loop = handlers.new_loop(settings, Kube())
+    _Health.wedged = staticmethod(loop.wedged)
+    kopf.run(clusterwide=True, standalone=True, stop_flag=stop, memo=kopf.Memo(loop=loop))
     if lost.is_set():
         return 1
     # Stopped on purpose (SIGTERM: pod deleted, rollout): nothing acts any more, so hand the

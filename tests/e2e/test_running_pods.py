@@ -218,6 +218,7 @@ def stream(
             "operator.reconcileIntervalSeconds": "2",
             "operator.backoffBaseSeconds": "2",
             "operator.backoffMaxSeconds": "8",
+            "operator.driverPendingDeadlineSeconds": "20",
         },
     )
     kube.kubectl("create", "namespace", NS)
@@ -603,6 +604,50 @@ def test_kubectl_scale_sets_the_executors_live_in_manual_mode(stream: Stream) ->
     stream.wait_all_landed()
     stream.assert_exactly_once()
     stream.patch({"scaling": {"mode": "lag", "executors": None}})
+
+
+def test_a_driver_that_cannot_be_placed_or_pulled_is_degraded_with_the_reason(
+    stream: Stream,
+) -> None:
+    assert stream.kafka.pod_bootstrap_servers is not None
+
+    def manifest(name: str) -> dict[str, Any]:
+        return cluster_manifest(
+            name,
+            str(stream.kafka.pod_bootstrap_servers),
+            topic=TOPIC,
+            trigger="2s",
+            namespace=NS,
+            storage=stream.store.storage_spec(),
+            lake=LAKE,
+        )
+
+    nowhere = manifest("nowhere")
+    nowhere["spec"]["driver"]["pod"] = {"nodeSelector": {"deltaflow.io/no-such-pool": "yes"}}
+    unpullable = manifest("unpullable")
+    unpullable["spec"]["image"] = "deltaflow.local/no-such-image:0"
+    applied = time.monotonic()
+    for m in (nowhere, unpullable):
+        stream.kube.kubectl("apply", "-f", "-", stdin=json.dumps(m))
+
+    def degraded(name: str) -> dict[str, Any] | None:
+        obj = stream.kube.kubectl_json("-n", NS, "get", "deltaingestion", name)
+        found = [
+            c for c in (obj.get("status") or {}).get("conditions", []) if c["type"] == "Degraded"
+        ]
+        return found[0] if found and found[0]["status"] == "True" else None
+
+    pulled = wait_for("Degraded ImagePullFailed", lambda: degraded("unpullable"), timeout=90)
+    assert pulled["reason"] == "ImagePullFailed", pulled
+    assert "deltaflow.local/no-such-image:0" in pulled["message"]
+    placed = wait_for("Degraded Unschedulable", lambda: degraded("nowhere"), timeout=90)
+    seconds = time.monotonic() - applied
+    assert placed["reason"] == "Unschedulable", placed
+    assert "node affinity/selector" in placed["message"], placed["message"]  # the scheduler's
+    assert seconds < 20 + 30, seconds  # the deadline (20 s here) plus a few reconciles
+    record(f"unschedulable driver -> Degraded after {seconds:.0f}s (deadline 20s)")
+    for name in ("nowhere", "unpullable"):
+        stream.kube.kubectl("-n", NS, "delete", "deltaingestion", name, "--timeout=60s")
 
 
 def test_the_standard_consumer_group_listing_shows_the_streams_lag(stream: Stream) -> None:

@@ -66,3 +66,42 @@ def test_the_server_follows_the_lease(server: str) -> None:
     _Health.stopping.set()
     assert (_status(f"{server}/readyz"), _status(f"{server}/leader")) == (503, 503)
     assert _status(f"{server}/healthz") == 200
+
+
+def test_liveness_fails_when_kopfs_event_loop_is_wedged() -> None:
+    import asyncio
+    import time
+
+    from deltaflow_operator.handlers import Loop
+
+    loop = Loop(reconciler=None, interval=10)  # type: ignore[arg-type]  # never reconciles here
+    event_loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=event_loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        loop.event_loop = event_loop
+        assert loop.wedged(answer_within=2) is None
+        event_loop.call_soon_threadsafe(time.sleep, 3)  # a handler that blocks the loop
+        reason = loop.wedged(answer_within=1)
+        assert reason is not None
+        assert "event loop" in reason
+        time.sleep(2.5)
+        assert loop.wedged(answer_within=2) is None  # answers again once unblocked
+    finally:
+        event_loop.call_soon_threadsafe(event_loop.stop)
+        thread.join(5)
+        event_loop.close()
+
+
+def test_liveness_fails_when_a_reconcile_hangs() -> None:
+    import time
+
+    from deltaflow_operator.handlers import HUNG_RECONCILE, Loop
+
+    loop = Loop(reconciler=None, interval=10)  # type: ignore[arg-type]
+    loop.running["data/orders"] = time.monotonic() - HUNG_RECONCILE - 1
+    reason = loop.wedged()
+    assert reason is not None
+    assert "data/orders" in reason
+    code, body = health_response("/healthz", leading=True, stopping=False, wedged=reason)
+    assert (code, body) == (503, reason)
