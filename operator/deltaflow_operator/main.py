@@ -106,7 +106,16 @@ def run(settings: Settings | None = None) -> int:
     handlers.install(stop_flag=stop)
     loop = handlers.new_loop(settings, Kube())
     _Health.wedged = staticmethod(loop.wedged)
-    kopf.run(clusterwide=True, standalone=True, stop_flag=stop, memo=kopf.Memo(loop=loop))
+    scope = settings.watch_namespaces
+    if scope:
+        log.info("serving DeltaIngestions in %s only", ", ".join(scope))
+    kopf.run(
+        clusterwide=not scope,
+        namespaces=list(scope),
+        standalone=True,
+        stop_flag=stop,
+        memo=kopf.Memo(loop=loop),
+    )
     if lost.is_set():
         return 1
     # Stopped on purpose (SIGTERM: pod deleted, rollout): nothing acts any more, so hand the

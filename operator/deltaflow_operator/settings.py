@@ -14,6 +14,7 @@ class Settings:
     image_pull_policy: str = "IfNotPresent"
     namespace: str = "deltaflow-system"  # where the operator's leader-election Lease lives
     lease_name: str = "deltaflow-operator"
+    watch_namespaces: tuple[str, ...] = ()  # empty: every namespace
     # The chart's ClusterRole each driver's RoleBinding grants (the operator may only bind it).
     driver_cluster_role: str = "deltaflow-operator-driver"
     metrics_port: int = 8000
@@ -36,6 +37,9 @@ class Settings:
             image_pull_policy=e.get("DELTAFLOW_IMAGE_PULL_POLICY", d.image_pull_policy),
             namespace=e.get("DELTAFLOW_NAMESPACE", d.namespace),
             lease_name=e.get("DELTAFLOW_LEASE_NAME", d.lease_name),
+            watch_namespaces=tuple(
+                n.strip() for n in e.get("DELTAFLOW_WATCH_NAMESPACES", "").split(",") if n.strip()
+            ),
             driver_cluster_role=e.get("DELTAFLOW_DRIVER_CLUSTER_ROLE", d.driver_cluster_role),
             metrics_port=int(e.get("DELTAFLOW_METRICS_PORT", d.metrics_port)),
             health_port=int(e.get("DELTAFLOW_HEALTH_PORT", d.health_port)),

@@ -177,3 +177,38 @@ def test_helm_test_pod_is_restricted_and_needs_no_dns() -> None:
     container = pod["spec"]["containers"][0]
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert "DELTAFLOW_OPERATOR_METRICS_SERVICE_HOST" in container["command"][2]
+
+
+def test_watch_namespaces_scope_the_permissions_to_those_namespaces() -> None:
+    docs = render("deltaflow", "--set=watchNamespaces={team-a,team-b}")
+    main_role = "deltaflow-operator"
+    cluster_bindings = [d for d in docs if d["kind"] == "ClusterRoleBinding"]
+    # The main rules (pods, secrets, RoleBindings...) are bound per namespace, never cluster-wide.
+    assert all(b["roleRef"]["name"] != main_role for b in cluster_bindings)
+    bound_in = {
+        d["metadata"]["namespace"]
+        for d in docs
+        if d["kind"] == "RoleBinding" and d["roleRef"]["name"] == main_role
+    }
+    assert bound_in == {"team-a", "team-b"}
+    # Only the CRD (cluster-scoped, for kopf's discovery) is read cluster-wide.
+    crd_rules = _one(docs, "ClusterRole", "deltaflow-operator-crd")["rules"]
+    assert [r["resources"] for r in crd_rules] == [["customresourcedefinitions"]]
+    env = {
+        e["name"]: e.get("value")
+        for e in _one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["DELTAFLOW_WATCH_NAMESPACES"] == "team-a,team-b"
+    # Without it, one ClusterRoleBinding serves every namespace.
+    default = render()
+    assert any(
+        d["kind"] == "ClusterRoleBinding" and d["roleRef"]["name"] == main_role for d in default
+    )
+
+
+def test_watch_namespaces_reach_the_operators_settings() -> None:
+    from deltaflow_operator.settings import Settings
+
+    settings = Settings.from_env({"DELTAFLOW_WATCH_NAMESPACES": "team-a, team-b"})
+    assert settings.watch_namespaces == ("team-a", "team-b")
+    assert Settings.from_env({"DELTAFLOW_WATCH_NAMESPACES": ""}).watch_namespaces == ()
