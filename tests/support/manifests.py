@@ -302,4 +302,15 @@ IMMUTABLE_UPDATES: list[InvalidCase] = [
         "change-table-path", "spec.sink.tablePath", _set("spec.sink.tablePath", "s3a://lake/other")
     ),
     _case("change-format-type", "spec.format.type", _set("spec.format.type", "raw")),
+    _case(
+        "set-checkpoint-after-the-default",
+        "spec.sink.checkpointPath",
+        _set("spec.sink.checkpointPath", "s3a://lake/_checkpoints/other"),
+    ),
+    _case("change-partition-by", "spec.sink.partitionBy", _set("spec.sink.partitionBy", ["day"])),
+    _case(
+        "drop-kafka-metadata-columns",
+        "spec.sink.kafkaMetadataColumns",
+        _set("spec.sink.kafkaMetadataColumns", False),
+    ),
 ]

@@ -288,14 +288,21 @@ class DeltaSink(ApiModel):
             field_path=".tablePath",
             transition=True,
         ),
-        Rule(
-            cel="!has(oldSelf.checkpointPath) || "
-            "(has(self.checkpointPath) && self.checkpointPath == oldSelf.checkpointPath)",
-            message="checkpointPath is immutable once set: a new checkpoint restarts the stream; "
-            "create a new DeltaIngestion instead",
-            check=lambda _: True,
-            field_path=".checkpointPath",
-            transition=True,
+        immutable(
+            "checkpointPath",
+            "checkpointPath is immutable, also from or to the default: another checkpoint "
+            "restarts the stream from startingOffsets (duplicates or a gap); create a new "
+            "DeltaIngestion instead",
+        ),
+        immutable(
+            "partitionBy",
+            "partitionBy is immutable: the table's partition columns are fixed when it is "
+            "created; create a new DeltaIngestion (and table) to partition differently",
+        ),
+        immutable(
+            "kafkaMetadataColumns",
+            "kafkaMetadataColumns is immutable: the table's columns would no longer match its "
+            "rows; create a new DeltaIngestion (and table) instead",
         ),
     )
 
