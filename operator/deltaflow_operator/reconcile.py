@@ -20,14 +20,16 @@ from deltaflow_operator.api import DeltaIngestion
 from deltaflow_operator.api.errors import describe
 from deltaflow_operator.api.identity import identity
 from deltaflow_operator.api.v1alpha1 import DeltaIngestionStatus
+from deltaflow_operator.autoscaler.observe import REPORT_ANNOTATION, parse_report
 from deltaflow_operator.builders import driver as driver_builders
 from deltaflow_operator.builders.common import config_map_name, driver_pod_name
 from deltaflow_operator.builders.maintenance import JOBS, maintenance_cronjob
 from deltaflow_operator.decisions.changes import changed_fields, needs_driver_replacement
-from deltaflow_operator.decisions.conditions import set_condition
-from deltaflow_operator.decisions.driver import DriverPlan, Observed, decide_driver
+from deltaflow_operator.decisions.conditions import condition, set_condition
+from deltaflow_operator.decisions.driver import DriverPlan, Observed, decide_driver, running_since
+from deltaflow_operator.decisions.progress import stream_progress
 from deltaflow_operator.kube import Kube
-from deltaflow_operator.scaling import Autoscaler
+from deltaflow_operator.scaling import Autoscaler, trigger_seconds
 from deltaflow_operator.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -100,6 +102,7 @@ class Reconciler:
             ingestion = ingestion.model_copy(update={"status": self._status(ingestion, plan)})
             plan = self._plan(ingestion, changed)
         status = self._scale(body, ingestion, self._status(ingestion, plan))
+        status = self._progress(ingestion, status)
         document = status.model_dump(by_alias=True, mode="json", exclude_none=True)
         # Measured figures that became unknown must go, not linger as if current: a null
         # deletes a field in a merge patch.
@@ -134,6 +137,38 @@ class Reconciler:
                 "autoscaler": outcome.autoscaler,
             }
         )
+
+    def _progress(
+        self, ingestion: DeltaIngestion, status: DeltaIngestionStatus
+    ) -> DeltaIngestionStatus:
+        """A running driver is Ready only while its stream makes progress (see
+        :mod:`~deltaflow_operator.decisions.progress`); other verdicts on Ready stand."""
+        ready = condition(status.conditions, "Ready")
+        if ready is None or ready.status != "True" or ready.reason != "Streaming":
+            return status
+        pod = self.kube.get_pod(ingestion.namespace, driver_pod_name(ingestion.name))
+        started = running_since(pod) if pod is not None else None
+        if pod is None or started is None:
+            return status
+        now = datetime.now(UTC)
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        verdict = stream_progress(
+            parse_report(annotations.get(REPORT_ANNOTATION)),
+            running_for=(now - started).total_seconds(),
+            lag_records=status.lag.records,
+            trigger_seconds=trigger_seconds(ingestion),
+            now=now.timestamp(),
+        )
+        conditions = set_condition(
+            status.conditions,
+            "Ready",
+            verdict.ready,
+            verdict.reason,
+            verdict.message,
+            ingestion.metadata.get("generation"),
+            now,
+        )
+        return status.model_copy(update={"conditions": conditions})
 
     def _spec_changes(self, ingestion: DeltaIngestion) -> tuple[bool, list[str]]:
         """(first reconcile?, spec fields changed since the config the driver was given)."""

@@ -335,7 +335,7 @@ class Autoscaler:
                     target_executors=target,
                     consumption_rate=None if view is None else view.consumption_rate,
                     cores_per_executor=ingestion.spec.executor.cores,
-                    trigger_interval_seconds=_trigger_seconds(ingestion),
+                    trigger_interval_seconds=trigger_seconds(ingestion),
                     max_offsets_per_trigger=ingestion.spec.source.max_offsets_per_trigger,
                 ),
                 Limits(
@@ -417,7 +417,8 @@ def _capacity_status(report: DriverReport | None) -> CapacityStatus | None:
     )
 
 
-def _trigger_seconds(ingestion: DeltaIngestion) -> float:
+def trigger_seconds(ingestion: DeltaIngestion) -> float:
+    """spec.trigger.interval in seconds."""
     text = ingestion.spec.trigger.interval
     units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
     unit = "ms" if text.endswith("ms") else text[-1]

@@ -41,6 +41,7 @@ class ScalingAgent:
         self._lock = threading.Lock()
         self._last_totals: ExecutorTotals | None = None
         self._last_batch = -1
+        self._last_batch_at: float | None = None  # wall clock: the operator compares with its own
         self._run_id = ""
         self._published: dict[str, Any] | None = None
         self._published_at = 0.0
@@ -51,6 +52,7 @@ class ScalingAgent:
         with self._lock:
             previous, self._last_totals = self._last_totals, totals
             self._last_batch = batch_id
+            self._last_batch_at = time.time()
             if previous is None:
                 return
             busy = totals.busy_core_seconds - previous.busy_core_seconds
@@ -85,12 +87,13 @@ class ScalingAgent:
         totals = self.control.totals()
         with self._lock:
             capacity = self.meter.capacity()
-            batch = self._last_batch
+            batch, batch_at = self._last_batch, self._last_batch_at
         report: dict[str, Any] = {
             "at": round(time.time(), 3),
             "queryId": self.query_id,
             "runId": self._run_id,
             "lastBatch": batch,
+            "lastBatchAt": None if batch_at is None else round(batch_at, 3),
             "target": self.control.target,
             "registered": len(totals.registered),
             "cores": totals.cores,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -104,13 +105,53 @@ def test_status_columns_conditions_and_events(
     reasons = {e["reason"] for e in operator.events("orders", NS)}
     assert {"ResourcesCreated", "DriverCreated"} <= reasons
 
-    # A kubelet reports the driver running: Ready, and `kubectl wait` sees it.
-    operator.set_pod_phase("orders-driver", NS, "Running")
+    # A kubelet reports the driver running: not Ready yet, a running pod is not a stream.
+    started = datetime.now(UTC)
+    operator.set_pod_phase(
+        "orders-driver",
+        NS,
+        "Running",
+        containerStatuses=[
+            {
+                "name": "driver",
+                "image": "deltaflow:test",
+                "imageID": "",
+                "ready": True,
+                "restartCount": 0,
+                "state": {"running": {"startedAt": started.isoformat()}},
+            }
+        ],
+    )
+    wait_for(
+        "Ready=False StreamStarting",
+        lambda: (operator.condition("orders", NS, "Ready") or {}).get("reason") == "StreamStarting",
+    )
+    # The driver reports a committed batch: Ready, and `kubectl wait` sees it.
+    now = time.time()
+    _report(operator, {"at": now, "target": 1, "registered": 1, "lastBatch": 0, "lastBatchAt": now})
     operator.kube.kubectl(
         "-n", NS, "wait", "--for=condition=Ready", "deltaingestion/orders", "--timeout=30s"
     )
+    # Reports go on, batches stop and Kafka's lag cannot be read here (no broker): Unknown.
+    _report(
+        operator,
+        {"at": time.time(), "target": 1, "registered": 1, "lastBatch": 0, "lastBatchAt": now - 900},
+    )
+    unknown = wait_for(
+        "Ready=Unknown ProgressUnknown",
+        lambda: (c := operator.condition("orders", NS, "Ready")) and c["status"] == "Unknown" and c,
+    )
+    assert unknown["reason"] == "ProgressUnknown"
     described = operator.kube.kubectl("-n", NS, "describe", "deltaingestion", "orders").stdout
     assert "DriverCreated" in described
+
+
+def _report(op: OperatorUnderTest, report: dict[str, Any]) -> None:
+    """Publish a driver report on the driver pod, as the runtime's scaling agent does."""
+    op.kube.kubectl(
+        "-n", NS, "annotate", "pod", "orders-driver", "--overwrite",
+        f"deltaflow.io/driver-report={json.dumps(report)}",
+    )  # fmt: skip
 
 
 def _patch_spec(op: OperatorUnderTest, patch: dict[str, Any]) -> None:

@@ -379,6 +379,29 @@ def test_kafka_restart(stream: Stream) -> None:
     assert stream.driver_uid() == driver
 
 
+def test_a_hung_driver_is_not_ready_while_its_pod_runs(stream: Stream) -> None:
+    wait_for("Ready=True", lambda: stream.condition("Ready").get("status") == "True", timeout=120)
+    uid = stream.driver_uid()
+    pid = _driver_main_pid(f"{NAME}-driver")
+    os.kill(pid, signal.SIGSTOP)  # the process hangs: no batch, no report; the pod stays Running
+    stopped = time.monotonic()
+    try:
+        stream.produce(500)
+        hung = wait_for(
+            "Ready=False DriverNotReporting",
+            lambda: (c := stream.condition("Ready")).get("reason") == "DriverNotReporting" and c,
+            timeout=90,
+        )
+        assert hung["status"] == "False"
+        record(f"driver process hung -> Ready=False {time.monotonic() - stopped:.0f}s")
+        assert stream.driver_uid() == uid  # Running all along: only the report told
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    wait_for("Ready=True again", lambda: stream.condition("Ready").get("status") == "True", 120)
+    stream.wait_all_landed()
+    stream.assert_exactly_once()
+
+
 def test_leader_pod_deleted_standby_takes_over_and_suspend_resume_with_real_pods(
     stream: Stream,
 ) -> None:

@@ -35,6 +35,9 @@ class DriverReport:
     released: int
     failed_tasks: int
     capacity: Capacity | None
+    # The last batch this driver committed, and when (None: none since it started).
+    last_batch: int | None = None
+    last_batch_at: float | None = None
 
     def fresh(self, now: float) -> bool:
         """Published recently enough to act on."""
@@ -68,6 +71,8 @@ def parse_report(text: str | None) -> DriverReport | None:
             released=int(raw.get("released", 0)),
             failed_tasks=int(raw.get("failedTasks", 0)),
             capacity=capacity,
+            last_batch=None if raw.get("lastBatch") is None else int(raw["lastBatch"]),
+            last_batch_at=None if raw.get("lastBatchAt") is None else float(raw["lastBatchAt"]),
         )
     except (ValueError, KeyError, TypeError, AttributeError):
         return None

@@ -106,7 +106,8 @@ def _time(value: Any) -> datetime | None:
     return value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
 
 
-def _running_since(pod: dict[str, Any]) -> datetime | None:
+def running_since(pod: dict[str, Any]) -> datetime | None:
+    """When the pod's container started running (None: it does not run)."""
     for container in (pod.get("status") or {}).get("containerStatuses") or []:
         started = _time(((container.get("state") or {}).get("running") or {}).get("startedAt"))
         if started:
@@ -404,7 +405,7 @@ def _running_or_pending(
         else:
             conds.degraded(_crash_loop_message(driver, settings))
         return DriverPlan("none", driver, conds.items, requeue_after=5.0)
-    since = _running_since(pod)
+    since = running_since(pod)
     if since is not None and now - since >= STABLE_RUN and driver.consecutive_failures:
         driver = driver.model_copy(update={"consecutive_failures": 0, "last_failure_reason": None})
     crash_loop = _crash_loop_message(driver, settings)

@@ -1,0 +1,77 @@
+"""Is a running driver's stream making progress? The answer behind ``Ready``.
+
+A pod in phase Running says only that a process runs. The stream is healthy when its driver
+reports (its report annotation is fresh) and, if records wait in Kafka, it commits batches. An
+idle topic is healthy without batches: Spark runs none when nothing arrives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from deltaflow_operator.autoscaler.observe import REPORT_STALE_SECONDS, DriverReport
+
+# Time a new driver gets to start its JVM, its query and its first report.
+STARTUP_GRACE_SECONDS = 180.0
+# With records waiting, no commit for this long (or ten triggers, if longer) is a stall.
+STALL_SECONDS = 120.0
+
+
+@dataclass(frozen=True)
+class Progress:
+    """The verdict: Ready's status (None: Unknown), reason and message."""
+
+    ready: bool | None
+    reason: str
+    message: str
+
+
+def stream_progress(
+    report: DriverReport | None,
+    *,
+    running_for: float,
+    lag_records: int | None,
+    trigger_seconds: float,
+    now: float,
+) -> Progress:
+    """Whether the stream of a driver that has run ``running_for`` seconds makes progress."""
+    reporting = report is not None and now - report.at <= REPORT_STALE_SECONDS
+    if not reporting:
+        if running_for < STARTUP_GRACE_SECONDS:
+            return Progress(
+                False, "StreamStarting", "the driver runs; waiting for its first report"
+            )
+        silent = "never reported" if report is None else f"not reported for {now - report.at:.0f}s"
+        return Progress(
+            False,
+            "DriverNotReporting",
+            f"the driver pod runs but its stream has {silent}: it may be hung (see its log; "
+            "deleting the pod restarts it from the checkpoint)",
+        )
+    assert report is not None
+    stall_after = max(STALL_SECONDS, 10 * trigger_seconds)
+    last = report.last_batch_at
+    quiet = now - last if last is not None else running_for
+    if lag_records == 0 or quiet <= stall_after:
+        return Progress(True, "Streaming", _streaming(report, lag_records, now))
+    if lag_records is None:
+        return Progress(
+            None,
+            "ProgressUnknown",
+            f"no batch committed for {quiet:.0f}s and Kafka's lag cannot be read: the topic "
+            "may be idle or the stream stalled",
+        )
+    return Progress(
+        False,
+        "StreamStalled",
+        f"no batch committed for {quiet:.0f}s while {lag_records} records wait in Kafka "
+        f"(a stall is {stall_after:.0f}s); see the driver's log",
+    )
+
+
+def _streaming(report: DriverReport, lag_records: int | None, now: float) -> str:
+    if report.last_batch_at is None or report.last_batch is None or report.last_batch < 0:
+        return "the stream runs and Kafka holds nothing new for it"
+    ago = max(0.0, now - report.last_batch_at)
+    behind = "" if lag_records is None else f"; {lag_records} records behind"
+    return f"the stream commits batches: batch {report.last_batch} {ago:.0f}s ago{behind}"

@@ -1,0 +1,111 @@
+"""Ready means the stream makes progress: scenarios of driver reports, lag and time."""
+
+from __future__ import annotations
+
+import pytest
+
+from deltaflow_operator.autoscaler.observe import DriverReport, parse_report
+from deltaflow_operator.decisions.progress import (
+    STALL_SECONDS,
+    STARTUP_GRACE_SECONDS,
+    stream_progress,
+)
+
+NOW = 1_800_000_000.0
+
+
+def report(at: float = NOW - 2, last_batch: int = 7, ago: float | None = 3.0) -> DriverReport:
+    return DriverReport(
+        at=at,
+        query_id="q",
+        run_id="r",
+        target=1,
+        registered=1,
+        released=0,
+        failed_tasks=0,
+        capacity=None,
+        last_batch=last_batch,
+        last_batch_at=None if ago is None else NOW - ago,
+    )
+
+
+@pytest.mark.parametrize(
+    ("scenario", "driver_report", "running_for", "lag", "expected"),
+    [
+        ("commits while records arrive", report(), 600, 5000, (True, "Streaming")),
+        ("idle topic, no batch for an hour", report(ago=3600), 7200, 0, (True, "Streaming")),
+        ("idle from the start", report(last_batch=-1, ago=None), 7200, 0, (True, "Streaming")),
+        ("just started, no report yet", None, 30, None, (False, "StreamStarting")),
+        ("never reported", None, STARTUP_GRACE_SECONDS + 1, 10, (False, "DriverNotReporting")),
+        (
+            "reports stopped (hung process)",
+            report(at=NOW - 120),
+            3600,
+            10,
+            (False, "DriverNotReporting"),
+        ),
+        (
+            "reports but commits nothing while records wait",
+            report(ago=STALL_SECONDS + 30),
+            3600,
+            42_000,
+            (False, "StreamStalled"),
+        ),
+        (
+            "no batch since start with a backlog",
+            report(last_batch=-1, ago=None),
+            STALL_SECONDS + 60,
+            1000,
+            (False, "StreamStalled"),
+        ),
+        (
+            "quiet and the lag unknown",
+            report(ago=STALL_SECONDS + 30),
+            3600,
+            None,
+            (None, "ProgressUnknown"),
+        ),
+        ("a short pause under the stall window", report(ago=60), 3600, 9000, (True, "Streaming")),
+    ],
+)
+def test_ready_follows_progress(
+    scenario: str,
+    driver_report: DriverReport | None,
+    running_for: float,
+    lag: int | None,
+    expected: tuple[bool | None, str],
+) -> None:
+    verdict = stream_progress(
+        driver_report, running_for=running_for, lag_records=lag, trigger_seconds=5, now=NOW
+    )
+    assert (verdict.ready, verdict.reason) == expected, scenario
+
+
+def test_a_slow_trigger_stretches_the_stall_window() -> None:
+    slow = stream_progress(
+        report(ago=STALL_SECONDS + 30),
+        running_for=3600,
+        lag_records=10,
+        trigger_seconds=60,
+        now=NOW,
+    )
+    assert slow.ready is True  # ten 60 s triggers have not passed
+
+
+def test_the_stall_message_names_the_backlog() -> None:
+    verdict = stream_progress(
+        report(ago=400), running_for=3600, lag_records=42_000, trigger_seconds=5, now=NOW
+    )
+    assert "42000 records" in verdict.message
+    assert "400s" in verdict.message
+
+
+def test_the_report_carries_the_last_batch_time() -> None:
+    parsed = parse_report(
+        '{"at": 1.0, "target": 1, "registered": 1, "lastBatch": 3, "lastBatchAt": 0.5}'
+    )
+    assert parsed is not None
+    assert (parsed.last_batch, parsed.last_batch_at) == (3, 0.5)
+    older = parse_report('{"at": 1.0, "target": 1, "registered": 1}')  # an older runtime
+    assert older is not None
+    assert older.last_batch_at is None
