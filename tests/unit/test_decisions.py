@@ -6,6 +6,8 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from deltaflow_operator.api import DeltaIngestion
 from deltaflow_operator.builders.common import SPEC_HASH_ANNOTATION
 from deltaflow_operator.decisions.changes import changed_fields, needs_driver_replacement
@@ -306,3 +308,35 @@ def test_a_failure_a_restart_may_fix_restarts_with_backoff_and_names_the_reason(
     assert plan.driver.last_failure_reason == (
         "ObjectStoreUnreachable: the endpoint does not answer"
     )
+
+
+def _every_situation() -> list[tuple[str, Observed]]:
+    deleting = pod("Running")
+    deleting["metadata"].update(
+        namespace="data", deletionTimestamp=(NOW - timedelta(seconds=5)).isoformat()
+    )
+    return [
+        ("no driver", observe(ingestion(), None)),
+        ("running", observe(ingestion(), pod("Running"))),
+        ("pending", observe(ingestion(), pod("Pending"))),
+        ("failed", observe(ingestion(), pod("Failed"))),
+        ("needs action", observe(ingestion(), _failed_with("TableLost", "gone"))),
+        ("suspended", observe(ingestion(suspend=True), pod("Running"))),
+        ("spec changed", observe(ingestion(), pod("Running", "old"))),
+        ("stopping", observe(ingestion(), deleting)),
+        ("secret missing", observe(ingestion(), None, missing_secrets=["Secret data/x"])),
+        (
+            "image pull",
+            observe(ingestion(), pod("Pending", **_waiting("ErrImagePull", "no registry"))),
+        ),
+    ]
+
+
+@pytest.mark.parametrize(("situation", "observed"), _every_situation())
+def test_every_plan_sets_every_driver_condition(situation: str, observed: Observed) -> None:
+    # Starting from no conditions at all: a plan must not rely on an earlier round's.
+    plan = decide_driver(observed, SETTINGS)
+    assert set(conds(plan)) >= {"Ready", "Progressing", "Degraded", "Suspended"}, situation
+    for c in plan.conditions:
+        assert c.reason, (situation, c.type)
+        assert c.status in ("True", "False", "Unknown")

@@ -213,10 +213,10 @@ def decide_driver(observed: Observed, settings: Settings) -> DriverPlan:
         ):
             return _needs_action(driver, conds, pod, termination, ingestion.namespace)
         if current_hash != observed.desired_hash:
-            return _replace(driver, conds, observed.changed_fields)
+            return _replace(driver, conds, observed.changed_fields, settings)
         return _failed(driver, conds, pod, observed.now, settings)
     if current_hash != observed.desired_hash:
-        return _replace(driver, conds, observed.changed_fields)
+        return _replace(driver, conds, observed.changed_fields, settings)
     return _running_or_pending(
         driver, conds, pod, phase=str(phase), now=observed.now, settings=settings
     )
@@ -246,6 +246,7 @@ def _stopping(
         return DriverPlan("wait", driver, conds.items, requeue_after=5.0)
     conds.set("Ready", False, "DriverStopping", "waiting for the previous driver to terminate")
     conds.set("Progressing", True, "DriverStopping", "waiting for the previous driver to terminate")
+    conds.degraded(_crash_loop_message(driver, settings))
     return DriverPlan("wait", driver, conds.items, requeue_after=1.0)
 
 
@@ -376,10 +377,13 @@ def _needs_action(
     return DriverPlan("none", driver, conds.items, events)
 
 
-def _replace(driver: DriverStatus, conds: _Conditions, changed: list[str]) -> DriverPlan:
+def _replace(
+    driver: DriverStatus, conds: _Conditions, changed: list[str], settings: Settings
+) -> DriverPlan:
     message = f"replacing the driver: {', '.join(changed) or 'its spec'} changed"
     conds.set("Ready", False, "DriverReplacing", message)
     conds.set("Progressing", True, "DriverReplacing", message)
+    conds.degraded(_crash_loop_message(driver, settings))
     event = Event("Normal", "DriverReplacing", message)
     return DriverPlan(
         "delete", driver, conds.items, [event], requeue_after=1.0, delete_reason="spec changed"
