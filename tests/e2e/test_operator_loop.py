@@ -556,16 +556,13 @@ def test_a_failing_reconcile_says_so_in_the_status_and_recovers(
     operator.kube.kubectl("-n", ns, "delete", "deltaingestion", "capped", "--timeout=60s")
 
 
-def test_delete_removes_children_and_keeps_the_data(
+def test_delete_stops_the_driver_removes_every_child_and_releases_the_finalizer(
     operator: OperatorUnderTest, tmp_path: Path
 ) -> None:
+    # That the table and checkpoint survive is shown where a driver really wrote them:
+    # tests/e2e/test_running_pods.py::test_delete_and_uninstall_leave_no_pod_and_keep_the_table.
     manifest = load_example(NS, "clicks", tmp_path)
     manifest["spec"]["source"]["topic"] = "clicks"
-    table = tmp_path / "clicks"
-    checkpoint = tmp_path / "_checkpoints" / NS / "clicks"
-    for path in (table / "_delta_log", checkpoint):
-        path.mkdir(parents=True)
-        (path / "keep.json").write_text("{}")
     operator.apply(manifest)
     wait_for("clicks driver", lambda: operator.get("pod", "clicks-driver", NS))
     wait_for(
@@ -578,19 +575,14 @@ def test_delete_removes_children_and_keeps_the_data(
         ),
     )
 
+    children = [(kind, name.replace("orders", "clicks")) for kind, name in CHILD_KINDS]
+    for kind, name in children:  # each exists first, so "gone" below means something
+        wait_for(f"{kind}/{name}", lambda k=kind, n=name: operator.get(k, n, NS))
     operator.kube.kubectl(
         "-n", NS, "delete", "deltaingestion", "clicks", "--wait=true", "--timeout=60s"
     )
     assert operator.get("deltaingestion", "clicks", NS) is None  # finalizer released
-    for kind, name in [
-        ("pod", "clicks-driver"),
-        ("configmap", "clicks-config"),
-        ("cronjob", "clicks-optimize"),
-        ("role", "clicks-spark"),
-        ("service", "clicks-driver"),
-    ]:
+    for kind, name in children:
         wait_for(
             f"{kind}/{name} gone", lambda k=kind, n=name: operator.get(k, n, NS) is None, timeout=60
         )
-    assert (table / "_delta_log" / "keep.json").exists()
-    assert (checkpoint / "keep.json").exists()

@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from deltaflow_operator.builders.common import RUNTIME_UID
 from devstack.cluster import built_image_id, install_operator, lake_credentials
 from devstack.demo import BROKEN, cluster_manifest, create_topic, pods, produce_orders, running
 from devstack.kafka import KafkaBroker
@@ -334,7 +335,15 @@ def test_driver_process_killed_is_replaced_and_resumes_from_its_checkpoint(
 ) -> None:
     old = wait_for("a running driver", stream.driver_uid)
     stream.produce(1500)
-    os.kill(_driver_main_pid(f"{NAME}-driver"), signal.SIGKILL)
+    pid = _driver_main_pid(f"{NAME}-driver")
+    # The image's user, as the pods' security context requires: never root on the node.
+    uids = next(
+        line.split()[1:]
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+        if line.startswith("Uid:")
+    )
+    assert set(uids) == {str(RUNTIME_UID)}, uids
+    os.kill(pid, signal.SIGKILL)
     killed = time.monotonic()
     wait_for(
         "a replacement driver",

@@ -13,8 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from deltaflow_operator.builders.common import RUNTIME_UID
-
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = (REPO / "Dockerfile").read_text()
 IMAGE_SH = REPO / "stack/install/image.sh"
@@ -105,11 +103,6 @@ def test_image_needs_no_registry_but_for_its_base() -> None:
     stages = {line.split()[-1] for line in INSTRUCTIONS if re.match(r"FROM .* AS \w+$", line)}
     assert all(f == "${BASE_IMAGE}" or f in stages for f in froms), froms
     assert "ARG BASE_IMAGE=debian:bookworm-slim" in DOCKERFILE
-
-
-def test_image_runs_as_the_uid_the_pods_require() -> None:
-    assert f"USER {RUNTIME_UID}:{RUNTIME_UID}" in DOCKERFILE
-    assert f"--uid {RUNTIME_UID} --gid {RUNTIME_UID}" in DOCKERFILE
 
 
 def test_entrypoint_is_valid_executable_shell() -> None:
