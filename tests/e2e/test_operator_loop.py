@@ -179,7 +179,23 @@ def test_scaling_change_keeps_the_driver(
             for e in operator.events("orders", NS)
         ),
     )
-    time.sleep(3)  # several reconcile rounds
+    # The new bound reached the driver's config in place, the status saw the new generation,
+    # and the driver pod is still the same one.
+    obj = operator.get("deltaingestion", "orders", NS)
+    assert obj is not None
+    generation = obj["metadata"]["generation"]
+    wait_for(
+        "status of the new generation",
+        lambda: (
+            (operator.get("deltaingestion", "orders", NS) or {})
+            .get("status", {})
+            .get("observedGeneration")
+            == generation
+        ),
+    )
+    config = operator.get("configmap", "orders-config", NS)
+    assert config is not None
+    assert "maxExecutors: 12" in config["data"]["ingestion.yaml"]
     assert driver_uid(operator) == before
 
 
