@@ -96,27 +96,25 @@ class Kube:
             api_version=manifest["apiVersion"], kind=manifest["kind"]
         )
         namespace = manifest["metadata"].get("namespace")
-        try:
-            result = self.dynamic.server_side_apply(
+
+        def apply() -> Any:
+            return self.dynamic.server_side_apply(
                 resource,
                 body=manifest,
                 namespace=namespace,
                 field_manager=FIELD_MANAGER,
                 force_conflicts=True,
             )
+
+        try:
+            result = apply()
         except DynamicApiError as e:
             # A RoleBinding's roleRef cannot change (older versions bound a per-stream Role):
             # replace the binding, which the driver holds only while it lists or creates pods.
             if e.status != 422 or manifest["kind"] != "RoleBinding":
                 raise
             resource.delete(name=manifest["metadata"]["name"], namespace=namespace)
-            result = self.dynamic.server_side_apply(
-                resource,
-                body=manifest,
-                namespace=namespace,
-                field_manager=FIELD_MANAGER,
-                force_conflicts=True,
-            )
+            result = apply()
         applied: dict[str, Any] = result.to_dict()
         return applied
 

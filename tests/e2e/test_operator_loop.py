@@ -146,6 +146,23 @@ def test_status_columns_conditions_and_events(
     assert "DriverCreated" in described
 
 
+def _terminated(exit_code: int, message: str) -> dict[str, Any]:
+    """A driver container's status after it exited, as a kubelet reports it."""
+    state = {"terminated": {"exitCode": exit_code, "reason": "Error", "message": message}}
+    return {
+        "containerStatuses": [
+            {
+                "name": "driver",
+                "image": "deltaflow:test",
+                "imageID": "",
+                "ready": False,
+                "restartCount": 0,
+                "state": state,
+            }
+        ]
+    }
+
+
 def _report(op: OperatorUnderTest, report: dict[str, Any]) -> None:
     """Publish a driver report on the driver pod, as the runtime's scaling agent does."""
     op.kube.kubectl(
@@ -259,24 +276,7 @@ def test_suspend_and_resume(operator: OperatorUnderTest, orders: dict[str, Any])
 def test_failed_driver_is_replaced_with_backoff_then_degraded(
     operator: OperatorUnderTest, orders: dict[str, Any]
 ) -> None:
-    terminated = {
-        "containerStatuses": [
-            {
-                "name": "driver",
-                "image": "deltaflow:test",
-                "imageID": "",
-                "ready": False,
-                "restartCount": 0,
-                "state": {
-                    "terminated": {
-                        "exitCode": 1,
-                        "reason": "Error",
-                        "message": "boom: cannot reach kafka",
-                    }
-                },
-            }
-        ]
-    }
+    terminated = _terminated(1, "boom: cannot reach kafka")
     uid = wait_for("driver", lambda: driver_uid(operator))
     gaps = []
     for attempt in range(1, 4):
@@ -311,24 +311,7 @@ def test_a_failure_no_restart_can_fix_is_held_until_the_pod_is_deleted(
     operator: OperatorUnderTest, orders: dict[str, Any]
 ) -> None:
     message = "the table is behind its checkpoint: undo the RESTORE or rebuild the checkpoint."
-    terminated = {
-        "containerStatuses": [
-            {
-                "name": "driver",
-                "image": "deltaflow:test",
-                "imageID": "",
-                "ready": False,
-                "restartCount": 0,
-                "state": {
-                    "terminated": {
-                        "exitCode": 3,
-                        "reason": "Error",
-                        "message": json.dumps({"reason": "TableBehind", "message": message}),
-                    }
-                },
-            }
-        ]
-    }
+    terminated = _terminated(3, json.dumps({"reason": "TableBehind", "message": message}))
     uid = wait_for("driver", lambda: driver_uid(operator), timeout=60)
     operator.set_pod_phase("orders-driver", NS, "Failed", **terminated)
     degraded = wait_for(
