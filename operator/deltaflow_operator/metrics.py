@@ -55,3 +55,24 @@ SCALE_ACTIONS = Counter(
     "Changes of the executor count",
     ["namespace", "name", "direction"],
 )
+
+# Every series labelled with one DeltaIngestion's namespace and name (first two labels).
+PER_RESOURCE = (
+    RECONCILES,
+    RECONCILE_ERRORS,
+    LAG_RECORDS,
+    LAG_SECONDS,
+    EXECUTORS_DESIRED,
+    EXECUTORS_CURRENT,
+    SCALING_DECISIONS,
+    SCALE_ACTIONS,
+)
+
+
+def forget_resource(namespace: str, name: str) -> None:
+    """Remove a deleted DeltaIngestion's series: a gone stream must not show a last lag."""
+    for metric in PER_RESOURCE:
+        # prometheus_client keeps one child per label-value tuple; remove ours, any extra labels.
+        for labels in list(metric._metrics):  # the library lists children nowhere else
+            if tuple(labels[:2]) == (namespace, name):
+                metric.remove(*labels)

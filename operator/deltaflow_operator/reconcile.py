@@ -280,6 +280,7 @@ class Reconciler:
         it does not delete data.
         """
         self.autoscaler.forget(namespace, name)
+        metrics.forget_resource(namespace, name)
         pod = self.kube.get_pod(namespace, driver_pod_name(name))
         if pod is not None:
             self.kube.delete_pod(namespace, driver_pod_name(name), uid=pod["metadata"]["uid"])

@@ -105,3 +105,19 @@ def test_liveness_fails_when_a_reconcile_hangs() -> None:
     assert "data/orders" in reason
     code, body = health_response("/healthz", leading=True, stopping=False, wedged=reason)
     assert (code, body) == (503, reason)
+
+
+def test_a_deleted_resource_leaves_no_metric_series() -> None:
+    from prometheus_client import generate_latest
+
+    from deltaflow_operator import metrics
+
+    metrics.RECONCILES.labels("gone-ns", "gone").inc()
+    metrics.LAG_RECORDS.labels("gone-ns", "gone").set(42)
+    metrics.SCALING_DECISIONS.labels("gone-ns", "gone", "hold").inc()
+    metrics.LAG_RECORDS.labels("gone-ns", "kept").set(7)
+    assert 'name="gone"' in generate_latest().decode()
+    metrics.forget_resource("gone-ns", "gone")
+    text = generate_latest().decode()
+    assert 'name="gone"' not in text
+    assert 'deltaflow_operator_kafka_lag_records{name="kept",namespace="gone-ns"} 7.0' in text
