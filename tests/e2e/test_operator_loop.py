@@ -581,6 +581,7 @@ def test_delete_stops_the_driver_removes_every_child_and_releases_the_finalizer(
         "-n", NS, "delete", "deltaingestion", "clicks", "--wait=true", "--timeout=60s"
     )
     assert operator.get("deltaingestion", "clicks", NS) is None  # finalizer released
+    assert 'name="clicks"' not in operator.replicas[-1].metrics()  # no series left behind
     for kind, name in children:
         wait_for(
             f"{kind}/{name} gone", lambda k=kind, n=name: operator.get(k, n, NS) is None, timeout=60
