@@ -57,12 +57,12 @@ class Reconciler:
     def reconcile(self, namespace: str, name: str) -> float | None:
         """Bring one DeltaIngestion's children in line with its spec; seconds until next look."""
         started = time.monotonic()
-        metrics.RECONCILES.labels(namespace, name).inc()
         try:
             return self._reconcile(namespace, name)
         except Exception as error:
-            metrics.RECONCILE_ERRORS.labels(namespace, name).inc()
-            self._report_failure(namespace, name, error)
+            if self.kube.get_ingestion(namespace, name) is not None:
+                metrics.RECONCILE_ERRORS.labels(namespace, name).inc()
+                self._report_failure(namespace, name, error)
             raise
         finally:
             metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
@@ -70,7 +70,8 @@ class Reconciler:
     def _reconcile(self, namespace: str, name: str) -> float | None:
         body = self.kube.get_ingestion(namespace, name)
         if body is None or body["metadata"].get("deletionTimestamp"):
-            return None
+            return None  # no series for a resource being deleted (finalize removed them)
+        metrics.RECONCILES.labels(namespace, name).inc()
         try:
             ingestion = DeltaIngestion.model_validate(body)
         except ValidationError as e:
