@@ -60,9 +60,7 @@ class Reconciler:
         try:
             return self._reconcile(namespace, name)
         except Exception as error:
-            if self.kube.get_ingestion(namespace, name) is not None:
-                metrics.RECONCILE_ERRORS.labels(namespace, name).inc()
-                self._report_failure(namespace, name, error)
+            self._report_failure(namespace, name, error)
             raise
         finally:
             metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
@@ -226,8 +224,9 @@ class Reconciler:
         must not stand while the operator cannot act (kopf retries the reconcile)."""
         try:
             body = self.kube.get_ingestion(namespace, name)
-            if body is None:
+            if body is None or body["metadata"].get("deletionTimestamp"):
                 return
+            metrics.RECONCILE_ERRORS.labels(namespace, name).inc()
             current = DeltaIngestionStatus.model_validate(body.get("status") or {})
             message = f"the operator could not reconcile this resource: {_short(error)}"
             now = datetime.now(UTC)
