@@ -171,44 +171,20 @@ def test_optional_service_monitor_and_network_policy() -> None:
     assert _one(docs, "NetworkPolicy")["spec"]["ingress"][0]["ports"][0]["port"] == "metrics"
 
 
-def test_helm_test_pod_is_restricted_and_needs_no_dns() -> None:
-    pod = _one(render(), "Pod", "deltaflow-operator-test")
+def test_helm_test_reads_the_lease_with_its_own_minimal_account() -> None:
+    docs = render()
+    pod = _one(docs, "Pod", "deltaflow-operator-test")
     assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
-    container = pod["spec"]["containers"][0]
-    assert container["securityContext"]["allowPrivilegeEscalation"] is False
-    assert "DELTAFLOW_OPERATOR_METRICS_SERVICE_HOST" in container["command"][2]
-
-
-def test_watch_namespaces_scope_the_permissions_to_those_namespaces() -> None:
-    docs = render("deltaflow", "--set=watchNamespaces={team-a,team-b}")
-    main_role = "deltaflow-operator"
-    cluster_bindings = [d for d in docs if d["kind"] == "ClusterRoleBinding"]
-    # The main rules (pods, secrets, RoleBindings...) are bound per namespace, never cluster-wide.
-    assert all(b["roleRef"]["name"] != main_role for b in cluster_bindings)
-    bound_in = {
-        d["metadata"]["namespace"]
-        for d in docs
-        if d["kind"] == "RoleBinding" and d["roleRef"]["name"] == main_role
-    }
-    assert bound_in == {"team-a", "team-b"}
-    # Only the CRD (cluster-scoped, for kopf's discovery) is read cluster-wide.
-    crd_rules = _one(docs, "ClusterRole", "deltaflow-operator-crd")["rules"]
-    assert [r["resources"] for r in crd_rules] == [["customresourcedefinitions"]]
-    env = {
-        e["name"]: e.get("value")
-        for e in _one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
-    }
-    assert env["DELTAFLOW_WATCH_NAMESPACES"] == "team-a,team-b"
-    # Without it, one ClusterRoleBinding serves every namespace.
-    default = render()
-    assert any(
-        d["kind"] == "ClusterRoleBinding" and d["roleRef"]["name"] == main_role for d in default
-    )
-
-
-def test_watch_namespaces_reach_the_operators_settings() -> None:
-    from deltaflow_operator.settings import Settings
-
-    settings = Settings.from_env({"DELTAFLOW_WATCH_NAMESPACES": "team-a, team-b"})
-    assert settings.watch_namespaces == ("team-a", "team-b")
-    assert Settings.from_env({"DELTAFLOW_WATCH_NAMESPACES": ""}).watch_namespaces == ()
+    # Not an operator pod: `helm uninstall` checks find no operator pod left behind it.
+    assert pod["metadata"]["labels"]["app.kubernetes.io/component"] == "test"
+    assert pod["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"] is False
+    assert "read_namespaced_lease" in pod["spec"]["containers"][0]["command"][2]
+    role = _one(docs, "Role", "deltaflow-operator-test")
+    assert role["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": ["deltaflow-operator"],
+            "verbs": ["get"],
+        }
+    ]
