@@ -66,6 +66,13 @@ def report(at: float = NOW - 2, last_batch: int = 7, ago: float | None = 3.0) ->
             (None, "ProgressUnknown"),
         ),
         ("a short pause under the stall window", report(ago=60), 3600, 9000, (True, "Streaming")),
+        (
+            "reported, then hung, soon after start",
+            report(at=NOW - 40),
+            60,
+            None,
+            (False, "DriverNotReporting"),
+        ),
     ],
 )
 def test_ready_follows_progress(

@@ -37,7 +37,8 @@ def stream_progress(
     """Whether the stream of a driver that has run ``running_for`` seconds makes progress."""
     reporting = report is not None and now - report.at <= REPORT_STALE_SECONDS
     if not reporting:
-        if running_for < STARTUP_GRACE_SECONDS:
+        # The report lives on the pod: one there is this driver's, so it has started.
+        if report is None and running_for < STARTUP_GRACE_SECONDS:
             return Progress(
                 False, "StreamStarting", "the driver runs; waiting for its first report"
             )
