@@ -2,9 +2,9 @@
 
 Each DeltaIngestion has a daemon that reconciles it, then waits for what the reconcile asked
 (``requeue_after``: 1 s while a driver is replaced) or the reconcile interval, whichever is
-shorter, or until something wakes it: a change of the resource, or a change of one of its pods
-(its driver pod: a driver that crashed is seen in a second, not at the next poll). Create, update and resume run
-the same idempotent reconciliation; a per-resource lock keeps one at a time.
+shorter, or until something wakes it: a change of the resource, or a change of its driver pod
+(a driver that crashed is seen in a second, not at the next poll). Create, update and resume
+run the same idempotent reconciliation; a per-resource lock keeps one at a time.
 
 State lives in kopf's memo (one :class:`Loop` per operator), not in module globals.
 """
@@ -141,12 +141,8 @@ def install(stop_flag: threading.Event | None = None) -> None:
     # Driver pods only: a crash or a phase change is acted on at once. Executor pods change
     # during every scaling action; the autoscaler reads them through the driver's report at
     # its own pace (waking it for each would add decisions, not information).
-    kopf.on.event(
-        "",
-        "v1",
-        "pods",
-        labels={"app.kubernetes.io/managed-by": MANAGED_BY, "app.kubernetes.io/component": "driver"},
-    )(_on_pod_event)
+    drivers = {"app.kubernetes.io/managed-by": MANAGED_BY, "app.kubernetes.io/component": "driver"}
+    kopf.on.event("", "v1", "pods", labels=drivers)(_on_pod_event)
 
 
 def _on_change(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
