@@ -48,7 +48,7 @@ DRIVER = f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=driver"
 EXECUTORS = f"spark-app-selector,spark-role=executor,app.kubernetes.io/instance={NAME}"
 REPORT = "deltaflow.io/driver-report"
 BURST = 300_000
-OPERATOR_PODS = "app.kubernetes.io/name=deltaflow"
+OPERATOR_PODS = "app.kubernetes.io/name=deltaflow,app.kubernetes.io/component=operator"
 LAKE = "s3a://lake/e2e"  # the table, the dead-letter table and (by default) the checkpoint
 SCALING = {
     "minExecutors": 1,
