@@ -33,6 +33,8 @@ from deltaflow_operator.settings import Settings
 FINALIZER = f"{GROUP}/finalizer"
 # No reconcile takes this long (API calls time out well before): one that does is hung.
 HUNG_RECONCILE = 300.0
+# An event loop that has not run for this long is wedged (see Loop.wedged).
+LOOP_SILENT = 60.0
 log = logging.getLogger(__name__)
 
 
@@ -50,8 +52,9 @@ class Loop:
         default_factory=lambda: defaultdict(asyncio.Event)
     )
     managed: set[str] = field(default_factory=set)
-    # For the liveness probe: kopf's event loop, and when each running reconcile started.
-    event_loop: asyncio.AbstractEventLoop | None = None
+    # For the liveness probe: the event loop's last heartbeat, when each reconcile started.
+    last_beat: float | None = None
+    heartbeat: asyncio.Task[None] | None = None  # held so the task is not garbage-collected
     running: dict[str, float] = field(default_factory=dict)
 
     def reconcile(self, namespace: str, name: str) -> float | None:
@@ -67,21 +70,24 @@ class Loop:
         metrics.MANAGED_RESOURCES.labels("DeltaIngestion").set(len(self.managed))
         return requeue
 
-    def wedged(self, answer_within: float = 3.0) -> str | None:
+    def wedged(self, silent_after: float = LOOP_SILENT) -> str | None:
         """What makes this operator useless while its process still answers: kopf's event loop
-        not answering within ``answer_within`` s, or a reconcile running past HUNG_RECONCILE."""
+        silent (no heartbeat) for ``silent_after`` s, or a reconcile running past
+        HUNG_RECONCILE. Generous on purpose: a busy 2-core node delays the loop by seconds, and a
+        liveness restart of a leader that is merely slow costs a handover."""
         now = time.monotonic()
         for key, started in list(self.running.items()):
             if now - started > HUNG_RECONCILE:
                 return f"the reconcile of {key} has run for {now - started:.0f}s"
-        if self.event_loop is not None and self.event_loop.is_running():
-            answer = asyncio.run_coroutine_threadsafe(asyncio.sleep(0), self.event_loop)
-            try:
-                answer.result(timeout=answer_within)
-            except TimeoutError:
-                answer.cancel()
-                return f"kopf's event loop did not answer within {answer_within:.0f}s"
+        if self.last_beat is not None and now - self.last_beat > silent_after:
+            return f"kopf's event loop has not run for {now - self.last_beat:.0f}s"
         return None
+
+    async def beat(self, period: float = 5.0) -> None:
+        """The event loop's heartbeat (a task in kopf's loop, for as long as it runs)."""
+        while True:
+            self.last_beat = time.monotonic()
+            await asyncio.sleep(period)
 
     def wake(self, namespace: str, name: str) -> None:
         """Make the resource's daemon reconcile now (call from the event loop)."""
@@ -118,8 +124,8 @@ def install(stop_flag: threading.Event | None = None) -> None:
             stop_flag.set()
 
     @kopf.on.startup()
-    async def remember_event_loop(memo: kopf.Memo, **_: Any) -> None:
-        memo.loop.event_loop = asyncio.get_running_loop()
+    async def start_heartbeat(memo: kopf.Memo, **_: Any) -> None:
+        memo.loop.heartbeat = asyncio.get_running_loop().create_task(memo.loop.beat())
 
     @kopf.on.startup()
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:

@@ -7,6 +7,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from http.server import ThreadingHTTPServer
+from typing import Any
 
 import pytest
 
@@ -68,7 +69,7 @@ def test_the_server_follows_the_lease(server: str) -> None:
     assert _status(f"{server}/healthz") == 200
 
 
-def test_liveness_fails_when_kopfs_event_loop_is_wedged() -> None:
+def test_liveness_fails_when_kopfs_event_loop_stops_running() -> None:
     import asyncio
     import time
 
@@ -79,18 +80,25 @@ def test_liveness_fails_when_kopfs_event_loop_is_wedged() -> None:
     thread = threading.Thread(target=event_loop.run_forever, daemon=True)
     thread.start()
     try:
-        loop.event_loop = event_loop
-        assert loop.wedged(answer_within=2) is None
-        event_loop.call_soon_threadsafe(time.sleep, 3)  # a handler that blocks the loop
-        reason = loop.wedged(answer_within=1)
+        asyncio.run_coroutine_threadsafe(_start(loop), event_loop).result(5)
+        time.sleep(0.3)
+        assert loop.wedged(silent_after=1.0) is None
+        event_loop.call_soon_threadsafe(time.sleep, 2.5)  # a handler that blocks the loop
+        time.sleep(1.8)
+        reason = loop.wedged(silent_after=1.0)
         assert reason is not None
         assert "event loop" in reason
-        time.sleep(2.5)
-        assert loop.wedged(answer_within=2) is None  # answers again once unblocked
+        time.sleep(1.5)
+        assert loop.wedged(silent_after=1.0) is None  # beats again once unblocked
     finally:
         event_loop.call_soon_threadsafe(event_loop.stop)
         thread.join(5)
-        event_loop.close()
+
+
+async def _start(loop: Any) -> None:
+    import asyncio
+
+    loop.heartbeat = asyncio.get_running_loop().create_task(loop.beat(period=0.1))
 
 
 def test_liveness_fails_when_a_reconcile_hangs() -> None:
