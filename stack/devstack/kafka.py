@@ -128,7 +128,7 @@ def start_kafka(
         "-cp",
         f"{libs}/*",
     ]
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    cluster_id = _cluster_id()
     fmt = subprocess.run(
         [*java, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config)],
         capture_output=True,
@@ -149,3 +149,12 @@ def start_kafka(
         service.stop()
         raise
     return KafkaBroker(bootstrap, service, pod_listener)
+
+
+def _cluster_id() -> str:
+    """A KRaft cluster id: a random UUID in URL-safe base64, never starting with '-' (the
+    storage tool would read it as an option; Kafka's own random-uuid avoids it the same way)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
