@@ -51,8 +51,8 @@ from devstack.cluster import install_operator, lake_volume, start_cluster, stop_
 from devstack.demo import COUNTRIES, cluster_manifest, create_topic, running  # noqa: E402
 from devstack.kafka import KafkaBroker, start_kafka  # noqa: E402
 from devstack.kube import KubeControlPlane  # noqa: E402
+from devstack.leftovers import LOCK_FILE  # noqa: E402
 from devstack.network import bridge_exists, create_bridge, remove_bridge  # noqa: E402
-from devstack.node import LOCK_FILE  # noqa: E402
 
 T = TypeVar("T")
 

@@ -1,66 +1,218 @@
-"""What a stopped stack must not leave on the machine: mounts, namespaces, links, rules, shims,
-the object store's process.
+"""What a stopped stack must not leave on the machine, and how an interrupted run's orphans go.
 
-``python -m devstack.leftovers`` prints each leftover and exits 1 if there is any; the test
-command runs it after pytest, next to its check of the pids the stack started.
+A node that stops cleanly takes away everything it made (devstack.node). A run that is killed
+(SIGKILL, a machine restart mid-run) cannot: its mounts, network namespaces, pod veths, iptables
+chains, shims and fixed-path files stay. :func:`leftovers` lists them; :func:`sweep_leftovers`
+removes them, and the node runs it under its lock before it starts, so one interrupted run
+does not fail every run after it.
+
+``python -m devstack.leftovers`` prints each leftover and exits 1 if there is any (the test
+command runs it after pytest, next to its check of the pids the stack started);
+``--sweep`` removes them first.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import signal
 import subprocess
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
-from devstack.network import BRIDGE
-from devstack.node import NETNS_DIR
+from devstack.network import BRIDGE, NETNS_DIR, remove_bridge
+
+LOCK_FILE = Path("/run/lock/deltaflow-node.lock")
+CNI_RESULTS = Path("/var/lib/cni/results")
+KUBELET_SOCKET = Path("/var/lib/kubelet/device-plugins/kubelet.sock")
+CONTAINER_LOGS = Path("/var/log/containers")
+# Every process of a node names its work directory, `<stack>/kube/node`, on its command line.
+NODE_WORK_MARK = b"/kube/node/"
+CHAIN_PREFIXES = ("KUBE-", "CNI-")
 
 
-def leftovers() -> list[str]:
-    """Everything of the node still on the machine, one line each (empty: all clean)."""
-    found: list[str] = []
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        point = line.split()[4]
+class NodeLockError(RuntimeError):
+    """Another Deltaflow node holds the machine."""
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """One thing of a node still on the machine."""
+
+    kind: str  # mount, network namespace, file, socket, dangling log link, interface, chain, ...
+    target: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.target}"
+
+
+def take_node_lock() -> IO[str]:
+    """Hold the machine-wide node lock (kube-proxy's chains are global: one node at a time)."""
+    LOCK_FILE.parent.mkdir(parents=True, exist_ok=True)
+    lock = LOCK_FILE.open("a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        owner = lock.read().strip()
+        lock.close()
+        raise NodeLockError(
+            f"another Deltaflow node is running on this machine ({owner}); one node at a time "
+            "(kube-proxy's iptables chains are machine-wide): stop it first"
+        ) from None
+    lock.truncate(0)
+    lock.write(f"pid {os.getpid()}\n")
+    lock.flush()
+    return lock
+
+
+def mountpoints() -> list[str]:
+    """Every mount point on the machine, as /proc/self/mountinfo lists them."""
+    return [
+        line.split()[4].replace("\\040", " ")
+        for line in Path("/proc/self/mountinfo").read_text().splitlines()
+    ]
+
+
+def _node_mounts() -> list[str]:
+    found = []
+    for point in mountpoints():
         container = "/containerd/" in point and ("/rootfs" in point or "/shm" in point)
-        if container or "/kubelet/pods/" in point or point.startswith(f"{NETNS_DIR}/cni-"):
-            found.append(f"mount {point}")
+        # The kubelet bind-mounts its root dir; containerd keeps the pods' netns mounts there.
+        in_node = NODE_WORK_MARK.decode() in point + "/"
+        netns = point.startswith(f"{NETNS_DIR}/cni-")
+        if container or in_node or netns or "/kubelet/pods/" in point:
+            found.append(point)
+    return found
+
+
+def _chains(tool: str) -> list[str]:
+    rules = subprocess.run([f"{tool}-save"], capture_output=True, text=True, check=False).stdout
+    return sorted(
+        {
+            line.split()[0][1:]
+            for line in rules.splitlines()
+            if line.startswith(":") and line[1:].startswith(CHAIN_PREFIXES)
+        }
+    )
+
+
+def _processes() -> list[tuple[int, list[bytes]]]:
+    """(pid, argv) of every node or object-store process (the stack's or anyone's)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        ours = argv[0].endswith((b"containerd-shim-runc-v2", b"kubelet", b"kube-proxy"))
+        # The stack's object store (stack/install/minio.sh builds it into the cache).
+        ours = ours or (argv[0].endswith(b"/minio") and b"/minio/" in argv[0])
+        if ours:
+            found.append((int(entry.name), argv))
+    return found
+
+
+def leftovers() -> list[Leftover]:
+    """Everything of a node still on the machine (empty: all clean)."""
+    found = [Leftover("mount", p) for p in _node_mounts()]
     if NETNS_DIR.exists():
-        found += [f"network namespace {n}" for n in os.listdir(NETNS_DIR) if n.startswith("cni-")]
+        found += [
+            Leftover("network namespace", n) for n in os.listdir(NETNS_DIR) if n.startswith("cni-")
+        ]
     # What the kubelet, containerd and libcni write outside their configured roots.
-    found += [f"file {p}" for p in Path("/var/lib/cni/results").glob("deltaflow-*")]
-    found += [f"socket {p}" for p in Path("/var/lib/kubelet/device-plugins").glob("kubelet.sock")]
+    found += [Leftover("file", str(p)) for p in CNI_RESULTS.glob("deltaflow-*")]
+    if KUBELET_SOCKET.exists():
+        found.append(Leftover("socket", str(KUBELET_SOCKET)))
     found += [
-        f"dangling log link {p}"
-        for p in Path("/var/log/containers").glob("*.log")
+        Leftover("dangling log link", str(p))
+        for p in CONTAINER_LOGS.glob("*.log")
         if p.is_symlink() and not p.exists()
     ]
     link = subprocess.run(["ip", "link", "show", BRIDGE], capture_output=True, check=False)
     if link.returncode == 0:
-        found.append(f"network interface {BRIDGE}")
-    for tool in ("iptables-save", "ip6tables-save"):
-        rules = subprocess.run([tool], capture_output=True, text=True, check=False).stdout
-        chains = {
-            line.split()[0][1:]
-            for line in rules.splitlines()
-            if line.startswith(":") and line[1:].startswith(("KUBE-", "CNI-"))
-        }
-        found += [f"{tool.split('-')[0]} chain {c}" for c in sorted(chains)]
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                argv0 = (entry / "cmdline").read_bytes().split(b"\0")[0]
-            except OSError:
-                continue
-            ours = argv0.endswith((b"containerd-shim-runc-v2", b"kubelet", b"kube-proxy"))
-            # The stack's object store (stack/install/minio.sh builds it into the cache).
-            ours = ours or (argv0.endswith(b"/minio") and b"/minio/" in argv0)
-            if ours:
-                found.append(f"process {entry.name} {argv0.decode(errors='replace')}")
+        found.append(Leftover("network interface", BRIDGE))
+    for tool in ("iptables", "ip6tables"):
+        found += [Leftover(f"{tool} chain", c) for c in _chains(tool)]
+    found += [
+        Leftover("process", f"{pid} {argv[0].decode(errors='replace')}")
+        for pid, argv in _processes()
+    ]
     return found
 
 
-def main() -> int:
-    """Print the leftovers; exit 1 if there are any."""
+def _kill_orphans() -> None:
+    """SIGKILL the processes of a dead node (they name a node work dir) and a stray MinIO."""
+    for _ in range(3):
+        orphans = [
+            pid
+            for pid, argv in _processes()
+            if any(NODE_WORK_MARK in arg for arg in argv) or argv[0].endswith(b"/minio")
+        ]
+        if not orphans:
+            return
+        for pid in orphans:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.5)  # shims and their containers go before their mounts can
+
+
+def _drop_chains(tool: str) -> None:
+    """Restore the rules without any KUBE-/CNI- chain or rule that jumps to one."""
+    saved = subprocess.run([f"{tool}-save"], capture_output=True, text=True, check=False).stdout
+    kept = [line for line in saved.splitlines() if not any(p in line for p in CHAIN_PREFIXES)]
+    restore = "\n".join(kept) + "\n"
+    subprocess.run([f"{tool}-restore"], input=restore, text=True, capture_output=True, check=False)
+
+
+def sweep_leftovers() -> list[Leftover]:
+    """Remove what :func:`leftovers` finds; return what was there. Call with the node lock held.
+
+    A kubelet, kube-proxy or shim that does not belong to a Deltaflow node work dir is left
+    running (and still reported by :func:`leftovers`): it is someone else's.
+    """
+    found = leftovers()
+    if not found:
+        return []
+    _kill_orphans()
+    for _ in range(3):  # a lazy unmount of a parent can leave a child listed once more
+        for point in sorted(_node_mounts(), key=len, reverse=True):
+            subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+    for item in found:
+        path = Path(item.target)
+        if item.kind == "network namespace":
+            with contextlib.suppress(OSError):
+                (NETNS_DIR / item.target).unlink()
+        elif item.kind in ("file", "socket", "dangling log link"):
+            with contextlib.suppress(OSError):
+                path.unlink()
+            # libcni's loopback result of the same sandbox: cni-loopback-<id>-lo.
+            if item.kind == "file":
+                sandbox = path.name.removeprefix("deltaflow-").rsplit("-", 1)[0]
+                with contextlib.suppress(OSError):
+                    (CNI_RESULTS / f"cni-loopback-{sandbox}-lo").unlink()
+    remove_bridge()
+    for tool in ("iptables", "ip6tables"):
+        if _chains(tool):
+            _drop_chains(tool)
+    return found
+
+
+def main(argv: list[str]) -> int:
+    """Print the leftovers (after removing them with ``--sweep``); exit 1 if any remain."""
+    if "--sweep" in argv:
+        lock = take_node_lock()
+        try:
+            for item in sweep_leftovers():
+                print(f"removed: {item}")
+        finally:
+            lock.close()
     found = leftovers()
     for item in found:
         print(f"left behind: {item}")
@@ -73,4 +225,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 
 BRIDGE = "dflow0"
 POD_CIDR = "10.244.0.0/24"
 GATEWAY = "10.244.0.1"  # the host on the pod network: API server, kubelet, Kafka bind here
 SERVICE_CIDR = "10.0.0.0/24"
 KUBERNETES_SERVICE_IP = "10.0.0.1"  # first address of SERVICE_CIDR
+NETNS_DIR = Path("/run/netns")  # where libcni and `ip netns` keep named network namespaces
 
 
 class NetworkError(RuntimeError):

@@ -22,12 +22,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from devstack.kube import KubeControlPlane
-from devstack.network import PodNetwork
+from devstack.leftovers import NodeLockError, mountpoints, sweep_leftovers, take_node_lock
+from devstack.network import NETNS_DIR, PodNetwork
 from devstack.process import Service, ServiceError, free_port, record_pid, tail
 
 NODE_NAME = "deltaflow-node"
-LOCK_FILE = Path("/run/lock/deltaflow-node.lock")
-NETNS_DIR = Path("/run/netns")
 CNI_BIN_DIR = "/usr/lib/cni"
 # The kubelet sets some of these unless told not to; all are put back when the node stops.
 KUBELET_SYSCTLS = (
@@ -366,18 +365,10 @@ def _kill_containers(work_dir: Path) -> None:
         time.sleep(0.5)
 
 
-def _mountpoints() -> list[str]:
-    points = []
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        point = line.split()[4].replace("\\040", " ")
-        points.append(point)
-    return points
-
-
 def _unmount_under(root: Path) -> None:
     prefix = str(root.resolve()) + "/"
     for _ in range(3):
-        points = sorted((p for p in _mountpoints() if p.startswith(prefix)), key=len, reverse=True)
+        points = sorted((p for p in mountpoints() if p.startswith(prefix)), key=len, reverse=True)
         if not points:
             return
         for point in points:
@@ -398,25 +389,6 @@ def _remove_cgroups() -> None:
                 d.rmdir()
 
 
-def _take_lock() -> IO[str]:
-    LOCK_FILE.parent.mkdir(parents=True, exist_ok=True)
-    lock = LOCK_FILE.open("a+")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.seek(0)
-        owner = lock.read().strip()
-        lock.close()
-        raise ServiceError(
-            f"another Deltaflow node is running on this machine ({owner}); one node at a time "
-            "(kube-proxy's iptables chains are machine-wide): stop it first"
-        ) from None
-    lock.truncate(0)
-    lock.write(f"pid {os.getpid()}\n")
-    lock.flush()
-    return lock
-
-
 def start_node(
     plane: KubeControlPlane,
     net: PodNetwork,
@@ -429,7 +401,15 @@ def start_node(
     """Start containerd, import ``images``, start the kubelet and kube-proxy; wait for Ready."""
     if os.geteuid() != 0:
         raise ServiceError("the local node needs root (containerd, network namespaces, iptables)")
-    lock = _take_lock()
+    try:
+        lock = take_node_lock()
+    except NodeLockError as err:
+        raise ServiceError(str(err)) from None
+    # Only a run that was killed (SIGKILL, a machine restart) leaves anything; with the lock held
+    # no other node runs, so what is there is an orphan: clear it before the snapshot records it.
+    swept = sweep_leftovers()
+    if swept:
+        print(f"[node] removed {len(swept)} leftovers of an interrupted earlier run", flush=True)
     work_dir.mkdir(parents=True, exist_ok=True)
     node = Node(NODE_NAME, work_dir, HostSnapshot.take(), lock)
     try:
