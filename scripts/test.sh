@@ -18,6 +18,9 @@ step "mypy --strict"
 step "import contracts"
 .venv/bin/lint-imports
 
+step "removing what an interrupted earlier run left on this machine, if anything"
+PYTHONPATH=stack .venv/bin/python -m devstack.leftovers --sweep
+
 step "pytest"
 pidfile=$(mktemp "${TMPDIR:-/tmp}/deltaflow-pids.XXXXXX")
 trap 'rm -f "$pidfile"' EXIT

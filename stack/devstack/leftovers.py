@@ -207,7 +207,11 @@ def sweep_leftovers() -> list[Leftover]:
 def main(argv: list[str]) -> int:
     """Print the leftovers (after removing them with ``--sweep``); exit 1 if any remain."""
     if "--sweep" in argv:
-        lock = take_node_lock()
+        try:
+            lock = take_node_lock()
+        except NodeLockError as err:
+            print(err)
+            return 1
         try:
             for item in sweep_leftovers():
                 print(f"removed: {item}")
