@@ -147,13 +147,14 @@ def leftovers() -> list[Leftover]:
     return found
 
 
-def _kill_orphans() -> None:
-    """SIGKILL the processes of a dead node (they name a node work dir) and a stray MinIO."""
+def _kill_orphans(*, object_store: bool) -> None:
+    """SIGKILL the processes of a dead node (they name a node work dir), and a stray MinIO."""
     for _ in range(3):
         orphans = [
             pid
             for pid, argv in _processes()
-            if any(NODE_WORK_MARK in arg for arg in argv) or argv[0].endswith(b"/minio")
+            if any(NODE_WORK_MARK in arg for arg in argv)
+            or (object_store and argv[0].endswith(b"/minio"))
         ]
         if not orphans:
             return
@@ -171,16 +172,22 @@ def _drop_chains(tool: str) -> None:
     subprocess.run([f"{tool}-restore"], input=restore, text=True, capture_output=True, check=False)
 
 
-def sweep_leftovers() -> list[Leftover]:
+def sweep_leftovers(*, stack_started: bool = False) -> list[Leftover]:
     """Remove what :func:`leftovers` finds; return what was there. Call with the node lock held.
 
+    ``stack_started``: the caller's stack already made its bridge and may run its object store
+    (a node starts after both): those two are left alone, only a dead node's things go.
     A kubelet, kube-proxy or shim that does not belong to a Deltaflow node work dir is left
     running (and still reported by :func:`leftovers`): it is someone else's.
     """
-    found = leftovers()
+    found = [
+        item
+        for item in leftovers()
+        if not (stack_started and (item.kind == "network interface" or "/minio" in item.target))
+    ]
     if not found:
         return []
-    _kill_orphans()
+    _kill_orphans(object_store=not stack_started)
     for _ in range(3):  # a lazy unmount of a parent can leave a child listed once more
         for point in sorted(_node_mounts(), key=len, reverse=True):
             subprocess.run(["umount", "-l", point], capture_output=True, check=False)
@@ -197,7 +204,8 @@ def sweep_leftovers() -> list[Leftover]:
                 sandbox = path.name.removeprefix("deltaflow-").rsplit("-", 1)[0]
                 with contextlib.suppress(OSError):
                     (CNI_RESULTS / f"cni-loopback-{sandbox}-lo").unlink()
-    remove_bridge()
+    if not stack_started:
+        remove_bridge()
     for tool in ("iptables", "ip6tables"):
         if _chains(tool):
             _drop_chains(tool)

@@ -407,7 +407,8 @@ def start_node(
         raise ServiceError(str(err)) from None
     # Only a run that was killed (SIGKILL, a machine restart) leaves anything; with the lock held
     # no other node runs, so what is there is an orphan: clear it before the snapshot records it.
-    swept = sweep_leftovers()
+    # The bridge and object store are this stack's own by now (a stale bridge was replaced).
+    swept = sweep_leftovers(stack_started=True)
     if swept:
         print(f"[node] removed {len(swept)} leftovers of an interrupted earlier run", flush=True)
     work_dir.mkdir(parents=True, exist_ok=True)
