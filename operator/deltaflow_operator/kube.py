@@ -1,7 +1,7 @@
 """The one module that talks to the Kubernetes API (apart from kopf's own watching).
 
 Everything else in the operator works on plain dicts and pydantic models; this module turns those
-into API calls: server-side apply of children, the driver pod's life, Secret checks, status,
+into API calls: server-side apply of children, the driver pod's life, status,
 Events and the leader-election Lease.
 """
 
@@ -22,7 +22,6 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import DynamicApiError
 
 from deltaflow_operator.api import GROUP, PLURAL, VERSION
-from deltaflow_operator.api.v1alpha1 import SecretKeyRef
 
 FIELD_MANAGER = "deltaflow-operator"
 T = TypeVar("T")
@@ -149,44 +148,6 @@ class Kube:
         return _unless_missing(
             lambda: self._plain(self.core.read_namespaced_config_map(name, namespace))
         )
-
-    def missing_secret_keys(self, namespace: str, refs: dict[str, SecretKeyRef]) -> list[str]:
-        """A message for each referenced Secret or key that does not exist, naming the field."""
-        missing: list[str] = []
-        cache: dict[str, set[str] | None] = {}
-        for field, ref in refs.items():
-            if ref.name not in cache:
-                try:
-                    secret = self.core.read_namespaced_secret(ref.name, namespace)
-                    cache[ref.name] = set((secret.data or {}).keys()) | set(
-                        (secret.string_data or {}).keys()
-                    )
-                except ApiException as e:
-                    if e.status != 404:
-                        raise
-                    cache[ref.name] = None
-            keys = cache[ref.name]
-            if keys is None:
-                missing.append(
-                    f"Secret {namespace}/{ref.name} (referenced by {field}) does not exist: "
-                    "create it"
-                )
-            elif ref.key not in keys:
-                missing.append(
-                    f"Secret {namespace}/{ref.name} has no key '{ref.key}' "
-                    f"(referenced by {field}): add the key"
-                )
-        return missing
-
-    def secret_value(self, namespace: str, ref: SecretKeyRef) -> str:
-        """One Secret key's value, for the operator's own Kafka client (kept in memory only)."""
-        import base64
-
-        secret = self.core.read_namespaced_secret(ref.name, namespace)
-        data = secret.data or {}
-        if ref.key not in data:
-            raise LookupError(f"Secret {namespace}/{ref.name} has no key '{ref.key}'")
-        return base64.b64decode(data[ref.key]).decode()
 
     def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
         """Merge ``annotations`` into the pod's (the autoscaling channel to the driver)."""

@@ -184,9 +184,6 @@ class Reconciler:
             ingestion=ingestion,
             driver_pod=self.kube.get_pod(ns, driver_pod_name(name)),
             desired_hash=driver_builders.driver_spec_hash(ingestion, self.settings),
-            missing_secrets=self.kube.missing_secret_keys(
-                ns, driver_builders.secret_refs(ingestion)
-            ),
             changed_fields=[f for f in changed if needs_driver_replacement([f])],
             now=datetime.now(UTC),
         )

@@ -1,4 +1,5 @@
-"""Executor autoscaling, wired: observe (Kafka offsets, the driver's report), decide (the pure
+"""Executor autoscaling, wired: observe (the driver's report: its executors, measured capacity and
+the Kafka offsets it polled), decide (the pure
 :mod:`deltaflow_operator.autoscaler.policy`), act (the desired count on the driver pod), explain
 (status, the ``Scaling`` condition, Events, metrics).
 
@@ -9,22 +10,17 @@ restart the first round measures, and holds.
 
 from __future__ import annotations
 
-import logging
 import threading
-import time
-from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from typing import Any
 
 from deltaflow_operator import metrics
 from deltaflow_operator.api import DeltaIngestion
-from deltaflow_operator.api.identity import identity
 from deltaflow_operator.api.v1alpha1 import (
     AutoscalerStatus,
     CapacityStatus,
     DeltaIngestionStatus,
     ExecutorStatus,
-    KafkaSource,
     LagStatus,
     PartitionLagStatus,
     RecommendationStatus,
@@ -54,15 +50,10 @@ from deltaflow_operator.autoscaler.policy import (
 )
 from deltaflow_operator.builders.common import driver_pod_name, labels
 from deltaflow_operator.decisions.driver import Event
-from deltaflow_operator.kafka_admin import KafkaAdmin, client_config
 from deltaflow_operator.kube import Kube
 
-log = logging.getLogger(__name__)
-
-KAFKA_TIMEOUT_SECONDS = 5.0
-# How long a reconciliation waits for this round's Kafka read before using the last one.
-KAFKA_WAIT_SECONDS = 0.5
-# A Kafka view older than this is not acted on: the broker is treated as unreachable.
+# A Kafka view older than this is not acted on (the driver polls every 5 s): the broker or the
+# driver is treated as unreachable.
 VIEW_STALE_SECONDS = 60.0
 WORST_PARTITIONS = 3
 # Verdicts that say "more executors would not help": worth a Warning when they first appear.
@@ -78,13 +69,6 @@ class ScalingOutcome:
     autoscaler: AutoscalerStatus
     condition: tuple[bool | None, str, str]  # Scaling condition: status, reason, message
     events: list[Event] = field(default_factory=list)
-
-
-def kafka_config(source: KafkaSource, secrets: dict[str, str]) -> dict[str, str]:
-    """librdkafka settings for the operator's admin client; ``secrets`` holds the referenced
-    values (username, password, caCertificate), read from the Secrets only into memory."""
-    ca = {"ssl.ca.pem": secrets["caCertificate"]} if "caCertificate" in secrets else {}
-    return client_config(source, secrets.get("username"), secrets.get("password"), ca)
 
 
 def history_of(status: AutoscalerStatus) -> History:
@@ -157,10 +141,9 @@ def lag_status(view: KafkaView | None, seconds: float | None, now: float) -> Lag
 
 @dataclass
 class _KafkaWatch:
-    """One resource's Kafka readings: the read in flight, the rate baseline, the last view."""
+    """One resource's Kafka readings: the rate baseline, the last view and its time."""
 
     uid: str
-    future: Future[OffsetSnapshot] | None = None
     baseline: tuple[OffsetSnapshot, KafkaView] | None = None
     view: KafkaView | None = None
     view_at: float = 0.0
@@ -168,94 +151,32 @@ class _KafkaWatch:
 
 
 class Autoscaler:
-    """One per operator. Kafka is read in background threads, so an unreachable broker never
-    stalls a reconciliation for long; only rate baselines are kept in memory."""
+    """One per operator. The Kafka offsets come from the driver's report (the driver polls
+    Kafka with the stream's own credentials: the operator holds neither a Kafka client nor a
+    Secret); only rate baselines are kept in memory."""
 
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
         self._watches: dict[str, _KafkaWatch] = {}
-        self._admins: dict[str, KafkaAdmin] = {}
         self._lock = threading.Lock()
 
     # --- observe ---------------------------------------------------------------------------
-    def _admin(self, ingestion: DeltaIngestion) -> KafkaAdmin:
-        source = ingestion.spec.source
-        secrets: dict[str, str] = {}
-        if source.auth is not None:
-            for field_name in ("username", "password", "ca_certificate"):
-                ref = getattr(source.auth, field_name)
-                if ref is not None:
-                    key = "caCertificate" if field_name == "ca_certificate" else field_name
-                    secrets[key] = self.kube.secret_value(ingestion.namespace, ref)
-        config = kafka_config(source, secrets)
-        key = repr(sorted(config.items()))
-        with self._lock:
-            if key not in self._admins:
-                self._admins[key] = KafkaAdmin(config, timeout=KAFKA_TIMEOUT_SECONDS)
-            return self._admins[key]
-
-    def read_offsets(self, ingestion: DeltaIngestion) -> OffsetSnapshot:
-        """Log-end offsets of the topic(s) and the stream's committed offsets, read now."""
-        admin = self._admin(ingestion)
-        source = ingestion.spec.source
-        topics = (
-            [source.topic]
-            if source.topic is not None
-            else admin.topics_matching(str(source.topic_pattern))
-        )
-        tps = admin.partitions(topics)
-        if not tps:
-            raise LookupError(
-                f"topic {', '.join(topics) or source.topic_pattern} has no partitions"
-            )
-        end = admin.latest_offsets(tps)
-        committed = admin.group_offsets(identity(ingestion).consumer_group)
-        return OffsetSnapshot(
-            at=time.time(),
-            end={(t, p): o for t, ps in end.items() for p, o in ps.items()},
-            committed={
-                (t, p): o for t, ps in committed.items() for p, o in ps.items() if (t, p) in tps
-            },
-        )
-
-    def _read_in_background(self, ingestion: DeltaIngestion) -> Future[OffsetSnapshot]:
-        # A daemon thread, not an executor's worker: a read stuck on an unreachable broker must
-        # not hold up the operator's exit on SIGTERM (executors join their workers at exit).
-        future: Future[OffsetSnapshot] = Future()
-
-        def read() -> None:
-            try:
-                future.set_result(self.read_offsets(ingestion))
-            except Exception as error:
-                future.set_exception(error)
-
-        threading.Thread(target=read, name="kafka-offsets", daemon=True).start()
-        return future
-
-    def observe_kafka(self, ingestion: DeltaIngestion, now: float) -> tuple[KafkaView | None, str]:
-        """The freshest Kafka view (None when there is none recent) and the last read error.
-
-        Starts a read when none is in flight and waits briefly for it: a healthy broker answers
-        within the wait, so decisions use this round's offsets.
-        """
+    def observe_kafka(
+        self, ingestion: DeltaIngestion, report: DriverReport | None, now: float
+    ) -> tuple[KafkaView | None, str]:
+        """The freshest Kafka view (None when there is none recent) and the driver's last Kafka
+        error; a snapshot is used once, so rates span two distinct polls."""
         key = f"{ingestion.namespace}/{ingestion.name}"
         uid = str(ingestion.metadata.get("uid") or key)
         with self._lock:
             watch = self._watches.get(key)
             if watch is None or watch.uid != uid:
                 watch = self._watches[key] = _KafkaWatch(uid)
-            if watch.future is None:
-                watch.future = self._read_in_background(ingestion)
-            future = watch.future
-        wait([future], timeout=KAFKA_WAIT_SECONDS)
-        with self._lock:
-            if future.done() and watch.future is future:
-                watch.future = None
-                try:
-                    self._advance(watch, future.result())
-                except Exception as error:  # unreachable, unknown topic, auth: hold the count
-                    watch.error = str(error) or type(error).__name__
-                    log.warning("%s: reading Kafka offsets failed: %s", key, watch.error)
+            if report is not None and report.kafka is not None:
+                if watch.baseline is None or report.kafka.at > watch.view_at:
+                    self._advance(watch, report.kafka)
+            elif report is not None and report.kafka_error:
+                watch.error = report.kafka_error
             fresh = watch.view is not None and now - watch.view_at <= VIEW_STALE_SECONDS
             return (watch.view if fresh else None), watch.error
 
@@ -290,10 +211,9 @@ class Autoscaler:
         previous = (ingestion.status or DeltaIngestionStatus()).autoscaler
         scaling = ingestion.spec.scaling
 
-        view, kafka_error = self.observe_kafka(ingestion, now)
-
         annotations = ((driver_pod or {}).get("metadata") or {}).get("annotations") or {}
         report = parse_report(annotations.get(REPORT_ANNOTATION))
+        view, kafka_error = self.observe_kafka(ingestion, report, now)
         running = (
             driver_pod is not None
             and (driver_pod.get("status") or {}).get("phase") == "Running"

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from deltaflow_operator.kafka_admin import KafkaAdmin
 from deltaflow_runtime.checkpoint import TopicOffsets
+from deltaflow_runtime.kafka_admin import KafkaAdmin
 
 __all__ = ["DataLossError", "Gap", "KafkaAdmin", "data_loss_gaps", "describe_gaps"]
 

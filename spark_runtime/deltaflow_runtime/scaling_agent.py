@@ -2,8 +2,10 @@
 
 A daemon thread, every ``period`` seconds: read the count the operator wants from the driver's
 pod, set it live (:class:`~deltaflow_runtime.executors.ExecutorControl`), publish a report with
-the executors and the measured capacity. The stream never waits on it: a failing API call is
-logged and retried next round, and the executors stay as they are.
+the executors, the measured capacity and the stream's Kafka positions (log-end and committed
+offsets, from the runtime's own Kafka poll). The operator reads lag from this report, so it
+needs neither a Kafka client nor the stream's Secrets. The stream never waits on it: a failing
+API call is logged and retried next round, and the executors stay as they are.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any, Protocol
 
 from deltaflow_runtime.capacity import BatchSample, CapacityMeter
 from deltaflow_runtime.executors import ExecutorControl, ExecutorTotals
+from deltaflow_runtime.kafka_admin import TopicOffsets
 
 log = logging.getLogger("deltaflow.scaling")
 
@@ -45,6 +48,7 @@ class ScalingAgent:
         self._run_id = ""
         self._published: dict[str, Any] | None = None
         self._published_at = 0.0
+        self._kafka: dict[str, Any] | None = None
 
     def on_batch(self, batch_id: int, records: int, wall_seconds: float, partitions: int) -> None:
         """Count a finished batch: its share of busy task time since the previous one."""
@@ -65,6 +69,17 @@ class ScalingAgent:
                     partitions=partitions,
                 )
             )
+
+    def observe_kafka(self, at: float, end: TopicOffsets, committed: TopicOffsets) -> None:
+        """The topic's log-end offsets and the stream's committed ones, read at ``at``."""
+        kafka = kafka_report(at, end, committed)
+        with self._lock:
+            self._kafka = kafka
+
+    def kafka_failed(self, at: float, error: str) -> None:
+        """The last Kafka poll failed: the operator holds the count and says why."""
+        with self._lock:
+            self._kafka = {"at": round(at, 3), "error": error[:500]}
 
     def set_run_id(self, run_id: str) -> None:
         """The query's current run (changes when the query restarts, never on scaling)."""
@@ -88,6 +103,7 @@ class ScalingAgent:
         with self._lock:
             capacity = self.meter.capacity()
             batch, batch_at = self._last_batch, self._last_batch_at
+            kafka = self._kafka
         report: dict[str, Any] = {
             "at": round(time.time(), 3),
             "queryId": self.query_id,
@@ -107,9 +123,14 @@ class ScalingAgent:
                 "batches": capacity.batches,
                 "fitted": capacity.fitted,
             }
+        if kafka is not None:
+            report["kafka"] = kafka
         # Publish on change, else as a heartbeat: the operator treats a report older than 30 s
-        # as a driver that stopped reporting. Keeps the API server's load per stream low.
+        # as a driver that stopped reporting. Keeps the API server's load per stream low: a
+        # Kafka poll that saw nothing move is not a change.
         content = {k: v for k, v in report.items() if k != "at"}
+        if kafka is not None:
+            content["kafka"] = {k: v for k, v in kafka.items() if k != "at"}
         if content != self._published or time.monotonic() - self._published_at >= HEARTBEAT_SECONDS:
             self.channel.publish(report)
             self._published, self._published_at = content, time.monotonic()
@@ -123,3 +144,12 @@ class ScalingAgent:
             except Exception as error:
                 log.warning("autoscaling round failed (executors kept as they are): %s", error)
             done.wait(self.period)
+
+
+def kafka_report(at: float, end: TopicOffsets, committed: TopicOffsets) -> dict[str, Any]:
+    """The report's ``kafka`` part: when, log-end and committed offsets as {topic: {"p": n}}."""
+
+    def plain(offsets: TopicOffsets) -> dict[str, dict[str, int]]:
+        return {t: {str(p): o for p, o in sorted(ps.items())} for t, ps in sorted(offsets.items())}
+
+    return {"at": round(at, 3), "end": plain(end), "committed": plain(committed)}

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from deltaflow_operator.api.v1alpha1 import KafkaSource
-from deltaflow_operator.kafka_admin import client_config
+from deltaflow_runtime.kafka_admin import client_config
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -57,7 +57,7 @@ class StreamOptions:
     available_now: bool = False  # drain what is in Kafka now, then stop
     metrics_port: int | None = None  # None: no /metrics endpoint
     config_hint: str = "<ingestion.yaml>"  # named in recovery instructions
-    poll_seconds: float = 10.0  # Kafka lag / retention poll
+    poll_seconds: float = 5.0  # Kafka lag / retention poll (the operator's lag comes from it)
     stop_grace_seconds: float = 45.0  # SIGTERM: wait this long for an in-flight batch
 
 
@@ -196,8 +196,8 @@ class StreamRunner:
         self._listener = _progress_listener(self)
         self.spark.streams.addListener(self._listener)
         self.query = writer.start()
+        self._start_scaling(self.query)  # first: the first Kafka poll goes into its report
         threading.Thread(target=self._poll_kafka, name="deltaflow-kafka-poll", daemon=True).start()
-        self._start_scaling(self.query)
         return self.query
 
     def _start_scaling(self, query: StreamingQuery) -> None:
@@ -230,6 +230,8 @@ class StreamRunner:
         committed = self.writer.committed_offsets
         earliest, latest = self.admin.earliest_offsets(tps), self.admin.latest_offsets(tps)
         self.metrics.observe_offsets(committed, earliest, latest)
+        if self.scaling is not None:
+            self.scaling.observe_kafka(time.time(), latest, committed)
         gaps = data_loss_gaps(committed, earliest)
         if gaps:
             log.error(
@@ -242,6 +244,8 @@ class StreamRunner:
                 self.poll_kafka_once()
             except Exception as error:  # a Kafka hiccup must not stop the stream
                 log.warning("polling Kafka offsets failed: %s", error)
+                if self.scaling is not None:
+                    self.scaling.kafka_failed(time.time(), str(error) or type(error).__name__)
             self._done.wait(self.options.poll_seconds)
 
     def request_stop(self, signum: int = 0, frame: FrameType | None = None) -> None:

@@ -662,8 +662,15 @@ def test_a_driver_that_cannot_be_placed_or_pulled_is_degraded_with_the_reason(
     nowhere["spec"]["driver"]["pod"] = {"nodeSelector": {"deltaflow.io/no-such-pool": "yes"}}
     unpullable = manifest("unpullable")
     unpullable["spec"]["image"] = "deltaflow.local/no-such-image:0"
+    # A Secret the spec references does not exist yet (the operator cannot read Secrets: the
+    # kubelet's refusal is what it reports, naming the field).
+    keyless = manifest("keyless")
+    keyless["spec"]["sink"]["storage"]["secretAccessKey"] = {
+        "name": "keyless-creds",
+        "key": "AWS_SECRET_ACCESS_KEY",
+    }
     applied = time.monotonic()
-    for m in (nowhere, unpullable):
+    for m in (nowhere, unpullable, keyless):
         stream.kube.kubectl("apply", "-f", "-", stdin=json.dumps(m))
 
     def degraded(name: str) -> dict[str, Any] | None:
@@ -682,7 +689,28 @@ def test_a_driver_that_cannot_be_placed_or_pulled_is_degraded_with_the_reason(
     assert "node affinity/selector" in placed["message"], placed["message"]  # the scheduler's
     assert seconds < 20 + 30, seconds  # the deadline (20 s here) plus a few reconciles
     record(f"unschedulable driver -> Degraded after {seconds:.0f}s (deadline 20s)")
-    for name in ("nowhere", "unpullable"):
+    missing = wait_for("Degraded SecretMissing", lambda: degraded("keyless"), timeout=60)
+    assert missing["reason"] == "SecretMissing", missing
+    assert "spec.sink.storage.secretAccessKey (Secret" in missing["message"], missing["message"]
+    assert "keyless-creds" in missing["message"]
+    # Once the Secret exists the kubelet starts the same driver: nothing to re-apply.
+    stream.kube.kubectl(
+        "-n", NS, "create", "secret", "generic", "keyless-creds",
+        f"--from-literal=AWS_SECRET_ACCESS_KEY={stream.store.secret_key}",
+    )  # fmt: skip
+    created = time.monotonic()
+    wait_for(
+        "the keyless driver running",
+        lambda: (
+            stream.kube.kubectl_json("-n", NS, "get", "pod", "keyless-driver")
+            .get("status", {})
+            .get("phase")
+            == "Running"
+        ),
+        timeout=90,
+    )
+    record(f"missing Secret created -> driver Running {time.monotonic() - created:.0f}s later")
+    for name in ("nowhere", "unpullable", "keyless"):
         stream.kube.kubectl("-n", NS, "delete", "deltaingestion", name, "--timeout=60s")
 
 

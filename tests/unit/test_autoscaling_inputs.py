@@ -13,10 +13,11 @@ from deltaflow_operator.autoscaler import observe
 from deltaflow_operator.autoscaler.observe import OffsetSnapshot, kafka_view, parse_report
 from deltaflow_operator.autoscaler.policy import History, LastAction, Recommendation
 from deltaflow_operator.builders.driver import spark_conf
-from deltaflow_operator.scaling import executor_selector, history_of, history_status, kafka_config
+from deltaflow_operator.scaling import executor_selector, history_of, history_status
 from deltaflow_operator.settings import Settings
 from deltaflow_runtime import pod_channel
 from deltaflow_runtime.capacity import BatchSample, CapacityMeter, effective_parallelism
+from deltaflow_runtime.scaling_agent import kafka_report
 from support.manifests import valid_manifest
 
 
@@ -179,27 +180,38 @@ def test_a_partition_never_committed_makes_lag_unknown() -> None:
     assert kafka_view(None, snapshot).partitions is None
 
 
-def test_operator_kafka_settings_carry_credentials_only_from_the_secrets_given() -> None:
-    m = valid_manifest()
-    assert kafka_config(DeltaIngestion.model_validate(m).spec.source, {}) == {
-        "bootstrap.servers": "kafka.data.svc:9092"
-    }
-    m["spec"]["source"]["auth"] = {
-        "securityProtocol": "SASL_SSL",
-        "saslMechanism": "SCRAM-SHA-512",
-        "username": {"name": "kafka", "key": "user"},
-        "password": {"name": "kafka", "key": "password"},
-        "caCertificate": {"name": "kafka", "key": "ca.crt"},
-    }
-    source = DeltaIngestion.model_validate(m).spec.source
-    config = kafka_config(source, {"username": "u", "password": "p", "caCertificate": "PEM"})
-    assert config["security.protocol"] == "SASL_SSL"
-    assert config["sasl.mechanisms"] == "SCRAM-SHA-512"
-    assert (config["sasl.username"], config["sasl.password"], config["ssl.ca.pem"]) == (
-        "u",
-        "p",
-        "PEM",
+def test_the_drivers_kafka_poll_reaches_the_operators_lag_through_the_report() -> None:
+    # The operator has no Kafka client: what the driver polled is what the operator sees.
+    end = {"orders": {0: 130, 1: 60}, "refunds": {0: 5}}
+    committed = {"orders": {0: 100, 1: 60}}
+    report = parse_report(_report(kafka=kafka_report(50.0, end, committed)))
+    assert report is not None
+    assert report.kafka is not None
+    assert report.kafka == OffsetSnapshot(
+        50.0,
+        {("orders", 0): 130, ("orders", 1): 60, ("refunds", 0): 5},
+        {("orders", 0): 100, ("orders", 1): 60},
     )
+    # A partition the stream never committed: its position, so the lag, is unknown.
+    assert kafka_view(None, report.kafka).partitions is None
+    later = parse_report(
+        _report(kafka=kafka_report(60.0, {"orders": {0: 230}}, {"orders": {0: 150}}))
+    )
+    assert later is not None
+    assert later.kafka is not None
+    view = kafka_view(OffsetSnapshot(50.0, {("orders", 0): 130}, {("orders", 0): 100}), later.kafka)
+    assert view.partitions is not None
+    assert [(p.lag, p.arrival_rate) for p in view.partitions] == [(80, 10.0)]
+    assert view.consumption_rate == 5.0
+
+
+def test_a_failed_kafka_poll_is_reported_as_its_error_without_offsets() -> None:
+    report = parse_report(_report(kafka={"at": 5.0, "error": "Broker transport failure"}))
+    assert report is not None
+    assert (report.kafka, report.kafka_error) == (None, "Broker transport failure")
+    healthy = parse_report(_report())
+    assert healthy is not None
+    assert healthy.kafka_error == ""
 
 
 def test_executors_start_at_the_manual_count_and_dynamic_allocation_stays_off() -> None:

@@ -43,7 +43,6 @@ def pod(phase: str = "Pending", spec_hash: str = "h1", **status: Any) -> dict[st
 def observe(ing: DeltaIngestion, driver: dict[str, Any] | None, **kw: Any) -> Observed:
     args: dict[str, Any] = {
         "desired_hash": "h1",
-        "missing_secrets": [],
         "changed_fields": [],
         "now": NOW,
     }
@@ -146,17 +145,6 @@ def test_suspend_deletes_the_driver_and_reports_it() -> None:
     assert idle.action == "none"
 
 
-def test_missing_secret_blocks_the_start_and_names_it() -> None:
-    missing = [
-        "Secret data/kc has no key 'p' (referenced by spec.source.auth.password): add the key"
-    ]
-    plan = decide_driver(observe(ingestion(), None, missing_secrets=missing), SETTINGS)
-    assert plan.action == "none"
-    ready = next(c for c in plan.conditions if c.type == "Ready")
-    assert ready.reason == "SecretMissing"
-    assert "spec.source.auth.password" in ready.message
-
-
 def test_pod_being_deleted_is_waited_for_never_doubled() -> None:
     terminating = pod("Running")
     terminating["metadata"]["deletionTimestamp"] = "2026-11-22T12:00:00Z"
@@ -214,11 +202,54 @@ def test_an_image_that_cannot_be_pulled_is_degraded_at_once_with_the_pull_error(
     assert "spec.image" in ready.message
 
 
-def test_a_missing_secret_reported_by_the_kubelet_is_degraded_and_named() -> None:
+def _with_secrets() -> DeltaIngestion:
+    auth = {
+        "securityProtocol": "SASL_SSL",
+        "saslMechanism": "PLAIN",
+        "username": {"name": "kc", "key": "user"},
+        "password": {"name": "kc", "key": "p"},
+        "caCertificate": {"name": "kc2", "key": "ca.crt"},
+    }
+    m = valid_manifest()
+    m["spec"]["source"]["auth"] = auth
+    return DeltaIngestion.model_validate(m)
+
+
+@pytest.mark.parametrize(
+    ("kubelet_says", "fields"),
+    [
+        ('secret "kc" not found', ["spec.source.auth.password", "spec.source.auth.username"]),
+        ("couldn't find key p in Secret data/kc", ["spec.source.auth.password"]),
+        ('secret "kc2" not found', ["spec.source.auth.caCertificate"]),
+        ("couldn't find key ca.crt in Secret data/kc2", ["spec.source.auth.caCertificate"]),
+    ],
+)
+def test_a_missing_secret_the_kubelet_reports_is_named_by_the_spec_field(
+    kubelet_says: str, fields: list[str]
+) -> None:
+    # The operator reads no Secret: the kubelet's refusal is the evidence, the spec names it.
+    ing = _with_secrets()
+    assert ing.namespace == "data"
+    driver = pod("Pending", **_waiting("CreateContainerConfigError", kubelet_says))
+    plan = decide_driver(observe(ing, driver), SETTINGS)
+    assert plan.action == "none"
+    assert conds(plan)["Degraded"] == ("True", "SecretMissing")
+    assert conds(plan)["Ready"] == ("False", "SecretMissing")
+    message = next(c for c in plan.conditions if c.type == "Degraded").message
+    named = sorted(f for f in _secret_fields() if f"{f} (" in message)
+    assert named == sorted(fields)
+    assert kubelet_says in message
+
+
+def _secret_fields() -> list[str]:
+    return [f"spec.source.auth.{f}" for f in ("username", "password", "caCertificate")]
+
+
+def test_a_config_error_about_another_secret_is_reported_in_the_kubelets_words() -> None:
     driver = pod(
         "Pending", **_waiting("CreateContainerConfigError", 'secret "kafka-creds" not found')
     )
-    plan = decide_driver(observe(ingestion(), driver), SETTINGS)
+    plan = decide_driver(observe(_with_secrets(), driver), SETTINGS)
     assert conds(plan)["Degraded"] == ("True", "ContainerConfigError")
     degraded = next(c for c in plan.conditions if c.type == "Degraded")
     assert 'secret "kafka-creds" not found' in degraded.message
@@ -324,7 +355,13 @@ def _every_situation() -> list[tuple[str, Observed]]:
         ("suspended", observe(ingestion(suspend=True), pod("Running"))),
         ("spec changed", observe(ingestion(), pod("Running", "old"))),
         ("stopping", observe(ingestion(), deleting)),
-        ("secret missing", observe(ingestion(), None, missing_secrets=["Secret data/x"])),
+        (
+            "secret missing",
+            observe(
+                _with_secrets(),
+                pod("Pending", **_waiting("CreateContainerConfigError", 'secret "kc" not found')),
+            ),
+        ),
         (
             "image pull",
             observe(ingestion(), pod("Pending", **_waiting("ErrImagePull", "no registry"))),

@@ -1,5 +1,6 @@
 """Turn raw readings into the policy's observation (pure): the driver's report annotation, and
-two Kafka offset snapshots into lag, arrival and consumption rates.
+two Kafka offset snapshots (the driver reads them and puts them in its report) into lag,
+arrival and consumption rates.
 
 The operator and the driver talk through annotations on the driver pod (see
 ``deltaflow_runtime.pod_channel``, which holds the same names; a unit test checks they agree).
@@ -24,6 +25,15 @@ TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True)
+class OffsetSnapshot:
+    """Log-end and committed offsets of every partition, read at one time."""
+
+    at: float
+    end: dict[TopicPartition, int]
+    committed: dict[TopicPartition, int]  # a partition the stream never committed is absent
+
+
+@dataclass(frozen=True)
 class DriverReport:
     """What the driver last published about its executors and capacity."""
 
@@ -38,6 +48,9 @@ class DriverReport:
     # The last batch this driver committed, and when (None: none since it started).
     last_batch: int | None = None
     last_batch_at: float | None = None
+    # The driver's last Kafka poll: the offsets it read, or why it could not read them.
+    kafka: OffsetSnapshot | None = None
+    kafka_error: str = ""
 
     def fresh(self, now: float) -> bool:
         """Published recently enough to act on."""
@@ -73,9 +86,26 @@ def parse_report(text: str | None) -> DriverReport | None:
             capacity=capacity,
             last_batch=None if raw.get("lastBatch") is None else int(raw["lastBatch"]),
             last_batch_at=None if raw.get("lastBatchAt") is None else float(raw["lastBatchAt"]),
+            kafka=_snapshot(raw.get("kafka")),
+            kafka_error=str((raw.get("kafka") or {}).get("error") or ""),
         )
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+def _snapshot(raw: object) -> OffsetSnapshot | None:
+    """The report's ``kafka`` part: {"at", "end": {topic: {partition: offset}}, "committed"}."""
+    if not isinstance(raw, dict) or "end" not in raw:
+        return None
+
+    def offsets(part: object) -> dict[TopicPartition, int]:
+        if not isinstance(part, dict):
+            raise TypeError("offsets must be {topic: {partition: offset}}")
+        return {(str(t), int(p)): int(o) for t, ps in part.items() for p, o in ps.items()}
+
+    return OffsetSnapshot(
+        at=float(raw["at"]), end=offsets(raw["end"]), committed=offsets(raw.get("committed", {}))
+    )
 
 
 def desired_annotation(pod: dict[str, object] | None) -> int | None:
@@ -87,15 +117,6 @@ def desired_annotation(pod: dict[str, object] | None) -> int | None:
         return int(value) if isinstance(value, str) else None
     except ValueError:
         return None
-
-
-@dataclass(frozen=True)
-class OffsetSnapshot:
-    """Log-end and committed offsets of every partition, read at one time."""
-
-    at: float
-    end: dict[TopicPartition, int]
-    committed: dict[TopicPartition, int]  # a partition the stream never committed is absent
 
 
 @dataclass(frozen=True)

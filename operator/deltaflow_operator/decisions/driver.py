@@ -8,14 +8,16 @@ Degraded with the last reason.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from deltaflow_operator.api import DeltaIngestion
 from deltaflow_operator.api.failures import Termination, restart_helps, what_to_do
-from deltaflow_operator.api.v1alpha1 import Condition, DriverStatus
+from deltaflow_operator.api.v1alpha1 import Condition, DriverStatus, SecretKeyRef
 from deltaflow_operator.builders.common import SPEC_HASH_ANNOTATION
+from deltaflow_operator.builders.driver import secret_refs
 from deltaflow_operator.decisions.conditions import set_condition
 from deltaflow_operator.settings import Settings
 
@@ -47,7 +49,6 @@ class Observed:
     ingestion: DeltaIngestion
     driver_pod: dict[str, Any] | None
     desired_hash: str
-    missing_secrets: list[str]
     changed_fields: list[str]
     now: datetime
 
@@ -124,9 +125,16 @@ class PendingDiagnosis:
     stuck: bool  # True: it will not start without a change (or it is past the deadline)
 
 
-def diagnose_pending(pod: dict[str, Any], now: datetime, deadline: timedelta) -> PendingDiagnosis:
-    """Why a Pending driver pod does not run: the kubelet's waiting reason (image pull, missing
-    Secret or key), the scheduler's reason, or plain waiting — stuck once past ``deadline``."""
+def diagnose_pending(
+    pod: dict[str, Any],
+    now: datetime,
+    deadline: timedelta,
+    secrets: dict[str, SecretKeyRef] | None = None,
+    namespace: str = "",
+) -> PendingDiagnosis:
+    """Why a Pending driver pod does not run: the kubelet's waiting reason (image pull, a
+    missing Secret or key, named by the spec field in ``secrets`` that references it), the
+    scheduler's reason, or plain waiting — stuck once past ``deadline``."""
     status = pod.get("status") or {}
     for container in status.get("containerStatuses") or []:
         waiting = (container.get("state") or {}).get("waiting") or {}
@@ -140,12 +148,7 @@ def diagnose_pending(pod: dict[str, Any], now: datetime, deadline: timedelta) ->
                 stuck=True,
             )
         if reason in CONFIG_FAILURES:
-            return PendingDiagnosis(
-                "ContainerConfigError",
-                f"the kubelet cannot start the driver ({reason}: {detail}); a Secret or key the "
-                "spec references is the usual cause: create it and the driver starts",
-                stuck=True,
-            )
+            return _config_failure(str(reason), detail, secrets or {}, namespace)
     age = now - (_time((pod.get("metadata") or {}).get("creationTimestamp")) or now)
     past = age >= deadline
     for condition in status.get("conditions") or []:
@@ -160,6 +163,41 @@ def diagnose_pending(pod: dict[str, Any], now: datetime, deadline: timedelta) ->
         "DriverPending",
         f"the driver pod has been {status.get('phase', 'Pending')} for {age.total_seconds():.0f}s",
         stuck=past,
+    )
+
+
+def _config_failure(
+    reason: str, detail: str, secrets: dict[str, SecretKeyRef], namespace: str
+) -> PendingDiagnosis:
+    """The kubelet cannot build the container: a Secret or key the spec references is missing
+    (the operator reads no Secret itself; the kubelet's words name it, the spec's field too)."""
+
+    # The kubelet says `secret "NAME" not found` or `couldn't find key KEY in Secret NS/NAME`.
+    def named_by_kubelet(ref: SecretKeyRef) -> bool:
+        in_ns = rf"Secret {re.escape(namespace)}/{re.escape(ref.name)}(\s|$)"
+        return f'secret "{ref.name}"' in detail or re.search(in_ns, detail) is not None
+
+    named = {field: ref for field, ref in secrets.items() if named_by_kubelet(ref)}
+    if named:
+        missing_key = {
+            f: r for f, r in named.items() if re.search(rf"key {re.escape(r.key)} in ", detail)
+        }
+        fields = missing_key or named
+        names = ", ".join(
+            f"{field} (Secret {namespace}/{ref.name}, key {ref.key})"
+            for field, ref in sorted(fields.items())
+        )
+        return PendingDiagnosis(
+            "SecretMissing",
+            f"the driver cannot start: {names} does not exist ({detail}); create it (or fix "
+            "the field) and the driver starts by itself",
+            stuck=True,
+        )
+    return PendingDiagnosis(
+        "ContainerConfigError",
+        f"the kubelet cannot start the driver ({reason}: {detail}); a Secret or key the "
+        "spec references is the usual cause: create it and the driver starts",
+        stuck=True,
     )
 
 
@@ -197,8 +235,6 @@ def decide_driver(observed: Observed, settings: Settings) -> DriverPlan:
     if ingestion.spec.suspend:
         return _suspended(driver, conds, pod is not None, deleting)
     conds.set("Suspended", False, "Running")
-    if observed.missing_secrets and pod is None:
-        return _secret_missing(driver, conds, observed.missing_secrets, settings)
     if pod is None:
         return _start(driver, conds, observed.now, settings)
     if deleting:
@@ -218,7 +254,14 @@ def decide_driver(observed: Observed, settings: Settings) -> DriverPlan:
     if current_hash != observed.desired_hash:
         return _replace(driver, conds, observed.changed_fields, settings)
     return _running_or_pending(
-        driver, conds, pod, phase=str(phase), now=observed.now, settings=settings
+        driver,
+        conds,
+        pod,
+        phase=str(phase),
+        now=observed.now,
+        settings=settings,
+        secrets=secret_refs(ingestion),
+        namespace=ingestion.namespace,
     )
 
 
@@ -278,20 +321,6 @@ def _suspended(
         return DriverPlan("delete", driver, conds.items, [event], delete_reason="suspended")
     return DriverPlan(
         "wait" if deleting else "none", driver, conds.items, requeue_after=1.0 if deleting else None
-    )
-
-
-def _secret_missing(
-    driver: DriverStatus, conds: _Conditions, missing: list[str], settings: Settings
-) -> DriverPlan:
-    message = "; ".join(missing)
-    conds.set("Ready", False, "SecretMissing", message)
-    conds.set("Degraded", True, "SecretMissing", message)
-    conds.set(
-        "Progressing", False, "SecretMissing", "waiting for the Secret before starting the driver"
-    )
-    return DriverPlan(
-        "none", driver, conds.items, requeue_after=settings.reconcile_interval_seconds
     )
 
 
@@ -398,10 +427,12 @@ def _running_or_pending(
     phase: str,
     now: datetime,
     settings: Settings,
+    secrets: dict[str, SecretKeyRef],
+    namespace: str,
 ) -> DriverPlan:
     if phase != "Running":
         deadline = timedelta(seconds=settings.driver_pending_deadline_seconds)
-        pending = diagnose_pending(pod, now, deadline)
+        pending = diagnose_pending(pod, now, deadline, secrets, namespace)
         conds.set("Ready", False, pending.reason, pending.message)
         conds.set("Progressing", not pending.stuck, pending.reason, pending.message)
         if pending.stuck:

@@ -1,6 +1,7 @@
-"""Kafka's admin API, as both sides use it: partitions, log-end and earliest offsets, and the
-stream's consumer group (the runtime commits to it after each Delta commit; the operator's
-autoscaler reads lag from it). Over confluent-kafka's AdminClient; no Spark, no Kubernetes.
+"""Kafka's admin API, as the driver uses it: partitions, log-end and earliest offsets, and the
+stream's consumer group (committed after each Delta commit, for consumer-group tools and KEDA).
+Over confluent-kafka's AdminClient; no Spark, no Kubernetes. The operator has no Kafka client:
+it reads lag from the driver's report.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ def client_config(
     password: str | None = None,
     ca: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """librdkafka settings for ``source``: the driver passes its CA as a file
-    (``ssl.ca.location``), the operator as PEM text (``ssl.ca.pem``); credentials are the
-    values the Secrets referenced by ``source.auth`` hold."""
+    """librdkafka settings for ``source``; ``ca`` adds the CA setting (``ssl.ca.location``
+    for the driver's mounted file); credentials are the values the Secrets referenced by
+    ``source.auth`` hold."""
     config = {"bootstrap.servers": source.bootstrap_servers}
     auth = source.auth
     if auth is None:
