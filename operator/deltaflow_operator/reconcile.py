@@ -1,14 +1,20 @@
 """One reconciliation of a DeltaIngestion: observe, decide (pure), act, report.
 
-Reads the resource fresh from the API server every time and writes status there, so a restarted
-operator resumes from what the cluster holds, never from memory.
+Observes once per round (the resource, its driver pod; the stored pipeline config only when
+the generation moved) and reads the resource fresh from the API server every time, so a
+restarted operator resumes from what the cluster holds. Memory only saves requests: children
+are re-applied when what they should be changed (or every ``CHILDREN_RESYNC_SECONDS``, to put
+back what someone edited), and the status is written only when it differs from the stored one.
+A new leader starts with no memory and so applies everything once.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,6 +40,19 @@ from deltaflow_operator.settings import Settings
 
 log = logging.getLogger(__name__)
 
+# Children are re-applied at least this often even when nothing changed: drift repair.
+CHILDREN_RESYNC_SECONDS = 600.0
+
+
+@dataclass
+class _Applied:
+    """What this process last applied for one resource incarnation."""
+
+    uid: str
+    generation: int | None
+    children_digest: str
+    at: float
+
 
 def children(ingestion: DeltaIngestion, settings: Settings) -> list[dict[str, Any]]:
     """Every child except the driver pod, in the order they are applied."""
@@ -53,6 +72,7 @@ class Reconciler:
         self.kube = kube
         self.settings = settings
         self.autoscaler = Autoscaler(kube)
+        self._applied: dict[str, _Applied] = {}
 
     def reconcile(self, namespace: str, name: str) -> float | None:
         """Bring one DeltaIngestion's children in line with its spec; seconds until next look."""
@@ -77,9 +97,50 @@ class Reconciler:
             return None
 
         first_time, changed = self._spec_changes(ingestion)
+        self._apply_children(body, ingestion, first_time, changed)
+
+        # Act on at most two plans: a replacement deletes the old driver and, once the API server
+        # confirms it is gone, creates the new one in the same pass.
+        pod = self.kube.get_pod(namespace, driver_pod_name(name))
+        plan = self._plan(ingestion, pod, changed)
+        for _ in range(2):
+            pod = self._act(body, ingestion, plan, pod)
+            if plan.action != "delete" or plan.delete_reason != "spec changed":
+                break
+            ingestion = ingestion.model_copy(update={"status": self._status(ingestion, plan)})
+            plan = self._plan(ingestion, pod, changed)
+        status = self._scale(body, ingestion, self._status(ingestion, plan), pod)
+        status = self._progress(ingestion, status, pod)
+        document = status.model_dump(by_alias=True, mode="json", exclude_none=True)
+        # Measured figures that became unknown must go, not linger as if current: a null
+        # deletes a field in a merge patch.
+        for key in ("driver", "lag", "executors", "autoscaler"):
+            document[key] = getattr(status, key).model_dump(by_alias=True, mode="json")
+        if _without_nulls(document) != (body.get("status") or {}):
+            self.kube.patch_status(namespace, name, document)
+        return plan.requeue_after
+
+    def _apply_children(
+        self, body: dict[str, Any], ingestion: DeltaIngestion, first_time: bool, changed: list[str]
+    ) -> None:
+        """Server-side apply every child when they changed, are new, or are due a resync."""
+        key = f"{ingestion.namespace}/{ingestion.name}"
+        uid = str(ingestion.metadata.get("uid", ""))
         manifests = children(ingestion, self.settings)
+        digest = hashlib.sha256(json.dumps(manifests, sort_keys=True).encode()).hexdigest()
+        last = self._applied.get(key)
+        now = time.monotonic()
+        if (
+            not first_time
+            and last is not None
+            and last.uid == uid
+            and last.children_digest == digest
+            and now - last.at < CHILDREN_RESYNC_SECONDS
+        ):
+            return
         for manifest in manifests:
             self.kube.apply(manifest)
+        self._applied[key] = _Applied(uid, ingestion.metadata.get("generation"), digest, now)
         if first_time:
             kinds = ", ".join(f"{m['kind']} {m['metadata']['name']}" for m in manifests)
             self.kube.post_event(body, "Normal", "ResourcesCreated", f"created {kinds}")
@@ -91,30 +152,14 @@ class Reconciler:
                 f"{', '.join(changed)} changed: applied in place, driver kept",
             )
 
-        # Act on at most two plans: a replacement deletes the old driver and, once the API server
-        # confirms it is gone, creates the new one in the same pass.
-        plan = self._plan(ingestion, changed)
-        for _ in range(2):
-            self._act(body, ingestion, plan)
-            if plan.action != "delete" or plan.delete_reason != "spec changed":
-                break
-            ingestion = ingestion.model_copy(update={"status": self._status(ingestion, plan)})
-            plan = self._plan(ingestion, changed)
-        status = self._scale(body, ingestion, self._status(ingestion, plan))
-        status = self._progress(ingestion, status)
-        document = status.model_dump(by_alias=True, mode="json", exclude_none=True)
-        # Measured figures that became unknown must go, not linger as if current: a null
-        # deletes a field in a merge patch.
-        for key in ("driver", "lag", "executors", "autoscaler"):
-            document[key] = getattr(status, key).model_dump(by_alias=True, mode="json")
-        self.kube.patch_status(namespace, name, document)
-        return plan.requeue_after
-
     def _scale(
-        self, body: dict[str, Any], ingestion: DeltaIngestion, status: DeltaIngestionStatus
+        self,
+        body: dict[str, Any],
+        ingestion: DeltaIngestion,
+        status: DeltaIngestionStatus,
+        pod: dict[str, Any] | None,
     ) -> DeltaIngestionStatus:
-        """One autoscaling round on the driver as it is now; its figures go into the status."""
-        pod = self.kube.get_pod(ingestion.namespace, driver_pod_name(ingestion.name))
+        """One autoscaling round on the driver as observed; its figures go into the status."""
         outcome = self.autoscaler.step(ingestion, pod, time.time())
         for event in outcome.events:
             self.kube.post_event(body, event.type, event.reason, event.message)
@@ -138,14 +183,13 @@ class Reconciler:
         )
 
     def _progress(
-        self, ingestion: DeltaIngestion, status: DeltaIngestionStatus
+        self, ingestion: DeltaIngestion, status: DeltaIngestionStatus, pod: dict[str, Any] | None
     ) -> DeltaIngestionStatus:
         """A running driver is Ready only while its stream makes progress (see
         :mod:`~deltaflow_operator.decisions.progress`); other verdicts on Ready stand."""
         ready = condition(status.conditions, "Ready")
         if ready is None or ready.status != "True" or ready.reason != "Streaming":
             return status
-        pod = self.kube.get_pod(ingestion.namespace, driver_pod_name(ingestion.name))
         started = running_since(pod) if pod is not None else None
         if pod is None or started is None:
             return status
@@ -170,7 +214,17 @@ class Reconciler:
         return status.model_copy(update={"conditions": conditions})
 
     def _spec_changes(self, ingestion: DeltaIngestion) -> tuple[bool, list[str]]:
-        """(first reconcile?, spec fields changed since the config the driver was given)."""
+        """(first reconcile?, spec fields changed since the config the driver was given).
+
+        The stored config is read only when the generation moved since this process applied
+        it: the spec is all it depends on."""
+        last = self._applied.get(f"{ingestion.namespace}/{ingestion.name}")
+        if (
+            last is not None
+            and last.uid == str(ingestion.metadata.get("uid", ""))
+            and last.generation == ingestion.metadata.get("generation")
+        ):
+            return False, []
         stored = self.kube.get_config_map(ingestion.namespace, config_map_name(ingestion.name))
         if stored is None:
             return True, []
@@ -178,30 +232,39 @@ class Reconciler:
         new = driver_builders.pipeline_document(ingestion)
         return False, changed_fields(old.get("spec", {}), new["spec"])
 
-    def _plan(self, ingestion: DeltaIngestion, changed: list[str]) -> DriverPlan:
-        ns, name = ingestion.namespace, ingestion.name
+    def _plan(
+        self, ingestion: DeltaIngestion, pod: dict[str, Any] | None, changed: list[str]
+    ) -> DriverPlan:
         observed = Observed(
             ingestion=ingestion,
-            driver_pod=self.kube.get_pod(ns, driver_pod_name(name)),
+            driver_pod=pod,
             desired_hash=driver_builders.driver_spec_hash(ingestion, self.settings),
             changed_fields=[f for f in changed if needs_driver_replacement([f])],
             now=datetime.now(UTC),
         )
         return decide_driver(observed, self.settings)
 
-    def _act(self, body: dict[str, Any], ingestion: DeltaIngestion, plan: DriverPlan) -> None:
+    def _act(
+        self,
+        body: dict[str, Any],
+        ingestion: DeltaIngestion,
+        plan: DriverPlan,
+        pod: dict[str, Any] | None,
+    ) -> dict[str, Any] | None:
+        """Carry out the plan; return the driver pod as it is afterwards."""
         ns, pod_name = ingestion.namespace, driver_pod_name(ingestion.name)
-        if plan.action == "delete":
-            pod = self.kube.get_pod(ns, pod_name)
-            if pod is not None:
-                self.kube.delete_pod(ns, pod_name, uid=pod["metadata"]["uid"])
-                metrics.DRIVER_ACTIONS.labels("delete", plan.delete_reason).inc()
-        elif plan.action == "create" and self.kube.create_pod(
-            driver_builders.driver_pod(ingestion, self.settings)
-        ):
-            metrics.DRIVER_ACTIONS.labels("create", "start").inc()
+        after = pod
+        if plan.action == "delete" and pod is not None:
+            self.kube.delete_pod(ns, pod_name, uid=pod["metadata"]["uid"])
+            metrics.DRIVER_ACTIONS.labels("delete", plan.delete_reason).inc()
+            after = self.kube.get_pod(ns, pod_name)  # gone at once, or terminating
+        elif plan.action == "create":
+            if self.kube.create_pod(driver_builders.driver_pod(ingestion, self.settings)):
+                metrics.DRIVER_ACTIONS.labels("create", "start").inc()
+            after = self.kube.get_pod(ns, pod_name)
         for event in plan.events:
             self.kube.post_event(body, event.type, event.reason, event.message)
+        return after
 
     def _status(self, ingestion: DeltaIngestion, plan: DriverPlan) -> DeltaIngestionStatus:
         ids = identity(ingestion)
@@ -277,6 +340,7 @@ class Reconciler:
         it does not delete data.
         """
         self.autoscaler.forget(namespace, name)
+        self._applied.pop(f"{namespace}/{name}", None)
         metrics.forget_resource(namespace, name)
         pod = self.kube.get_pod(namespace, driver_pod_name(name))
         if pod is not None:
@@ -293,3 +357,12 @@ def _short(error: Exception) -> str:
         except (ValueError, AttributeError):
             return str(body)[:500]
     return f"{type(error).__name__}: {error}"[:500]
+
+
+def _without_nulls(value: Any) -> Any:
+    """A merge-patch document as the server stores it: null fields removed, recursively."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
