@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from deltaflow_operator.autoscaler.observe import DriverReport, parse_report
@@ -104,7 +106,24 @@ def test_the_stall_message_names_the_backlog() -> None:
         report(ago=400), running_for=3600, lag_records=42_000, trigger_seconds=5, now=NOW
     )
     assert "42000 records" in verdict.message
-    assert "400s" in verdict.message
+    last_batch = datetime.fromtimestamp(NOW - 400, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert f"since {last_batch}" in verdict.message
+
+
+@pytest.mark.parametrize(
+    ("last_batch_ago", "lag"), [(400, 42_000), (400, None), (5, 10), (None, 10)]
+)
+def test_a_verdict_reads_the_same_on_every_round_while_nothing_changes(
+    last_batch_ago: float | None, lag: int | None
+) -> None:
+    # Times, not ages: an unchanged stream gives a byte-equal status, so nothing is written.
+    def verdict(later: float) -> object:
+        reported = report(ago=last_batch_ago)
+        return stream_progress(
+            reported, running_for=3600 + later, lag_records=lag, trigger_seconds=5, now=NOW + later
+        )
+
+    assert verdict(0) == verdict(7)
 
 
 def test_the_report_carries_the_last_batch_time() -> None:

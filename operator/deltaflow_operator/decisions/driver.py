@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from deltaflow_operator.api import DeltaIngestion
@@ -149,19 +149,21 @@ def diagnose_pending(
             )
         if reason in CONFIG_FAILURES:
             return _config_failure(str(reason), detail, secrets or {}, namespace)
-    age = now - (_time((pod.get("metadata") or {}).get("creationTimestamp")) or now)
-    past = age >= deadline
+    # Times, not ages, in messages: a status that says the same thing stays byte-equal, so the
+    # operator writes nothing while nothing changes.
+    created = _time((pod.get("metadata") or {}).get("creationTimestamp")) or now
+    past = now - created >= deadline
     for condition in status.get("conditions") or []:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
             why = condition.get("message") or condition.get("reason") or "not scheduled"
             return PendingDiagnosis(
                 "Unschedulable",
-                f"the driver pod cannot be scheduled for {age.total_seconds():.0f}s: {why}",
+                f"the driver pod cannot be scheduled (created {at_text(created)}): {why}",
                 stuck=past,
             )
     return PendingDiagnosis(
         "DriverPending",
-        f"the driver pod has been {status.get('phase', 'Pending')} for {age.total_seconds():.0f}s",
+        f"the driver pod is {status.get('phase', 'Pending')} since {at_text(created)}",
         stuck=past,
     )
 
@@ -199,6 +201,11 @@ def _config_failure(
         "spec references is the usual cause: create it and the driver starts",
         stuck=True,
     )
+
+
+def at_text(when: datetime) -> str:
+    """A time for a condition message, to the second, in UTC."""
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class _Conditions:
@@ -279,8 +286,8 @@ def _stopping(
     overdue = now - since
     if overdue >= timedelta(seconds=settings.driver_pending_deadline_seconds):
         message = (
-            f"the previous driver pod {meta.get('name')} should have been gone "
-            f"{overdue.total_seconds():.0f}s ago: its node may be down. If the node is gone for "
+            f"the previous driver pod {meta.get('name')} should have been gone at "
+            f"{at_text(since)}: its node may be down. If the node is gone for "
             f"good: kubectl delete pod {meta.get('name')} -n {meta.get('namespace')} --force"
         )
         conds.set("Ready", False, "DriverStuckTerminating", message)
@@ -331,8 +338,9 @@ def _start(
     wait_until = driver.next_start_after
     if wait_until is not None and now < wait_until:
         seconds = (wait_until - now).total_seconds()
-        conds.set("Ready", False, "BackoffWaiting", f"restarting the driver in {seconds:.0f}s")
-        conds.set("Progressing", True, "BackoffWaiting", f"restarting the driver in {seconds:.0f}s")
+        waiting = f"restarting the driver at {at_text(wait_until)}"
+        conds.set("Ready", False, "BackoffWaiting", waiting)
+        conds.set("Progressing", True, "BackoffWaiting", waiting)
         return DriverPlan("wait", driver, conds.items, requeue_after=seconds)
     driver = driver.model_copy(update={"next_start_after": None})
     attempt = driver.consecutive_failures + 1
@@ -371,7 +379,12 @@ def _failed(
     if crash_loop:
         events.append(Event("Warning", "DriverCrashLooping", crash_loop))
     conds.set("Ready", False, "DriverFailed", reason)
-    conds.set("Progressing", True, "BackoffWaiting", f"restarting the driver in {delay:.0f}s")
+    conds.set(
+        "Progressing",
+        True,
+        "BackoffWaiting",
+        f"restarting the driver at {at_text(now + timedelta(seconds=delay))}",
+    )
     conds.degraded(crash_loop)
     return DriverPlan(
         "delete", driver, conds.items, events, requeue_after=delay, delete_reason="failed"

@@ -8,8 +8,10 @@ idle topic is healthy without batches: Spark runs none when nothing arrives.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from deltaflow_operator.autoscaler.observe import REPORT_STALE_SECONDS, DriverReport
+from deltaflow_operator.decisions.driver import at_text
 
 # Time a new driver gets to start its JVM, its query and its first report.
 STARTUP_GRACE_SECONDS = 180.0
@@ -42,7 +44,7 @@ def stream_progress(
             return Progress(
                 False, "StreamStarting", "the driver runs; waiting for its first report"
             )
-        silent = "never reported" if report is None else f"not reported for {now - report.at:.0f}s"
+        silent = "never reported" if report is None else f"not reported since {_at(report.at)}"
         return Progress(
             False,
             "DriverNotReporting",
@@ -53,19 +55,20 @@ def stream_progress(
     stall_after = max(STALL_SECONDS, 10 * trigger_seconds)
     last = report.last_batch_at
     quiet = now - last if last is not None else running_for
+    since = _at(last if last is not None else now - running_for)
     if lag_records == 0 or quiet <= stall_after:
         return Progress(True, "Streaming", _streaming(report, lag_records, now))
     if lag_records is None:
         return Progress(
             None,
             "ProgressUnknown",
-            f"no batch committed for {quiet:.0f}s and Kafka's lag cannot be read: the topic "
+            f"no batch committed since {since} and Kafka's lag cannot be read: the topic "
             "may be idle or the stream stalled",
         )
     return Progress(
         False,
         "StreamStalled",
-        f"no batch committed for {quiet:.0f}s while {lag_records} records wait in Kafka "
+        f"no batch committed since {since} while {lag_records} records wait in Kafka "
         f"(a stall is {stall_after:.0f}s); see the driver's log",
     )
 
@@ -73,6 +76,12 @@ def stream_progress(
 def _streaming(report: DriverReport, lag_records: int | None, now: float) -> str:
     if report.last_batch_at is None or report.last_batch is None or report.last_batch < 0:
         return "the stream runs and Kafka holds nothing new for it"
-    ago = max(0.0, now - report.last_batch_at)
     behind = "" if lag_records is None else f"; {lag_records} records behind"
-    return f"the stream commits batches: batch {report.last_batch} {ago:.0f}s ago{behind}"
+    return (
+        f"the stream commits batches: batch {report.last_batch} at "
+        f"{_at(report.last_batch_at)}{behind}"
+    )
+
+
+def _at(epoch_seconds: float) -> str:
+    return at_text(datetime.fromtimestamp(epoch_seconds, UTC))
