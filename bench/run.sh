@@ -12,9 +12,12 @@
 #                                [--minutes-step 3] [--minutes-after 3] [--sample-seconds 2]
 #                                (the step on the local node, deltaflow vs fixed-at-max; root,
 #                                 the node to itself, ~25 min)
+#   bash bench/run.sh control-plane [--counts 1,10,50] [--steady-seconds 60]
+#                                (the operator with 1/10/50 resources on the local cluster:
+#                                 latency, CPU, memory, API requests; root, ~10 min)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-what=${1:?usage: bash bench/run.sh throughput|freshness|trickle|crash|json-check|autoscale|autoscale-node [args...]}
+what=${1:?usage: bash bench/run.sh throughput|freshness|trickle|crash|json-check|autoscale|autoscale-node|control-plane [args...]}
 shift
 case "$what" in
   throughput | freshness | trickle) script="bench/$what.py" ;;
@@ -22,12 +25,13 @@ case "$what" in
   json-check) script="bench/json_check.py" ;;
   autoscale) script="bench/autoscale.py" ;;
   autoscale-node) script="bench/autoscale_node.py" ;;
+  control-plane) script="bench/control_plane.py" ;;
   *) echo "unknown benchmark: $what" >&2; exit 2 ;;
 esac
-if [ "$what" = autoscale-node ]; then
+if [ "$what" = autoscale-node ] || [ "$what" = control-plane ]; then
   # The whole local stack, as scripts/demo.sh installs it: the node needs root, and the image its
   # pods run is built from the Dockerfile here.
-  [ "$(id -u)" = 0 ] || { echo "autoscale-node runs a Kubernetes node: run it as root" >&2; exit 2; }
+  [ "$(id -u)" = 0 ] || { echo "$what runs a Kubernetes node: run it as root" >&2; exit 2; }
   t0=$SECONDS
   bash stack/install/all.sh
   echo "== installs done in $((SECONDS - t0))s"
@@ -35,7 +39,7 @@ else
   bash stack/install/python.sh >/dev/null
 fi
 case "$what" in
-  autoscale | autoscale-node) ;; # the model needs only the operator's package; all.sh did the rest
+  autoscale | autoscale-node | control-plane) ;; # the model needs only the operator's package; all.sh did the rest
   *)
     bash stack/install/spark-jars.sh >/dev/null
     bash stack/install/kafka.sh >/dev/null
@@ -53,7 +57,7 @@ trap cleanup EXIT
 status=0
 DELTAFLOW_PIDFILE="$pidfile" PYTHONPATH=stack:bench:tests/integration/runtime \
   .venv/bin/python "$script" "$@" || status=$?
-if [ "$what" = autoscale-node ] && [ "$status" != 2 ]; then # 2: refused, the node was busy
+if { [ "$what" = autoscale-node ] || [ "$what" = control-plane ]; } && [ "$status" != 2 ]; then # 2: refused, the node was busy
   # The node must leave no mount, namespace, interface, rule or shim behind (as after the demo).
   PYTHONPATH=stack .venv/bin/python -m devstack.leftovers || status=1
 fi
