@@ -14,7 +14,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -22,6 +22,7 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import DynamicApiError
 
 from deltaflow_operator.api import GROUP, PLURAL, VERSION
+from deltaflow_operator.api.reasons import EventReason
 
 FIELD_MANAGER = "deltaflow-operator"
 T = TypeVar("T")
@@ -159,7 +160,13 @@ class Kube:
             if e.status != 404:  # the driver went away meanwhile: the next round sees it
                 raise
 
-    def post_event(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> None:
+    def post_event(
+        self,
+        involved: dict[str, Any],
+        type_: Literal["Normal", "Warning"],
+        reason: EventReason,
+        message: str,
+    ) -> None:
         """Record an Event on ``involved`` (shown by ``kubectl describe``)."""
         meta = involved["metadata"]
         now = datetime.now(UTC)
@@ -176,7 +183,7 @@ class Kube:
                 resource_version=meta.get("resourceVersion"),
             ),
             type=type_,
-            reason=reason,
+            reason=str(reason),
             message=message[:1024],
             source=client.V1EventSource(component=FIELD_MANAGER),
             reporting_component=FIELD_MANAGER,

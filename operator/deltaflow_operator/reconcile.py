@@ -25,6 +25,7 @@ from deltaflow_operator import metrics
 from deltaflow_operator.api import DeltaIngestion
 from deltaflow_operator.api.errors import describe
 from deltaflow_operator.api.identity import identity
+from deltaflow_operator.api.reasons import ConditionType, EventReason, Reason
 from deltaflow_operator.api.v1alpha1 import DeltaIngestionStatus
 from deltaflow_operator.autoscaler.observe import REPORT_ANNOTATION, parse_report
 from deltaflow_operator.builders import driver as driver_builders
@@ -143,12 +144,12 @@ class Reconciler:
         self._applied[key] = _Applied(uid, ingestion.metadata.get("generation"), digest, now)
         if first_time:
             kinds = ", ".join(f"{m['kind']} {m['metadata']['name']}" for m in manifests)
-            self.kube.post_event(body, "Normal", "ResourcesCreated", f"created {kinds}")
+            self.kube.post_event(body, "Normal", EventReason.RESOURCES_CREATED, f"created {kinds}")
         if changed and not needs_driver_replacement(changed):
             self.kube.post_event(
                 body,
                 "Normal",
-                "ConfigUpdated",
+                EventReason.CONFIG_UPDATED,
                 f"{', '.join(changed)} changed: applied in place, driver kept",
             )
 
@@ -166,7 +167,7 @@ class Reconciler:
         value, reason, message = outcome.condition
         conditions = set_condition(
             status.conditions,
-            "Scaling",
+            ConditionType.SCALING,
             value,
             reason,
             message,
@@ -187,8 +188,8 @@ class Reconciler:
     ) -> DeltaIngestionStatus:
         """A running driver is Ready only while its stream makes progress (see
         :mod:`~deltaflow_operator.decisions.progress`); other verdicts on Ready stand."""
-        ready = condition(status.conditions, "Ready")
-        if ready is None or ready.status != "True" or ready.reason != "Streaming":
+        ready = condition(status.conditions, ConditionType.READY)
+        if ready is None or ready.status != "True" or ready.reason != Reason.STREAMING:
             return status
         started = running_since(pod) if pod is not None else None
         if pod is None or started is None:
@@ -204,7 +205,7 @@ class Reconciler:
         )
         conditions = set_condition(
             status.conditions,
-            "Ready",
+            ConditionType.READY,
             verdict.ready,
             verdict.reason,
             verdict.message,
@@ -291,11 +292,12 @@ class Reconciler:
             message = f"the operator could not reconcile this resource: {_short(error)}"
             now = datetime.now(UTC)
             generation = body["metadata"].get("generation")
+            failed = Reason.RECONCILE_FAILED
             conditions = set_condition(
-                current.conditions, "Ready", False, "ReconcileFailed", message, generation, now
+                current.conditions, ConditionType.READY, False, failed, message, generation, now
             )
             conditions = set_condition(
-                conditions, "Progressing", True, "ReconcileFailed", message, generation, now
+                conditions, ConditionType.PROGRESSING, True, failed, message, generation, now
             )
             self.kube.patch_status(
                 namespace,
@@ -307,7 +309,7 @@ class Reconciler:
                     ]
                 },
             )
-            self.kube.post_event(body, "Warning", "ReconcileFailed", message)
+            self.kube.post_event(body, "Warning", EventReason.RECONCILE_FAILED, message)
         except Exception as report_error:  # the API server may be what failed
             log.warning(
                 "could not report the failed reconcile of %s/%s: %s", namespace, name, report_error
@@ -319,9 +321,12 @@ class Reconciler:
         now = datetime.now(UTC)
         generation = body["metadata"].get("generation")
         message = "; ".join(problems)
-        conditions = set_condition([], "Ready", False, "InvalidSpec", message, generation, now)
+        invalid = Reason.INVALID_SPEC
         conditions = set_condition(
-            conditions, "Degraded", True, "InvalidSpec", message, generation, now
+            [], ConditionType.READY, False, invalid, message, generation, now
+        )
+        conditions = set_condition(
+            conditions, ConditionType.DEGRADED, True, invalid, message, generation, now
         )
         status = {
             "observedGeneration": generation,
@@ -331,7 +336,7 @@ class Reconciler:
         }
         meta = body["metadata"]
         self.kube.patch_status(meta["namespace"], meta["name"], status)
-        self.kube.post_event(body, "Warning", "InvalidSpec", message)
+        self.kube.post_event(body, "Warning", EventReason.INVALID_SPEC, message)
 
     def finalize(self, namespace: str, name: str) -> None:
         """On deletion: stop the driver first (its executors follow); GC removes the rest.

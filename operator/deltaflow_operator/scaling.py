@@ -16,6 +16,7 @@ from typing import Any
 
 from deltaflow_operator import metrics
 from deltaflow_operator.api import DeltaIngestion
+from deltaflow_operator.api.reasons import EventReason, Reason
 from deltaflow_operator.api.v1alpha1 import (
     AutoscalerStatus,
     CapacityStatus,
@@ -56,7 +57,8 @@ from deltaflow_operator.kube import Kube
 # driver is treated as unreachable.
 VIEW_STALE_SECONDS = 60.0
 WORST_PARTITIONS = 3
-# Verdicts that say "more executors would not help": worth a Warning when they first appear.
+# Verdicts that say "more executors would not help": worth a Warning when they first appear
+# (the Event's reason: Scaling<verdict>).
 LIMIT_VERDICTS = ("Ineffective", "HotPartition", "BatchCap", "PartitionCeiling", "AtMaximum")
 
 
@@ -67,7 +69,7 @@ class ScalingOutcome:
     executors: ExecutorStatus
     lag: LagStatus
     autoscaler: AutoscalerStatus
-    condition: tuple[bool | None, str, str]  # Scaling condition: status, reason, message
+    condition: tuple[bool | None, Reason, str]  # Scaling condition: status, reason, message
     events: list[Event] = field(default_factory=list)
 
 
@@ -232,7 +234,7 @@ class Autoscaler:
                 autoscaler=base.model_copy(
                     update={"verdict": "Idle", "reason": f"no scaling: {why}"}
                 ),
-                condition=(False, "DriverNotRunning", f"no scaling: {why}"),
+                condition=(False, Reason.DRIVER_NOT_RUNNING, f"no scaling: {why}"),
             )
 
         assert report is None or isinstance(report, DriverReport)
@@ -274,11 +276,13 @@ class Autoscaler:
                 ns, driver_pod_name(name), {DESIRED_ANNOTATION: str(decision.desired)}
             )
         if reporting and decision.desired != target:
-            direction = "ScaledUp" if decision.desired > target else "ScaledDown"
+            up = decision.desired > target
+            direction = EventReason.SCALED_UP if up else EventReason.SCALED_DOWN
             events.append(Event("Normal", direction, decision.reason))
             metrics.SCALE_ACTIONS.labels(ns, name, direction).inc()
         if decision.verdict in LIMIT_VERDICTS and decision.verdict != previous.verdict:
-            events.append(Event("Warning", f"Scaling{decision.verdict}", decision.reason))
+            limit = EventReason(f"Scaling{decision.verdict}")
+            events.append(Event("Warning", limit, decision.reason))
         metrics.SCALING_DECISIONS.labels(ns, name, decision.verdict).inc()
         self._export(ingestion, decision, registered)
 
@@ -371,17 +375,19 @@ def _manual(ingestion: DeltaIngestion, view: KafkaView | None, target: int, now:
 
 def _condition(
     decision: Decision, kafka_error: str, reporting: bool, registered: int | None
-) -> tuple[bool | None, str, str]:
+) -> tuple[bool | None, Reason, str]:
     """The Scaling condition: True while converging, False when settled or limited, Unknown
-    when an input is missing (the count is held)."""
+    when an input is missing (the count is held). Its reason is the verdict (every verdict is a
+    Reason: the policy stays free of the API, the unit tests check it) or the missing input."""
     if decision.verdict == "Unknown":
         if kafka_error:
-            return None, "KafkaUnreachable", f"{decision.reason} ({kafka_error})"
+            return None, Reason.KAFKA_UNREACHABLE, f"{decision.reason} ({kafka_error})"
         if not reporting:
-            return None, "DriverNotReporting", decision.reason
-        return None, "Measuring", decision.reason
+            return None, Reason.DRIVER_NOT_REPORTING, decision.reason
+        return None, Reason.MEASURING, decision.reason
+    verdict = Reason(decision.verdict)
     if registered is not None and registered != decision.desired:
-        return True, decision.verdict, decision.reason
+        return True, verdict, decision.reason
     if decision.verdict in ("ScaleUp", "ScaleDown"):
-        return True, decision.verdict, decision.reason
-    return False, decision.verdict, decision.reason
+        return True, verdict, decision.reason
+    return False, verdict, decision.reason

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from deltaflow_operator.api.reasons import ConditionType, Reason
 from deltaflow_operator.api.v1alpha1 import Condition
-
-CONDITION_TYPES = ("Ready", "Progressing", "Degraded", "Suspended", "Scaling")
 
 
 def set_condition(  # noqa: PLR0917 - mirrors the metav1.Condition fields
     conditions: list[Condition],
-    type_: str,
+    type_: ConditionType,
     status: bool | None,
-    reason: str,
+    reason: Reason,
     message: str,
     generation: int | None,
     now: datetime,
@@ -29,9 +28,9 @@ def set_condition(  # noqa: PLR0917 - mirrors the metav1.Condition fields
         else now
     )
     updated = Condition(
-        type=type_,
+        type=str(type_),
         status=status_text,
-        reason=reason,
+        reason=str(reason),
         message=message,
         last_transition_time=since,
         observed_generation=generation,
@@ -39,6 +38,6 @@ def set_condition(  # noqa: PLR0917 - mirrors the metav1.Condition fields
     return [c for c in conditions if c.type != type_] + [updated]
 
 
-def condition(conditions: list[Condition], type_: str) -> Condition | None:
+def condition(conditions: list[Condition], type_: ConditionType) -> Condition | None:
     """The condition of that type, if present."""
     return next((c for c in conditions if c.type == type_), None)

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from deltaflow_operator.api import DeltaIngestion
 from deltaflow_operator.api.failures import Termination, restart_helps, what_to_do
+from deltaflow_operator.api.reasons import ConditionType, EventReason, Reason
 from deltaflow_operator.api.v1alpha1 import Condition, DriverStatus, SecretKeyRef
 from deltaflow_operator.builders.common import SPEC_HASH_ANNOTATION
 from deltaflow_operator.builders.driver import secret_refs
@@ -38,7 +39,7 @@ class Event:
     """A Kubernetes Event to post on the DeltaIngestion."""
 
     type: Literal["Normal", "Warning"]
-    reason: str
+    reason: EventReason
     message: str
 
 
@@ -120,7 +121,7 @@ def running_since(pod: dict[str, Any]) -> datetime | None:
 class PendingDiagnosis:
     """Why a driver pod is not running yet, and whether waiting can fix it."""
 
-    reason: str  # condition reason
+    reason: Reason
     message: str
     stuck: bool  # True: it will not start without a change (or it is past the deadline)
 
@@ -142,7 +143,7 @@ def diagnose_pending(
         if reason in IMAGE_PULL_FAILURES:
             image = container.get("image", "")
             return PendingDiagnosis(
-                "ImagePullFailed",
+                Reason.IMAGE_PULL_FAILED,
                 f"the driver's image {image} cannot be pulled ({reason}: {detail}); check "
                 "spec.image (or the chart's image values) and imagePullSecrets",
                 stuck=True,
@@ -157,12 +158,12 @@ def diagnose_pending(
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
             why = condition.get("message") or condition.get("reason") or "not scheduled"
             return PendingDiagnosis(
-                "Unschedulable",
+                Reason.UNSCHEDULABLE,
                 f"the driver pod cannot be scheduled (created {at_text(created)}): {why}",
                 stuck=past,
             )
     return PendingDiagnosis(
-        "DriverPending",
+        Reason.DRIVER_PENDING,
         f"the driver pod is {status.get('phase', 'Pending')} since {at_text(created)}",
         stuck=past,
     )
@@ -190,13 +191,13 @@ def _config_failure(
             for field, ref in sorted(fields.items())
         )
         return PendingDiagnosis(
-            "SecretMissing",
+            Reason.SECRET_MISSING,
             f"the driver cannot start: {names} does not exist ({detail}); create it (or fix "
             "the field) and the driver starts by itself",
             stuck=True,
         )
     return PendingDiagnosis(
-        "ContainerConfigError",
+        Reason.CONTAINER_CONFIG_ERROR,
         f"the kubelet cannot start the driver ({reason}: {detail}); a Secret or key the "
         "spec references is the usual cause: create it and the driver starts",
         stuck=True,
@@ -214,14 +215,19 @@ class _Conditions:
     def __init__(self, existing: list[Condition], generation: int | None, now: datetime) -> None:
         self.items, self.generation, self.now = list(existing), generation, now
 
-    def set(self, type_: str, value: bool, reason: str, message: str = "") -> None:
+    def set(self, type_: ConditionType, value: bool, reason: Reason, message: str = "") -> None:
         self.items = set_condition(
             self.items, type_, value, reason, message, self.generation, self.now
         )
 
     def degraded(self, reason_text: str) -> None:
         crash = bool(reason_text)
-        self.set("Degraded", crash, "DriverCrashLooping" if crash else "Healthy", reason_text)
+        self.set(
+            ConditionType.DEGRADED,
+            crash,
+            Reason.DRIVER_CRASH_LOOPING if crash else Reason.HEALTHY,
+            reason_text,
+        )
 
 
 def decide_driver(observed: Observed, settings: Settings) -> DriverPlan:
@@ -241,7 +247,7 @@ def decide_driver(observed: Observed, settings: Settings) -> DriverPlan:
 
     if ingestion.spec.suspend:
         return _suspended(driver, conds, pod is not None, deleting)
-    conds.set("Suspended", False, "Running")
+    conds.set(ConditionType.SUSPENDED, False, Reason.RUNNING)
     if pod is None:
         return _start(driver, conds, observed.now, settings)
     if deleting:
@@ -290,12 +296,13 @@ def _stopping(
             f"{at_text(since)}: its node may be down. If the node is gone for "
             f"good: kubectl delete pod {meta.get('name')} -n {meta.get('namespace')} --force"
         )
-        conds.set("Ready", False, "DriverStuckTerminating", message)
-        conds.set("Progressing", True, "DriverStopping", message)
-        conds.set("Degraded", True, "DriverStuckTerminating", message)
+        conds.set(ConditionType.READY, False, Reason.DRIVER_STUCK_TERMINATING, message)
+        conds.set(ConditionType.PROGRESSING, True, Reason.DRIVER_STOPPING, message)
+        conds.set(ConditionType.DEGRADED, True, Reason.DRIVER_STUCK_TERMINATING, message)
         return DriverPlan("wait", driver, conds.items, requeue_after=5.0)
-    conds.set("Ready", False, "DriverStopping", "waiting for the previous driver to terminate")
-    conds.set("Progressing", True, "DriverStopping", "waiting for the previous driver to terminate")
+    waiting = "waiting for the previous driver to terminate"
+    conds.set(ConditionType.READY, False, Reason.DRIVER_STOPPING, waiting)
+    conds.set(ConditionType.PROGRESSING, True, Reason.DRIVER_STOPPING, waiting)
     conds.degraded(_crash_loop_message(driver, settings))
     return DriverPlan("wait", driver, conds.items, requeue_after=1.0)
 
@@ -313,18 +320,18 @@ def _suspended(
     driver: DriverStatus, conds: _Conditions, has_pod: bool, deleting: bool
 ) -> DriverPlan:
     conds.set(
-        "Suspended",
+        ConditionType.SUSPENDED,
         True,
-        "Suspended",
+        Reason.SUSPENDED,
         "spec.suspend is true: the driver is stopped; the "
         "checkpoint keeps the stream's position for when it resumes",
     )
-    conds.set("Ready", False, "Suspended", "the stream is suspended")
-    conds.set("Progressing", False, "Suspended", "nothing to do while suspended")
-    conds.set("Degraded", False, "Suspended")
+    conds.set(ConditionType.READY, False, Reason.SUSPENDED, "the stream is suspended")
+    conds.set(ConditionType.PROGRESSING, False, Reason.SUSPENDED, "nothing to do while suspended")
+    conds.set(ConditionType.DEGRADED, False, Reason.SUSPENDED)
     driver = driver.model_copy(update={"consecutive_failures": 0, "next_start_after": None})
     if has_pod and not deleting:
-        event = Event("Normal", "Suspended", "spec.suspend set: stopping the driver")
+        event = Event("Normal", EventReason.SUSPENDED, "spec.suspend set: stopping the driver")
         return DriverPlan("delete", driver, conds.items, [event], delete_reason="suspended")
     return DriverPlan(
         "wait" if deleting else "none", driver, conds.items, requeue_after=1.0 if deleting else None
@@ -339,16 +346,18 @@ def _start(
     if wait_until is not None and now < wait_until:
         seconds = (wait_until - now).total_seconds()
         waiting = f"restarting the driver at {at_text(wait_until)}"
-        conds.set("Ready", False, "BackoffWaiting", waiting)
-        conds.set("Progressing", True, "BackoffWaiting", waiting)
+        conds.set(ConditionType.READY, False, Reason.BACKOFF_WAITING, waiting)
+        conds.set(ConditionType.PROGRESSING, True, Reason.BACKOFF_WAITING, waiting)
         return DriverPlan("wait", driver, conds.items, requeue_after=seconds)
     driver = driver.model_copy(update={"next_start_after": None})
     attempt = driver.consecutive_failures + 1
     restart = driver.consecutive_failures > 0
     what = f"starting the driver (attempt {attempt})" if restart else "starting the driver"
-    conds.set("Ready", False, "DriverStarting", what)
-    conds.set("Progressing", True, "DriverStarting", what)
-    event = Event("Normal", "DriverRestarted" if restart else "DriverCreated", what)
+    conds.set(ConditionType.READY, False, Reason.DRIVER_STARTING, what)
+    conds.set(ConditionType.PROGRESSING, True, Reason.DRIVER_STARTING, what)
+    event = Event(
+        "Normal", EventReason.DRIVER_RESTARTED if restart else EventReason.DRIVER_CREATED, what
+    )
     return DriverPlan("create", driver, conds.items, [event], requeue_after=1.0)
 
 
@@ -371,18 +380,18 @@ def _failed(
     events = [
         Event(
             "Warning",
-            "DriverFailed",
+            EventReason.DRIVER_FAILED,
             f"driver failed ({reason}); restart {failures} in {delay:.0f}s",
         )
     ]
     crash_loop = _crash_loop_message(driver, settings)
     if crash_loop:
-        events.append(Event("Warning", "DriverCrashLooping", crash_loop))
-    conds.set("Ready", False, "DriverFailed", reason)
+        events.append(Event("Warning", EventReason.DRIVER_CRASH_LOOPING, crash_loop))
+    conds.set(ConditionType.READY, False, Reason.DRIVER_FAILED, reason)
     conds.set(
-        "Progressing",
+        ConditionType.PROGRESSING,
         True,
-        "BackoffWaiting",
+        Reason.BACKOFF_WAITING,
         f"restarting the driver at {at_text(now + timedelta(seconds=delay))}",
     )
     conds.degraded(crash_loop)
@@ -412,10 +421,13 @@ def _needs_action(
             "next_start_after": None,
         }
     )
-    conds.set("Ready", False, reason, message)
-    conds.set("Progressing", False, "NeedsAction", "a restart cannot fix this: " + reason)
-    conds.set("Degraded", True, reason, message)
-    events = [] if seen_before else [Event("Warning", reason, message)]
+    # The runtime's reason, as it named it: both vocabularies hold every failure a restart
+    # cannot fix (tests/unit/test_reasons.py checks it).
+    conds.set(ConditionType.READY, False, Reason(reason), message)
+    why = "a restart cannot fix this: " + reason
+    conds.set(ConditionType.PROGRESSING, False, Reason.NEEDS_ACTION, why)
+    conds.set(ConditionType.DEGRADED, True, Reason(reason), message)
+    events = [] if seen_before else [Event("Warning", EventReason(reason), message)]
     return DriverPlan("none", driver, conds.items, events)
 
 
@@ -423,10 +435,10 @@ def _replace(
     driver: DriverStatus, conds: _Conditions, changed: list[str], settings: Settings
 ) -> DriverPlan:
     message = f"replacing the driver: {', '.join(changed) or 'its spec'} changed"
-    conds.set("Ready", False, "DriverReplacing", message)
-    conds.set("Progressing", True, "DriverReplacing", message)
+    conds.set(ConditionType.READY, False, Reason.DRIVER_REPLACING, message)
+    conds.set(ConditionType.PROGRESSING, True, Reason.DRIVER_REPLACING, message)
     conds.degraded(_crash_loop_message(driver, settings))
-    event = Event("Normal", "DriverReplacing", message)
+    event = Event("Normal", EventReason.DRIVER_REPLACING, message)
     return DriverPlan(
         "delete", driver, conds.items, [event], requeue_after=1.0, delete_reason="spec changed"
     )
@@ -446,10 +458,10 @@ def _running_or_pending(
     if phase != "Running":
         deadline = timedelta(seconds=settings.driver_pending_deadline_seconds)
         pending = diagnose_pending(pod, now, deadline, secrets, namespace)
-        conds.set("Ready", False, pending.reason, pending.message)
-        conds.set("Progressing", not pending.stuck, pending.reason, pending.message)
+        conds.set(ConditionType.READY, False, pending.reason, pending.message)
+        conds.set(ConditionType.PROGRESSING, not pending.stuck, pending.reason, pending.message)
         if pending.stuck:
-            conds.set("Degraded", True, pending.reason, pending.message)
+            conds.set(ConditionType.DEGRADED, True, pending.reason, pending.message)
         else:
             conds.degraded(_crash_loop_message(driver, settings))
         return DriverPlan("none", driver, conds.items, requeue_after=5.0)
@@ -458,11 +470,11 @@ def _running_or_pending(
         driver = driver.model_copy(update={"consecutive_failures": 0, "last_failure_reason": None})
     crash_loop = _crash_loop_message(driver, settings)
     conds.set(
-        "Ready",
+        ConditionType.READY,
         not crash_loop,
-        "DriverCrashLooping" if crash_loop else "Streaming",
+        Reason.DRIVER_CRASH_LOOPING if crash_loop else Reason.STREAMING,
         crash_loop or "the driver is running",
     )
-    conds.set("Progressing", False, "Streaming", "the driver is running")
+    conds.set(ConditionType.PROGRESSING, False, Reason.STREAMING, "the driver is running")
     conds.degraded(crash_loop)
     return DriverPlan("none", driver, conds.items)

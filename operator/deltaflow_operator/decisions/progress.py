@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from deltaflow_operator.api.reasons import Reason
 from deltaflow_operator.autoscaler.observe import REPORT_STALE_SECONDS, DriverReport
 from deltaflow_operator.decisions.driver import at_text
 
@@ -24,7 +25,7 @@ class Progress:
     """The verdict: Ready's status (None: Unknown), reason and message."""
 
     ready: bool | None
-    reason: str
+    reason: Reason
     message: str
 
 
@@ -42,12 +43,12 @@ def stream_progress(
         # The report lives on the pod: one there is this driver's, so it has started.
         if report is None and running_for < STARTUP_GRACE_SECONDS:
             return Progress(
-                False, "StreamStarting", "the driver runs; waiting for its first report"
+                False, Reason.STREAM_STARTING, "the driver runs; waiting for its first report"
             )
         silent = "never reported" if report is None else f"not reported since {_at(report.at)}"
         return Progress(
             False,
-            "DriverNotReporting",
+            Reason.DRIVER_NOT_REPORTING,
             f"the driver pod runs but its stream has {silent}: it may be hung (see its log; "
             "deleting the pod restarts it from the checkpoint)",
         )
@@ -57,17 +58,17 @@ def stream_progress(
     quiet = now - last if last is not None else running_for
     since = _at(last if last is not None else now - running_for)
     if lag_records == 0 or quiet <= stall_after:
-        return Progress(True, "Streaming", _streaming(report, lag_records, now))
+        return Progress(True, Reason.STREAMING, _streaming(report, lag_records, now))
     if lag_records is None:
         return Progress(
             None,
-            "ProgressUnknown",
+            Reason.PROGRESS_UNKNOWN,
             f"no batch committed since {since} and Kafka's lag cannot be read: the topic "
             "may be idle or the stream stalled",
         )
     return Progress(
         False,
-        "StreamStalled",
+        Reason.STREAM_STALLED,
         f"no batch committed since {since} while {lag_records} records wait in Kafka "
         f"(a stall is {stall_after:.0f}s); see the driver's log",
     )
