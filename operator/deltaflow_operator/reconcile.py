@@ -111,7 +111,7 @@ class Reconciler:
             ingestion = ingestion.model_copy(update={"status": self._status(ingestion, plan)})
             plan = self._plan(ingestion, pod, changed)
         status = self._scale(body, ingestion, self._status(ingestion, plan), pod)
-        status = self._progress(ingestion, status, pod)
+        status, recheck_in = self._progress(ingestion, status, pod)
         document = status.model_dump(by_alias=True, mode="json", exclude_none=True)
         # Measured figures that became unknown must go, not linger as if current: a null
         # deletes a field in a merge patch.
@@ -119,7 +119,8 @@ class Reconciler:
             document[key] = getattr(status, key).model_dump(by_alias=True, mode="json")
         if _without_nulls(document) != (body.get("status") or {}):
             self.kube.patch_status(namespace, name, document)
-        return plan.requeue_after
+        waits = [w for w in (plan.requeue_after, recheck_in) if w is not None]
+        return min(waits) if waits else None
 
     def _apply_children(
         self, body: dict[str, Any], ingestion: DeltaIngestion, first_time: bool, changed: list[str]
@@ -185,15 +186,16 @@ class Reconciler:
 
     def _progress(
         self, ingestion: DeltaIngestion, status: DeltaIngestionStatus, pod: dict[str, Any] | None
-    ) -> DeltaIngestionStatus:
+    ) -> tuple[DeltaIngestionStatus, float | None]:
         """A running driver is Ready only while its stream makes progress (see
-        :mod:`~deltaflow_operator.decisions.progress`); other verdicts on Ready stand."""
+        :mod:`~deltaflow_operator.decisions.progress`); other verdicts on Ready stand. Also
+        returns when to look again if only time can change the verdict."""
         ready = condition(status.conditions, ConditionType.READY)
         if ready is None or ready.status != "True" or ready.reason != Reason.STREAMING:
-            return status
+            return status, None
         started = running_since(pod) if pod is not None else None
         if pod is None or started is None:
-            return status
+            return status, None
         now = datetime.now(UTC)
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
         verdict = stream_progress(
@@ -212,7 +214,7 @@ class Reconciler:
             ingestion.metadata.get("generation"),
             now,
         )
-        return status.model_copy(update={"conditions": conditions})
+        return status.model_copy(update={"conditions": conditions}), verdict.recheck_in
 
     def _spec_changes(self, ingestion: DeltaIngestion) -> tuple[bool, list[str]]:
         """(first reconcile?, spec fields changed since the config the driver was given).

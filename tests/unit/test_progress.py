@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from deltaflow_operator.autoscaler.observe import DriverReport, parse_report
+from deltaflow_operator.autoscaler.observe import REPORT_STALE_SECONDS, DriverReport, parse_report
 from deltaflow_operator.decisions.progress import (
     STALL_SECONDS,
     STARTUP_GRACE_SECONDS,
@@ -119,9 +119,10 @@ def test_a_verdict_reads_the_same_on_every_round_while_nothing_changes(
     # Times, not ages: an unchanged stream gives a byte-equal status, so nothing is written.
     def verdict(later: float) -> object:
         reported = report(ago=last_batch_ago)
-        return stream_progress(
+        v = stream_progress(
             reported, running_for=3600 + later, lag_records=lag, trigger_seconds=5, now=NOW + later
         )
+        return v.ready, v.reason, v.message
 
     assert verdict(0) == verdict(7)
 
@@ -135,3 +136,22 @@ def test_the_report_carries_the_last_batch_time() -> None:
     older = parse_report('{"at": 1.0, "target": 1, "registered": 1}')  # an older runtime
     assert older is not None
     assert older.last_batch_at is None
+
+
+def test_a_ready_stream_is_looked_at_again_when_its_report_would_go_stale() -> None:
+    # A hung driver stops patching its pod, so no watch event announces it: the verdict says
+    # when time alone would change it.
+    fresh = stream_progress(
+        report(at=NOW - 2), running_for=600, lag_records=0, trigger_seconds=5, now=NOW
+    )
+    assert fresh.recheck_in == pytest.approx(REPORT_STALE_SECONDS - 2)
+    quiet = stream_progress(
+        report(at=NOW - 1, ago=STALL_SECONDS - 10),
+        running_for=3600,
+        lag_records=50,
+        trigger_seconds=5,
+        now=NOW,
+    )
+    assert quiet.recheck_in == pytest.approx(10)  # the stall comes before the staleness
+    starting = stream_progress(None, running_for=30, lag_records=None, trigger_seconds=5, now=NOW)
+    assert starting.recheck_in == pytest.approx(STARTUP_GRACE_SECONDS - 30)

@@ -124,6 +124,8 @@ class PendingDiagnosis:
     reason: Reason
     message: str
     stuck: bool  # True: it will not start without a change (or it is past the deadline)
+    # Seconds until the deadline makes it stuck (a pod event wakes the operator for the rest).
+    deadline_in: float | None = None
 
 
 def diagnose_pending(
@@ -161,11 +163,13 @@ def diagnose_pending(
                 Reason.UNSCHEDULABLE,
                 f"the driver pod cannot be scheduled (created {at_text(created)}): {why}",
                 stuck=past,
+                deadline_in=None if past else (created + deadline - now).total_seconds(),
             )
     return PendingDiagnosis(
         Reason.DRIVER_PENDING,
         f"the driver pod is {status.get('phase', 'Pending')} since {at_text(created)}",
         stuck=past,
+        deadline_in=None if past else (created + deadline - now).total_seconds(),
     )
 
 
@@ -464,7 +468,8 @@ def _running_or_pending(
             conds.set(ConditionType.DEGRADED, True, pending.reason, pending.message)
         else:
             conds.degraded(_crash_loop_message(driver, settings))
-        return DriverPlan("none", driver, conds.items, requeue_after=5.0)
+        # The deadline is the one change no pod event announces: look again right then.
+        return DriverPlan("none", driver, conds.items, requeue_after=pending.deadline_in)
     since = running_since(pod)
     if since is not None and now - since >= STABLE_RUN and driver.consecutive_failures:
         driver = driver.model_copy(update={"consecutive_failures": 0, "last_failure_reason": None})

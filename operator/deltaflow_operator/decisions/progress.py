@@ -27,6 +27,9 @@ class Progress:
     ready: bool | None
     reason: Reason
     message: str
+    # Seconds until the verdict changes by time alone (a report going stale, a stall, the
+    # start-up grace running out); None: only a new report can change it.
+    recheck_in: float | None = None
 
 
 def stream_progress(
@@ -43,7 +46,10 @@ def stream_progress(
         # The report lives on the pod: one there is this driver's, so it has started.
         if report is None and running_for < STARTUP_GRACE_SECONDS:
             return Progress(
-                False, Reason.STREAM_STARTING, "the driver runs; waiting for its first report"
+                False,
+                Reason.STREAM_STARTING,
+                "the driver runs; waiting for its first report",
+                recheck_in=STARTUP_GRACE_SECONDS - running_for,
             )
         silent = "never reported" if report is None else f"not reported since {_at(report.at)}"
         return Progress(
@@ -58,7 +64,16 @@ def stream_progress(
     quiet = now - last if last is not None else running_for
     since = _at(last if last is not None else now - running_for)
     if lag_records == 0 or quiet <= stall_after:
-        return Progress(True, Reason.STREAMING, _streaming(report, lag_records, now))
+        # A hung driver stops patching its pod, so no event says so: look when its report goes
+        # stale, or when the quiet becomes a stall.
+        stale_in = report.at + REPORT_STALE_SECONDS - now
+        stall_in = stall_after - quiet if lag_records != 0 else stale_in
+        return Progress(
+            True,
+            Reason.STREAMING,
+            _streaming(report, lag_records, now),
+            recheck_in=max(0.0, min(stale_in, stall_in)),
+        )
     if lag_records is None:
         return Progress(
             None,
