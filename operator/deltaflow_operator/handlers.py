@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 import threading
 import time
@@ -27,7 +28,7 @@ from deltaflow_operator import metrics
 from deltaflow_operator.api import GROUP, PLURAL, VERSION
 from deltaflow_operator.builders.common import MANAGED_BY
 from deltaflow_operator.kube import Kube
-from deltaflow_operator.reconcile import Reconciler
+from deltaflow_operator.reconcile import UNSEEN, Reconciler
 from deltaflow_operator.settings import Settings
 
 FINALIZER = f"{GROUP}/finalizer"
@@ -56,6 +57,9 @@ class Loop:
     last_beat: float | None = None
     heartbeat: asyncio.Task[None] | None = None  # held so the task is not garbage-collected
     running: dict[str, float] = field(default_factory=dict)
+    # Each resource's driver pod as the pod watch last delivered it (None: deleted). Set from
+    # the event loop, read by reconciles: the watch replaces a GET per round.
+    driver_pods: dict[str, dict[str, Any] | None] = field(default_factory=dict)
 
     def reconcile(self, namespace: str, name: str) -> float | None:
         """One reconciliation of one resource; seconds until it wants another look."""
@@ -63,7 +67,9 @@ class Loop:
         with self.locks[key]:
             self.running[key] = time.monotonic()
             try:
-                requeue = self.reconciler.reconcile(namespace, name)
+                requeue = self.reconciler.reconcile(
+                    namespace, name, watched_pod=self.driver_pods.get(key, UNSEEN)
+                )
             finally:
                 self.running.pop(key, None)
         self.managed.add(key)
@@ -100,6 +106,7 @@ class Loop:
         key = f"{namespace}/{name}"
         self.locks.pop(key, None)
         self.wakes.pop(key, None)
+        self.driver_pods.pop(key, None)
         self.managed.discard(key)
         metrics.MANAGED_RESOURCES.labels("DeltaIngestion").set(len(self.managed))
 
@@ -180,11 +187,20 @@ async def _stream_daemon(
 
 
 async def _on_pod_event(
-    namespace: str | None, labels: Mapping[str, str], memo: kopf.Memo, **_: Any
+    namespace: str | None,
+    labels: Mapping[str, str],
+    event: Mapping[str, Any],
+    body: kopf.Body,
+    memo: kopf.Memo,
+    **_: Any,
 ) -> None:
     instance = labels.get("app.kubernetes.io/instance")
     if instance:
-        memo.loop.wake(str(namespace), instance)
+        loop: Loop = memo.loop
+        key = f"{namespace}/{instance}"
+        gone = event.get("type") == "DELETED"
+        loop.driver_pods[key] = None if gone else copy.deepcopy(dict(body))
+        loop.wake(str(namespace), instance)
 
 
 def _on_delete(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:

@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 
 # Children are re-applied at least this often even when nothing changed: drift repair.
 CHILDREN_RESYNC_SECONDS = 600.0
+# The pod watch has not delivered this resource's driver pod (yet): read it from the API.
+UNSEEN: dict[str, Any] = {"unseen": True}
 
 
 @dataclass
@@ -75,18 +77,25 @@ class Reconciler:
         self.autoscaler = Autoscaler(kube)
         self._applied: dict[str, _Applied] = {}
 
-    def reconcile(self, namespace: str, name: str) -> float | None:
-        """Bring one DeltaIngestion's children in line with its spec; seconds until next look."""
+    def reconcile(
+        self, namespace: str, name: str, watched_pod: dict[str, Any] | None = UNSEEN
+    ) -> float | None:
+        """Bring one DeltaIngestion's children in line with its spec; seconds until next look.
+
+        ``watched_pod``: its driver pod as the pod watch last delivered it (None: deleted),
+        or ``UNSEEN`` to read it from the API server."""
         started = time.monotonic()
         try:
-            return self._reconcile(namespace, name)
+            return self._reconcile(namespace, name, watched_pod)
         except Exception as error:
             self._report_failure(namespace, name, error)
             raise
         finally:
             metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
 
-    def _reconcile(self, namespace: str, name: str) -> float | None:
+    def _reconcile(
+        self, namespace: str, name: str, watched_pod: dict[str, Any] | None
+    ) -> float | None:
         body = self.kube.get_ingestion(namespace, name)
         if body is None or body["metadata"].get("deletionTimestamp"):
             return None  # no series for a resource being deleted (finalize removed them)
@@ -102,7 +111,11 @@ class Reconciler:
 
         # Act on at most two plans: a replacement deletes the old driver and, once the API server
         # confirms it is gone, creates the new one in the same pass.
-        pod = self.kube.get_pod(namespace, driver_pod_name(name))
+        pod = (
+            self.kube.get_pod(namespace, driver_pod_name(name))
+            if watched_pod is UNSEEN
+            else watched_pod
+        )
         plan = self._plan(ingestion, pod, changed)
         for _ in range(2):
             pod = self._act(body, ingestion, plan, pod)
@@ -262,8 +275,10 @@ class Reconciler:
             metrics.DRIVER_ACTIONS.labels("delete", plan.delete_reason).inc()
             after = self.kube.get_pod(ns, pod_name)  # gone at once, or terminating
         elif plan.action == "create":
-            if self.kube.create_pod(driver_builders.driver_pod(ingestion, self.settings)):
-                metrics.DRIVER_ACTIONS.labels("create", "start").inc()
+            if not self.kube.create_pod(driver_builders.driver_pod(ingestion, self.settings)):
+                # It exists: the pod watch had not delivered it yet. Nothing was started.
+                return self.kube.get_pod(ns, pod_name)
+            metrics.DRIVER_ACTIONS.labels("create", "start").inc()
             after = self.kube.get_pod(ns, pod_name)
         for event in plan.events:
             self.kube.post_event(body, event.type, event.reason, event.message)
