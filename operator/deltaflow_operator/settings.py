@@ -19,7 +19,7 @@ class Settings:
     driver_cluster_role: str = "deltaflow-operator-driver"
     metrics_port: int = 8000
     health_port: int = 8080
-    reconcile_interval_seconds: float = 10.0
+    reconcile_interval_seconds: float = 60.0
     backoff_base_seconds: float = 10.0
     backoff_max_seconds: float = 300.0
     degraded_after_failures: int = 3
