@@ -557,12 +557,21 @@ def test_a_burst_scales_executors_up_live_and_back_down_after_the_window(stream:
     burst = time.monotonic()
     stream.produce(BURST)
     produced = time.monotonic()
-    desired = wait_for(
-        "the operator to raise the executor target",
-        lambda: (d := stream.status().get("executors", {}).get("desired") or 0) > 1 and d,
-        timeout=120,
-        interval=0.5,
-    )
+    try:
+        desired = wait_for(
+            "the operator to raise the executor target",
+            lambda: (d := stream.status().get("executors", {}).get("desired") or 0) > 1 and d,
+            timeout=120,
+            interval=0.5,
+        )
+    except AssertionError as error:
+        # What the operator saw and decided, for whoever reads the CI log.
+        status = stream.status()
+        raise AssertionError(
+            f"{error}; Scaling {stream.condition('Scaling')}; autoscaler "
+            f"{status.get('autoscaler')}; lag {status.get('lag')}; executors "
+            f"{status.get('executors')}; driver report {stream.report()}"
+        ) from None
     decided = time.monotonic()
     wait_for(
         f"{desired} executor pods Running and registered with the driver",
