@@ -10,6 +10,7 @@ API call is logged and retried next round, and the executors stay as they are.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -22,6 +23,9 @@ from deltaflow_runtime.kafka_admin import TopicOffsets
 log = logging.getLogger("deltaflow.scaling")
 
 HEARTBEAT_SECONDS = 10.0
+# The Kafka part of the report, at most (about 5,000 partitions): the pod's annotations hold
+# 256 KiB in all.
+MAX_KAFKA_REPORT_BYTES = 128 * 1024
 
 
 class Channel(Protocol):
@@ -147,9 +151,22 @@ class ScalingAgent:
 
 
 def kafka_report(at: float, end: TopicOffsets, committed: TopicOffsets) -> dict[str, Any]:
-    """The report's ``kafka`` part: when, log-end and committed offsets as {topic: {"p": n}}."""
+    """The report's ``kafka`` part: when, log-end and committed offsets as {topic: {"p": n}}.
+
+    Offsets of more partitions than fit the report (annotations share 256 KiB per pod) become
+    an error the operator shows: the executor count is then held, never set from partial lag.
+    """
 
     def plain(offsets: TopicOffsets) -> dict[str, dict[str, int]]:
         return {t: {str(p): o for p, o in sorted(ps.items())} for t, ps in sorted(offsets.items())}
 
-    return {"at": round(at, 3), "end": plain(end), "committed": plain(committed)}
+    part = {"at": round(at, 3), "end": plain(end), "committed": plain(committed)}
+    if len(json.dumps(part, separators=(",", ":"))) > MAX_KAFKA_REPORT_BYTES:
+        partitions = sum(len(ps) for ps in end.values())
+        return {
+            "at": round(at, 3),
+            "error": f"{partitions} partitions are too many to report per partition (more than "
+            f"{MAX_KAFKA_REPORT_BYTES // 1024} KiB of offsets): lag-based scaling is off for "
+            "this stream; use scaling.mode: manual",
+        }
+    return part

@@ -205,6 +205,18 @@ def test_the_drivers_kafka_poll_reaches_the_operators_lag_through_the_report() -
     assert view.consumption_rate == 5.0
 
 
+def test_offsets_of_more_partitions_than_a_report_holds_become_an_error_not_partial_lag() -> None:
+    many = {f"events-{t}": dict.fromkeys(range(100), 10**12) for t in range(100)}
+    part = kafka_report(1.0, many, many)
+    assert "end" not in part
+    assert "10000 partitions" in part["error"]
+    assert "scaling.mode: manual" in part["error"]
+    report = parse_report(_report(kafka=part))
+    assert report is not None
+    assert report.kafka is None
+    assert report.kafka_error == part["error"]
+
+
 def test_a_failed_kafka_poll_is_reported_as_its_error_without_offsets() -> None:
     report = parse_report(_report(kafka={"at": 5.0, "error": "Broker transport failure"}))
     assert report is not None
