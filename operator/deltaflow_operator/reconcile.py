@@ -47,6 +47,18 @@ CHILDREN_RESYNC_SECONDS = 600.0
 UNSEEN: dict[str, Any] = {"unseen": True}
 
 
+@dataclass(frozen=True)
+class Seen:
+    """One round's observation: the resource as stored, parsed, how its spec moved since the
+    driver's config was written, and its driver pod."""
+
+    body: dict[str, Any]
+    ingestion: DeltaIngestion
+    first_time: bool  # no config stored yet: the first reconcile of this resource
+    changed: list[str]  # spec fields changed since the stored config
+    driver_pod: dict[str, Any] | None
+
+
 @dataclass
 class _Applied:
     """What this process last applied for one resource incarnation."""
@@ -96,26 +108,14 @@ class Reconciler:
     def _reconcile(
         self, namespace: str, name: str, watched_pod: dict[str, Any] | None
     ) -> float | None:
-        body = self.kube.get_ingestion(namespace, name)
-        if body is None or body["metadata"].get("deletionTimestamp"):
-            return None  # no series for a resource being deleted (finalize removed them)
-        metrics.RECONCILES.labels(namespace, name).inc()
-        try:
-            ingestion = DeltaIngestion.model_validate(body)
-        except ValidationError as e:
-            self._report_invalid(body, describe(e))
+        seen = self._observe(namespace, name, watched_pod)
+        if seen is None:
             return None
-
-        first_time, changed = self._spec_changes(ingestion)
-        self._apply_children(body, ingestion, first_time, changed)
+        body, ingestion, changed, pod = seen.body, seen.ingestion, seen.changed, seen.driver_pod
+        self._apply_children(body, ingestion, seen.first_time, changed)
 
         # Act on at most two plans: a replacement deletes the old driver and, once the API server
         # confirms it is gone, creates the new one in the same pass.
-        pod = (
-            self.kube.get_pod(namespace, driver_pod_name(name))
-            if watched_pod is UNSEEN
-            else watched_pod
-        )
         plan = self._plan(ingestion, pod, changed)
         for _ in range(2):
             pod = self._act(body, ingestion, plan, pod)
@@ -134,6 +134,27 @@ class Reconciler:
             self.kube.patch_status(namespace, name, document)
         waits = [w for w in (plan.requeue_after, recheck_in) if w is not None]
         return min(waits) if waits else None
+
+    def _observe(
+        self, namespace: str, name: str, watched_pod: dict[str, Any] | None
+    ) -> Seen | None:
+        """Everything this round decides on, read once (None: nothing to reconcile)."""
+        body = self.kube.get_ingestion(namespace, name)
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            return None  # no series for a resource being deleted (finalize removed them)
+        metrics.RECONCILES.labels(namespace, name).inc()
+        try:
+            ingestion = DeltaIngestion.model_validate(body)
+        except ValidationError as e:
+            self._report_invalid(body, describe(e))
+            return None
+        first_time, changed = self._spec_changes(ingestion)
+        pod = (
+            self.kube.get_pod(namespace, driver_pod_name(name))
+            if watched_pod is UNSEEN
+            else watched_pod
+        )
+        return Seen(body, ingestion, first_time, changed, pod)
 
     def _apply_children(
         self, body: dict[str, Any], ingestion: DeltaIngestion, first_time: bool, changed: list[str]
