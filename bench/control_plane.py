@@ -18,6 +18,7 @@ Needs root (the node) and the node to itself (about 10 min).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -86,7 +87,9 @@ def operator_pids() -> list[int]:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if len(argv) >= 2 and argv[0].endswith(b"deltaflow") and argv[1] == b"operator":
+        # `deltaflow operator` from a console script: [python, .../bin/deltaflow, operator].
+        pairs = itertools.pairwise(argv)
+        if any(a.endswith(b"/deltaflow") and b == b"operator" for a, b in pairs):
             pids.append(int(entry.name))
     return sorted(pids)
 
