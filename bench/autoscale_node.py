@@ -92,12 +92,13 @@ PROGRESS_SECONDS = 30.0
 class Clock:
     """Progress lines with the time since the start."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "autoscale-node") -> None:
         self.t0 = time.monotonic()
+        self.name = name
 
     def say(self, message: str) -> None:
         """Print one progress line."""
-        print(f"[autoscale-node {time.monotonic() - self.t0:7.1f}s] {message}", flush=True)
+        print(f"[{self.name} {time.monotonic() - self.t0:7.1f}s] {message}", flush=True)
 
 
 def wait_for(

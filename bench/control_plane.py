@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     counts = [int(c) for c in args.counts.split(",")]
-    clock = Clock()
+    clock = Clock("control-plane")
     holder = node_holder()
     if holder is not None:
         print(f"the local node is in use ({LOCK_FILE}: {holder})", file=sys.stderr)
