@@ -36,7 +36,7 @@ from autoscale_node import Api, Clock, _terminate, node_holder, wait_for
 from devstack.cluster import install_operator, start_cluster, stop_cluster
 from devstack.demo import cluster_manifest
 from devstack.kube import KubeControlPlane
-from devstack.leftovers import LOCK_FILE
+from devstack.leftovers import LOCK_FILE, processes
 from devstack.network import create_bridge, remove_bridge
 
 NS = "cp-bench"
@@ -79,18 +79,12 @@ def request_counts(api: Api) -> dict[str, float]:
 
 def operator_pids() -> list[int]:
     """Host pids of the operator replicas' processes (`deltaflow operator` in their pods)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        # `deltaflow operator` from a console script: [python, .../bin/deltaflow, operator].
-        pairs = itertools.pairwise(argv)
-        if any(a.endswith(b"/deltaflow") and b == b"operator" for a, b in pairs):
-            pids.append(int(entry.name))
+    # `deltaflow operator` from a console script: [python, .../bin/deltaflow, operator].
+    pids = [
+        pid
+        for pid, argv in processes()
+        if any(a.endswith(b"/deltaflow") and b == b"operator" for a, b in itertools.pairwise(argv))
+    ]
     return sorted(pids)
 
 

@@ -101,21 +101,27 @@ def _chains(tool: str) -> list[str]:
     )
 
 
+def processes() -> list[tuple[int, list[bytes]]]:
+    """(pid, argv) of every process on the machine (one that exits meanwhile is left out)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                found.append((int(entry.name), (entry / "cmdline").read_bytes().split(b"\0")))
+            except OSError:
+                continue
+    return found
+
+
 def _processes() -> list[tuple[int, list[bytes]]]:
     """(pid, argv) of every node or object-store process (the stack's or anyone's)."""
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
+    for pid, argv in processes():
         ours = argv[0].endswith((b"containerd-shim-runc-v2", b"kubelet", b"kube-proxy"))
         # The stack's object store (stack/install/minio.sh builds it into the cache).
         ours = ours or (argv[0].endswith(b"/minio") and b"/minio/" in argv[0])
         if ours:
-            found.append((int(entry.name), argv))
+            found.append((pid, argv))
     return found
 
 

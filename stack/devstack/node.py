@@ -22,7 +22,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from devstack.kube import KubeControlPlane
-from devstack.leftovers import NodeLockError, mountpoints, sweep_leftovers, take_node_lock
+from devstack.leftovers import (
+    NodeLockError,
+    mountpoints,
+    processes,
+    sweep_leftovers,
+    take_node_lock,
+)
 from devstack.network import NETNS_DIR, PodNetwork
 from devstack.process import Service, ServiceError, free_port, record_pid, tail
 
@@ -338,18 +344,12 @@ def _descendants(pid: int) -> list[int]:
 
 
 def _shim_pids(work_dir: Path) -> list[int]:
-    socket = str(work_dir / "containerd.sock")
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv and argv[0].endswith(b"containerd-shim-runc-v2") and socket.encode() in argv:
-            pids.append(int(entry.name))
-    return pids
+    socket = str(work_dir / "containerd.sock").encode()
+    return [
+        pid
+        for pid, argv in processes()
+        if argv[0].endswith(b"containerd-shim-runc-v2") and socket in argv
+    ]
 
 
 def _kill_containers(work_dir: Path) -> None:
