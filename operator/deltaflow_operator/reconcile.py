@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from deltaflow_operator import metrics
 from deltaflow_operator.api import DeltaIngestion
+from deltaflow_operator.api.crd import strip_nones
 from deltaflow_operator.api.errors import describe
 from deltaflow_operator.api.identity import identity
 from deltaflow_operator.api.reasons import ConditionType, EventReason, Reason
@@ -130,7 +131,7 @@ class Reconciler:
         # deletes a field in a merge patch.
         for key in ("driver", "lag", "executors", "autoscaler"):
             document[key] = getattr(status, key).model_dump(by_alias=True, mode="json")
-        if _without_nulls(document) != (body.get("status") or {}):
+        if strip_nones(document) != (body.get("status") or {}):
             self.kube.patch_status(namespace, name, document)
         waits = [w for w in (plan.requeue_after, recheck_in) if w is not None]
         return min(waits) if waits else None
@@ -400,12 +401,3 @@ def _short(error: Exception) -> str:
         except (ValueError, AttributeError):
             return str(body)[:500]
     return f"{type(error).__name__}: {error}"[:500]
-
-
-def _without_nulls(value: Any) -> Any:
-    """A merge-patch document as the server stores it: null fields removed, recursively."""
-    if isinstance(value, dict):
-        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_without_nulls(v) for v in value]
-    return value

@@ -10,8 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from deltaflow_operator.api.v1alpha1 import KafkaSource
-
-TopicOffsets = dict[str, dict[int, int]]
+from deltaflow_runtime.checkpoint import TopicOffsets
 
 
 def client_config(

@@ -17,8 +17,8 @@ import time
 from typing import Any, Protocol
 
 from deltaflow_runtime.capacity import BatchSample, CapacityMeter
+from deltaflow_runtime.checkpoint import TopicOffsets
 from deltaflow_runtime.executors import ExecutorControl, ExecutorTotals
-from deltaflow_runtime.kafka_admin import TopicOffsets
 
 log = logging.getLogger("deltaflow.scaling")
 

@@ -32,11 +32,12 @@ def _models() -> dict[str, type[api.ApiModel]]:
     return found
 
 
-def _strip_nones(value: Any) -> Any:
+def strip_nones(value: Any) -> Any:
+    """A JSON document without its null fields, recursively (as a merge patch stores it)."""
     if isinstance(value, dict):
-        return {k: _strip_nones(v) for k, v in value.items() if v is not None}
+        return {k: strip_nones(v) for k, v in value.items() if v is not None}
     if isinstance(value, list):
-        return [_strip_nones(v) for v in value]
+        return [strip_nones(v) for v in value]
     return value
 
 
@@ -80,7 +81,7 @@ def structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         elif key == "items":
             out[key] = structural(value, defs)
         elif key == "default":
-            out[key] = _strip_nones(value)
+            out[key] = strip_nones(value)
         else:
             out[key] = value
     if out.get("required") == []:
