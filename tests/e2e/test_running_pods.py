@@ -21,6 +21,7 @@ import json
 import os
 import re
 import signal
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -201,6 +202,53 @@ class Stream:
         missing = expected - set(landed)
         assert not missing, f"{len(missing)} records lost, e.g. {sorted(missing)[:5]}"
         assert set(landed) == expected
+
+
+class Timeline(threading.Thread):
+    """Samples, once a second, what the driver reported (its Kafka poll, last batch) and what the
+    operator made of it (lag, desired executors, verdict): the story of a scaling test."""
+
+    def __init__(self, stream: Stream) -> None:
+        super().__init__(daemon=True)
+        self.stream, self.started = stream, time.monotonic()
+        self.lines: list[str] = []
+        self._done = threading.Event()
+
+    def mark(self, what: str) -> None:
+        """Add an event of the test itself (e.g. the burst is produced)."""
+        self.lines.append(f"{time.monotonic() - self.started:6.1f}s  -- {what}")
+
+    def run(self) -> None:
+        while not self._done.is_set():
+            try:
+                self.lines.append(self._sample())
+            except Exception as error:  # a failed read is part of the story, not a failure
+                self.lines.append(f"{time.monotonic() - self.started:6.1f}s  read failed: {error}")
+            self._done.wait(1.0)
+
+    def _sample(self) -> str:
+        t = time.monotonic() - self.started
+        report, status = self.stream.report(), self.stream.status()
+        kafka = report.get("kafka") or {}
+        end = sum(o for ps in (kafka.get("end") or {}).values() for o in ps.values())
+        committed = sum(o for ps in (kafka.get("committed") or {}).values() for o in ps.values())
+        auto, executors = status.get("autoscaler") or {}, status.get("executors") or {}
+        polled = time.time() - kafka["at"] if "at" in kafka else None
+        return (
+            f"{t:6.1f}s  driver: poll {'-' if polled is None else f'{polled:.0f}s ago'} "
+            f"end {end} committed {committed}{' ' + kafka['error'] if 'error' in kafka else ''}, "
+            f"batch {report.get('lastBatch')}, target {report.get('target')} registered "
+            f"{report.get('registered')}, capacity {report.get('capacity')} | operator: lag "
+            f"{(status.get('lag') or {}).get('records')}, desired {executors.get('desired')}, "
+            f"{auto.get('verdict')}: {auto.get('reason')}"
+        )
+
+    def stop(self) -> None:
+        """Stop sampling (the thread ends within a second)."""
+        self._done.set()
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines)
 
 
 @pytest.fixture(scope="module")
@@ -554,9 +602,12 @@ def test_a_burst_scales_executors_up_live_and_back_down_after_the_window(stream:
     ups_before = len(stream.events("ScaledUp"))
     downs_before = len(stream.events("ScaledDown"))
 
+    timeline = Timeline(stream)
+    timeline.start()
     burst = time.monotonic()
     stream.produce(BURST)
     produced = time.monotonic()
+    timeline.mark("burst produced")
     try:
         desired = wait_for(
             "the operator to raise the executor target",
@@ -565,13 +616,12 @@ def test_a_burst_scales_executors_up_live_and_back_down_after_the_window(stream:
             interval=0.5,
         )
     except AssertionError as error:
-        # What the operator saw and decided, for whoever reads the CI log.
-        status = stream.status()
-        raise AssertionError(
-            f"{error}; Scaling {stream.condition('Scaling')}; autoscaler "
-            f"{status.get('autoscaler')}; lag {status.get('lag')}; executors "
-            f"{status.get('executors')}; driver report {stream.report()}"
-        ) from None
+        # What the driver polled and the operator decided, second by second, for whoever
+        # reads the CI log.
+        scaling = stream.condition("Scaling")
+        raise AssertionError(f"{error}; Scaling {scaling}\n{timeline}") from None
+    finally:
+        timeline.stop()
     decided = time.monotonic()
     wait_for(
         f"{desired} executor pods Running and registered with the driver",
