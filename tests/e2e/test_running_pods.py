@@ -577,15 +577,16 @@ def test_helm_upgrade_completes_and_the_stream_keeps_running(stream: Stream) -> 
 
 def test_a_burst_scales_executors_up_live_and_back_down_after_the_window(stream: Stream) -> None:
     driver = wait_for("a running driver", stream.driver_uid, timeout=120)
-    # Capacity is measured from batches that carry records: give the driver a few.
-    for _ in range(4):
-        stream.produce(2000)
-        time.sleep(3)
-    wait_for(
-        "the driver's measured capacity in the status",
-        lambda: stream.status().get("autoscaler", {}).get("capacity"),
-        timeout=120,
-    )
+
+    # Capacity is measured from batches that carry records: feed the driver until it has some
+    # (a driver that just started runs its first batches only after Spark's start-up).
+    def measured() -> dict[str, Any] | None:
+        capacity = stream.status().get("autoscaler", {}).get("capacity")
+        if not capacity:
+            stream.produce(2000)
+        return dict(capacity) if capacity else None
+
+    wait_for("the driver's measured capacity in the status", measured, timeout=180, interval=3)
     # The warm-up itself may scale up (capacity is only a lower bound until batches of varied
     # size were seen): wait until the operator has settled back at one executor, so the ScaledUp
     # events counted below are the burst's (a CI run once counted a warm-up 1 -> 2 as "before").
