@@ -338,6 +338,7 @@ def _capacity_status(report: DriverReport | None) -> CapacityStatus | None:
         records_per_core_second=cap.records_per_core_second,
         batch_overhead_seconds=cap.batch_overhead_seconds,
         batches=cap.batches,
+        fitted=cap.fitted,
     )
 
 

@@ -739,3 +739,47 @@ def test_a_batch_overhead_longer_than_the_trigger_is_latency_not_a_ceiling() -> 
     # (1.5 cores' worth, batches beyond the target), three in one: straight to 3.
     step = decide(_node(36_000, 1, lag=120_000), NODE, History())
     assert (step.verdict, step.desired) == ("ScaleUp", 3), step.reason
+
+
+def _base_phase(lag: int, fitted: bool) -> Observation:
+    # The node bench's base phase (2026-11-23): 1.6k records/s arriving on 3 partitions, one
+    # executor, the driver's capacity 2.4k records/s per core with a 1.18 s batch overhead,
+    # trigger 2 s, target 10 s; with it the model says one executor cannot clear the backlog.
+    return observation(
+        partitions=3,
+        arrival=1_600,
+        lag=lag,
+        executors=1,
+        capacity=Capacity(2_400, 1.18, 19, fitted=fitted),
+        trigger_interval_seconds=2.0,
+    )
+
+
+def test_a_lower_bound_capacity_does_not_scale_up_a_stream_within_its_target() -> None:
+    # 11k records = 6.9 s of arrivals, under the 10 s target: the fitted model is believed and
+    # scales up ahead of the lag; a lower bound (batches of one size, fixed cost counted as work)
+    # is not, the measured lag wins and the reason says why.
+    fitted = decide(_base_phase(11_000, fitted=True), NODE, History())
+    assert (fitted.verdict, fitted.desired) == ("ScaleUp", 2), fitted.reason
+    bound = decide(_base_phase(11_000, fitted=False), NODE, History())
+    assert (bound.verdict, bound.desired) == ("Hold", 1), bound.reason
+    assert "lower bound" in bound.reason
+    assert "within target 10 s" in bound.reason
+    # Past the target the lag itself is the evidence: the same lower bound sizes the scale-up.
+    behind = decide(_base_phase(24_000, fitted=False), NODE, History())
+    assert (behind.verdict, behind.desired) == ("ScaleUp", 3), behind.reason
+
+
+def test_a_lower_bound_capacity_still_scales_a_burst_with_nothing_arriving() -> None:
+    # A burst that has stopped arriving: its age is the time to drain it at the modelled rate,
+    # far past the target, so the lower bound does not hold it back.
+    burst = observation(
+        partitions=3,
+        arrival=0.0,
+        lag=300_000,
+        executors=1,
+        capacity=Capacity(1_100, 1.0, 5, fitted=False),
+        trigger_interval_seconds=2.0,
+    )
+    decision = decide(burst, NODE, History())
+    assert (decision.verdict, decision.desired) == ("PartitionCeiling", 3), decision.reason

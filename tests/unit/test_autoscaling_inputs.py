@@ -115,6 +115,7 @@ def test_report_is_parsed_and_judged_fresh_or_stale() -> None:
     assert (report.target, report.registered) == (2, 1)
     assert report.capacity is not None
     assert report.capacity.records_per_core_second == 5000.0
+    assert report.capacity.fitted  # a driver that does not say is taken as fitted
     assert report.fresh(110.0)
     assert not report.fresh(100.0 + observe.REPORT_STALE_SECONDS + 1)
 
@@ -124,6 +125,19 @@ def test_report_is_parsed_and_judged_fresh_or_stale() -> None:
 )
 def test_a_broken_report_is_no_report(text: str | None) -> None:
     assert parse_report(text) is None
+
+
+def test_a_lower_bound_capacity_is_reported_as_such() -> None:
+    cap = {
+        "recordsPerCoreSecond": 900.0,
+        "batchOverheadSeconds": 1.0,
+        "batches": 4,
+        "fitted": False,
+    }
+    report = parse_report(_report(capacity=cap))
+    assert report is not None
+    assert report.capacity is not None
+    assert not report.capacity.fitted
 
 
 def test_a_report_without_measured_capacity_says_unknown_not_zero() -> None:

@@ -709,6 +709,12 @@ class CapacityStatus(StatusModel):
     records_per_core_second: float
     batch_overhead_seconds: float
     batches: int
+    fitted: bool | None = Field(
+        default=None,
+        description="false: records / busy time of batches of one size so far, a lower bound "
+        "(each batch's fixed cost counted as work); true: the slope fitted over batches of "
+        "different sizes",
+    )
 
 
 class RecommendationStatus(StatusModel):

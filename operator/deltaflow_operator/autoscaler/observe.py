@@ -69,6 +69,7 @@ def parse_report(text: str | None) -> DriverReport | None:
                 records_per_core_second=float(cap["recordsPerCoreSecond"]),
                 batch_overhead_seconds=float(cap["batchOverheadSeconds"]),
                 batches=int(cap["batches"]),
+                fitted=bool(cap.get("fitted", True)),
             )
             if isinstance(cap, dict)
             else None

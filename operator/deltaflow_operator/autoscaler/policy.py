@@ -46,6 +46,12 @@ Sizing
     anything is asked for, not by trying. The hottest share is weighed like the need: each
     partition's arrivals plus its own backlog (its lag beyond its natural lag) over the target.
 
+    A capacity that is only a lower bound (the driver has seen batches of one size: records / busy
+    time, each batch's fixed cost counted as work) under-rates every count, most of all at small
+    batches. With it, a stream whose lag is within the target is not scaled up on the model
+    alone: the measured lag wins, and the count goes up (sized by the same model) once the lag
+    passes the target. A fitted capacity scales up ahead of the lag.
+
     A smaller count is only recommended with 15% headroom over the highest arrival rate seen in
     the scale-down window (plus the backlog term), while scaling up needs no headroom; between the
     two the count holds, so noise of +-10% around a boundary never flips it back and forth.
@@ -153,6 +159,9 @@ class Capacity:
     records_per_core_second: float  # records per busy task-slot second: one core's true rate
     batch_overhead_seconds: float  # fixed cost of a micro-batch (planning, commit)
     batches: int  # how many batches the figures come from
+    # False: records / busy time of batches of one size, a lower bound (the fixed cost counted
+    # as work), not the fitted slope.
+    fitted: bool = True
 
 
 @dataclass(frozen=True)
@@ -492,6 +501,10 @@ class _Round:
         if raw > self.base and ineffective_since is not None:
             # Measured, not modelled: more executors did not help last time.
             raw = self.base
+        lower_bound = raw > self.base and self._lower_bound_within_target()
+        if lower_bound:
+            # A lower-bound capacity says the count falls short; the lag says it does not (yet).
+            raw, limit = self.base, None
         recs = (*history.recommendations, Recommendation(obs.now, raw, self.arrival))
         history = replace(
             history,
@@ -514,6 +527,14 @@ class _Round:
             desired, verdict = self.base, limit
             why = f"holding {self.base} executors: {self._state()}; "
             why += self._limit_text(limit, need_up)
+        elif lower_bound:
+            desired, verdict = self.base, "Hold"
+            why = (
+                f"holding {self.base} executors: {self._state()}, within target "
+                f"{_num(self.limits.target_lag_seconds)} s; the measured capacity "
+                f"({_num(self._per_executor())} rec/s per executor) is a lower bound until "
+                "batches of different sizes were seen, so it alone does not scale up"
+            )
         else:
             desired, verdict, why = self.base, "Hold", self._hold_text(need_up)
 
@@ -547,6 +568,16 @@ class _Round:
         )
 
     # -- sizing -------------------------------------------------------------------------------
+
+    def _lower_bound_within_target(self) -> bool:
+        """The capacity is only a lower bound and the stream is within its target lag: the
+        lag, which is measured, wins over a model that counts each batch's fixed cost as work
+        (on the reference node it asked for a second executor at 7 s of lag, target 10 s)."""
+        return (
+            not self.model.capacity.fitted
+            and self.lag_s is not None
+            and self.lag_s <= self.limits.target_lag_seconds
+        )
 
     def _sized_down(self, arrival_rate: float) -> int:
         """The smallest count below the current one with headroom over ``arrival_rate``."""
