@@ -24,8 +24,15 @@ from dataclasses import dataclass
 
 # Records of the largest batch must be at least this multiple of the smallest for the fit.
 SPREAD_FOR_FIT = 3.0
-# ...and busy time must follow the records this closely (R² of the fit).
+# ...and the slope must stand out of the noise: busy time follows the records this closely
+# (R² of the fit), or the slope is this many standard errors from zero. R² alone refuses the
+# usual good case, many batches of one size and a few large ones: their slope is precise but
+# the same-size batches' noise is most of the variance (the node bench's calibration, 18
+# batches of ~4k records and one of 60k, stayed a lower bound). The t-statistic refuses what R²
+# was added for, a slope that barely rises out of the noise (an early fit once reported 503k
+# rec/s per core against 34k measured later).
 MIN_FIT_R2 = 0.8
+MIN_SLOPE_T = 4.0
 
 
 @dataclass(frozen=True)
@@ -75,11 +82,18 @@ def _slope_rate(samples: list[BatchSample]) -> float | None:
     busy_var = sum((b - mean_b) ** 2 for b in busy)
     if var <= 0 or cov <= 0 or busy_var <= 0:
         return None
-    # A slope from batches whose busy time barely follows their size is noise (one early run
-    # reported 503k rec/s per core against 34k measured later): the lower bound is safer.
-    if cov * cov / (var * busy_var) < MIN_FIT_R2:
+    slope = cov / var  # busy core-seconds per record
+    if mean_b - slope * mean_r < 0:
+        return None  # a negative fixed cost: the line does not describe these batches
+    if cov * cov / (var * busy_var) >= MIN_FIT_R2:
+        return 1 / slope
+    # Residual variance of the fit -> standard error of the slope (needs 2 degrees of freedom).
+    if len(samples) < 4:
         return None
-    return var / cov
+    residual = max(0.0, busy_var - slope * cov) / (len(samples) - 2)
+    if residual > 0 and slope / math.sqrt(residual / var) < MIN_SLOPE_T:
+        return None
+    return 1 / slope
 
 
 class CapacityMeter:

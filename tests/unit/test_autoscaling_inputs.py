@@ -84,6 +84,27 @@ def test_a_fit_through_noise_falls_back_to_the_lower_bound() -> None:
     assert capacity.records_per_core_second == pytest.approx(27_000 / 10.6)
 
 
+def test_one_large_batch_among_many_noisy_small_ones_is_enough_for_the_slope() -> None:
+    # The node bench's calibration: a core does 34k records/s, a batch costs 1 busy core-second
+    # besides; 18 batches of ~4k records with +-0.3 s of noise, then one backlog of 60k. R² is
+    # about 0.6 (the small batches' noise is most of the variance) but the slope is ~8 standard
+    # errors from zero: fitted, within 20% of the truth, where records / busy time says 3.5k.
+    meter = CapacityMeter(window=30, min_batches=3)
+    noise = [0.3, -0.25, 0.1, -0.3, 0.2, -0.1, 0.28, -0.22, 0.05, -0.05, 0.3, -0.3, 0.15, -0.15]
+    for i in range(18):
+        records = 4000 + (i % 5 - 2) * 200
+        busy = 1.0 + records / 34_000 + noise[i % len(noise)]
+        meter.add(BatchSample(records, busy + 0.5, busy, slots=1, partitions=1))
+    lower = meter.capacity()
+    assert lower is not None
+    assert not lower.fitted
+    meter.add(BatchSample(60_000, 3.3, 1.0 + 60_000 / 34_000 + 0.1, slots=1, partitions=1))
+    capacity = meter.capacity()
+    assert capacity is not None
+    assert capacity.fitted
+    assert capacity.records_per_core_second == pytest.approx(34_000, rel=0.2)
+
+
 def test_capacity_window_forgets_old_batches() -> None:
     meter = CapacityMeter(window=3, min_batches=1)
     meter.add(BatchSample(1000, 1.0, 1.0, slots=1, partitions=1))
