@@ -54,25 +54,27 @@ class ScalingAgent:
         self._published_at = 0.0
         self._kafka: dict[str, Any] | None = None
 
-    def on_batch(self, batch_id: int, records: int, wall_seconds: float, partitions: int) -> None:
-        """Count a finished batch: its share of busy task time since the previous one."""
+    def on_batch(
+        self, batch_id: int, records: int, wall_seconds: float, partitions: int
+    ) -> BatchSample | None:
+        """Count a finished batch: its share of busy task time since the previous one (returned,
+        for the batch's log line; None for the first batch, which has no previous total)."""
         totals = self.control.totals()
         with self._lock:
             previous, self._last_totals = self._last_totals, totals
             self._last_batch = batch_id
             self._last_batch_at = time.time()
             if previous is None:
-                return
-            busy = totals.busy_core_seconds - previous.busy_core_seconds
-            self.meter.add(
-                BatchSample(
-                    records=records,
-                    wall_seconds=wall_seconds,
-                    busy_core_seconds=busy,
-                    slots=max(totals.cores, previous.cores),
-                    partitions=partitions,
-                )
+                return None
+            sample = BatchSample(
+                records=records,
+                wall_seconds=wall_seconds,
+                busy_core_seconds=totals.busy_core_seconds - previous.busy_core_seconds,
+                slots=max(totals.cores, previous.cores),
+                partitions=partitions,
             )
+            self.meter.add(sample)
+            return sample
 
     def observe_kafka(self, at: float, end: TopicOffsets, committed: TopicOffsets) -> None:
         """The topic's log-end offsets and the stream's committed ones, read at ``at``."""

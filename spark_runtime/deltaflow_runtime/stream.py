@@ -266,20 +266,27 @@ class StreamRunner:
             # many scans of the batch ran).
             sample = sample.scaled(report.rows)
         self.metrics.observe_progress(sample)
-        if self.scaling is not None:
+        measured = (
             self.scaling.on_batch(
                 sample.batch_id,
                 sample.input_rows,
                 sample.durations_ms.get("triggerExecution", 0) / 1000,
                 self._partitions,
             )
-        line = {
+            if self.scaling is not None
+            else None
+        )
+        line: dict[str, Any] = {
             "event": "batch_progress",
             "batch": sample.batch_id,
             "inputRows": sample.input_rows,
             "processedRowsPerSecond": round(sample.processed_rows_per_second, 1),
             "durationMs": sample.durations_ms,
         }
+        if measured is not None:
+            # What the capacity fit sees of this batch: why the autoscaler rates a core as it does.
+            line["busyCoreSeconds"] = round(measured.busy_core_seconds, 3)
+            line["slots"] = measured.slots
         log.info("%s", json.dumps(line, separators=(",", ":")))
 
     def wait(self, timeout: float | None = None) -> None:
