@@ -239,10 +239,16 @@ class Autoscaler:
 
         assert report is None or isinstance(report, DriverReport)
         registered = report.registered if reporting and report is not None else None
+        # The count already asked for is the one on the pod: the driver applies it within ~2 s,
+        # and a round in between (the annotation's own pod event wakes one) must not take the
+        # report's older target for a new change and say "scaled up" twice.
+        asked = desired_annotation(driver_pod)
         target = (
-            report.target
+            asked
+            if asked is not None
+            else report.target
             if reporting and report is not None
-            else desired_annotation(driver_pod) or scaling.min_executors
+            else scaling.min_executors
         )
         if scaling.mode == "manual":
             decision = _manual(ingestion, view, target, now)

@@ -658,6 +658,7 @@ def test_a_burst_scales_executors_up_live_and_back_down_after_the_window(stream:
     ups = stream.events("ScaledUp")[ups_before:]
     downs = stream.events("ScaledDown")[downs_before:]
     assert 1 <= len(ups) <= 2, ups  # sized from measured capacity: one step, two at most
+    assert len(set(ups)) == len(ups), f"one scale-up reported twice: {ups}"
     assert downs, "no ScaledDown event"
     assert "lag" in ups[0], ups[0]
     assert "target 10 s" in ups[0], ups[0]
