@@ -783,3 +783,20 @@ def test_a_lower_bound_capacity_still_scales_a_burst_with_nothing_arriving() -> 
     )
     decision = decide(burst, NODE, History())
     assert (decision.verdict, decision.desired) == ("PartitionCeiling", 3), decision.reason
+
+
+def test_a_backlog_is_drained_even_when_the_measured_overhead_exceeds_half_the_target() -> None:
+    # Seen in the burst e2e: after one huge batch the driver reported 10k records/s per core
+    # with a 6.6 s overhead, longer than half the 10 s target; the burst had stopped arriving.
+    # Every count was rated 0 records/s and the verdict read "AtMaximum" at 1 of 3 executors.
+    burst = observation(
+        partitions=3,
+        arrival=0.0,
+        lag=291_000,
+        executors=1,
+        capacity=Capacity(10_280, 6.57, 6, fitted=False),
+        trigger_interval_seconds=2.0,
+    )
+    decision = decide(burst, NODE, History())
+    assert decision.desired == 3, decision.reason
+    assert "best 0 rec/s" not in decision.reason

@@ -368,9 +368,12 @@ class _Model:
         longest = max(self.interval, self.target_lag / 2)
         overhead = self.capacity.batch_overhead_seconds
         per_record = self._seconds_per_record(executors)
-        if longest <= 0 or math.isinf(per_record) or per_record <= 0:
+        if longest <= 0 or math.isinf(per_record) or per_record <= 0 or overhead >= longest:
+            # An overhead as long as the longest batch allowed (a figure distorted by one odd
+            # batch, or a target no count meets) would rate every count at 0 and leave a backlog
+            # undrained: more executors still clear it faster, so the batch's own rate counts.
             return rate
-        return min(rate, max(0.0, 1 - overhead / longest) / per_record)
+        return min(rate, (1 - overhead / longest) / per_record)
 
     def smallest_meeting(self, low: int, high: int, need: float, arrival_rate: float) -> int | None:
         """The smallest count in [low, high] whose throughput reaches ``need``."""
