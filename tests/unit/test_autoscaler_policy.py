@@ -770,17 +770,22 @@ def test_a_lower_bound_capacity_does_not_scale_up_a_stream_within_its_target() -
     assert (behind.verdict, behind.desired) == ("ScaleUp", 3), behind.reason
 
 
-def test_a_lower_bound_capacity_still_scales_a_burst_with_nothing_arriving() -> None:
-    # A burst that has stopped arriving: its age is the time to drain it at the modelled rate,
-    # far past the target, so the lower bound does not hold it back.
-    burst = observation(
+def _burst_arrived(lag: int, capacity: Capacity) -> Observation:
+    # A burst that has stopped arriving, on the node's 3 partitions with one executor.
+    return observation(
         partitions=3,
         arrival=0.0,
-        lag=300_000,
+        lag=lag,
         executors=1,
-        capacity=Capacity(1_100, 1.0, 5, fitted=False),
+        capacity=capacity,
         trigger_interval_seconds=2.0,
     )
+
+
+def test_a_lower_bound_capacity_still_scales_a_burst_with_nothing_arriving() -> None:
+    # Its age is the time to drain it at the modelled rate, far past the target, so the lower
+    # bound does not hold it back.
+    burst = _burst_arrived(300_000, Capacity(1_100, 1.0, 5, fitted=False))
     decision = decide(burst, NODE, History())
     assert (decision.verdict, decision.desired) == ("PartitionCeiling", 3), decision.reason
 
@@ -789,14 +794,7 @@ def test_a_backlog_is_drained_even_when_the_measured_overhead_exceeds_half_the_t
     # Seen in the burst e2e: after one huge batch the driver reported 10k records/s per core
     # with a 6.6 s overhead, longer than half the 10 s target; the burst had stopped arriving.
     # Every count was rated 0 records/s and the verdict read "AtMaximum" at 1 of 3 executors.
-    burst = observation(
-        partitions=3,
-        arrival=0.0,
-        lag=291_000,
-        executors=1,
-        capacity=Capacity(10_280, 6.57, 6, fitted=False),
-        trigger_interval_seconds=2.0,
-    )
+    burst = _burst_arrived(291_000, Capacity(10_280, 6.57, 6, fitted=False))
     decision = decide(burst, NODE, History())
     assert decision.desired == 3, decision.reason
     assert "best 0 rec/s" not in decision.reason
