@@ -718,13 +718,18 @@ def test_the_recommendation_jumps_to_the_next_useful_count() -> None:
 NODE = replace(INSTANT, max_executors=3, target_lag_seconds=10)
 
 
-def _node(arrival: float, executors: int, lag: int) -> Observation:
+NODE_CAPACITY = Capacity(34_000, 2.08, 17)
+
+
+def _node(
+    arrival: float, executors: int, lag: int, capacity: Capacity = NODE_CAPACITY
+) -> Observation:
     return observation(
         partitions=3,
         arrival=arrival,
         lag=lag,
         executors=executors,
-        capacity=Capacity(34_000, 2.08, 17),
+        capacity=capacity,
         trigger_interval_seconds=2.0,
     )
 
@@ -745,14 +750,7 @@ def _base_phase(lag: int, fitted: bool) -> Observation:
     # The node bench's base phase (2026-11-23): 1.6k records/s arriving on 3 partitions, one
     # executor, the driver's capacity 2.4k records/s per core with a 1.18 s batch overhead,
     # trigger 2 s, target 10 s; with it the model says one executor cannot clear the backlog.
-    return observation(
-        partitions=3,
-        arrival=1_600,
-        lag=lag,
-        executors=1,
-        capacity=Capacity(2_400, 1.18, 19, fitted=fitted),
-        trigger_interval_seconds=2.0,
-    )
+    return _node(1_600, 1, lag, Capacity(2_400, 1.18, 19, fitted=fitted))
 
 
 def test_a_lower_bound_capacity_does_not_scale_up_a_stream_within_its_target() -> None:
@@ -772,14 +770,7 @@ def test_a_lower_bound_capacity_does_not_scale_up_a_stream_within_its_target() -
 
 def _burst_arrived(lag: int, capacity: Capacity) -> Observation:
     # A burst that has stopped arriving, on the node's 3 partitions with one executor.
-    return observation(
-        partitions=3,
-        arrival=0.0,
-        lag=lag,
-        executors=1,
-        capacity=capacity,
-        trigger_interval_seconds=2.0,
-    )
+    return _node(0.0, 1, lag, capacity)
 
 
 def test_a_lower_bound_capacity_still_scales_a_burst_with_nothing_arriving() -> None:
