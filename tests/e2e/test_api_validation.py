@@ -192,6 +192,9 @@ _FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
         [None, "250m", "0.5", "1", "2", "0", "0m", "0.0", "1.5m", "1e3", "99999m", "100000m"]
     ),
     "spec.executor.coreRequest": st.sampled_from([None, "500m", "0.001", "0.0001", "64", "2Gi"]),
+    "spec.executor.coreLimit": st.sampled_from(
+        [None, "1", "1000m", "999m", "0.5", "0.499", "2", "64", "1.5", "2Gi", "0"]
+    ),
     "spec.volumes": st.sampled_from(
         [
             [],

@@ -180,6 +180,10 @@ INVALID_CASES: list[InvalidCase] = [
         _set("spec.executor.coreRequest", "half"),
     ),
     _case("core-request-zero", "spec.driver.coreRequest", _set("spec.driver.coreRequest", "0m")),
+    _case("core-limit-typo", "spec.executor.coreLimit", _set("spec.executor.coreLimit", "1 cpu")),
+    _case(
+        "core-limit-below-cores", "spec.executor.coreLimit", _set("spec.executor.coreLimit", "500m")
+    ),
     _case("absurd-executor-memory", "spec.executor.memory", _set("spec.executor.memory", "9000g")),
     _case("tiny-driver-memory", "spec.driver.memory", _set("spec.driver.memory", "100m")),
     _case("tiny-memory-kubernetes-form", "spec.driver.memory", _set("spec.driver.memory", "511Mi")),

@@ -102,6 +102,43 @@ def test_core_request_refuses_what_is_not_a_positive_cpu_quantity(quantity: str)
     assert any(line.startswith("spec.executor.coreRequest:") for line in describe(err.value))
 
 
+@pytest.mark.parametrize(
+    ("resources", "limit"),
+    [
+        ({"cores": 1}, "1"),
+        ({"cores": 1}, "1000m"),
+        ({"cores": 2}, "2.5"),
+        ({"cores": 4, "coreRequest": "500m"}, "0.5"),
+        ({"cores": 1, "coreRequest": "250m"}, "300m"),
+    ],
+)
+def test_core_limit_is_taken_from_the_request_up(resources: dict[str, Any], limit: str) -> None:
+    spec = DeltaIngestion.model_validate(_with(executor={**resources, "coreLimit": limit})).spec
+    assert spec.executor.core_limit == limit
+    assert DeltaIngestion.model_validate(valid_manifest()).spec.executor.core_limit is None
+
+
+@pytest.mark.parametrize(
+    ("resources", "limit"),
+    [
+        ({"cores": 1}, "999m"),
+        ({"cores": 2}, "1.999"),
+        ({"cores": 1, "coreRequest": "500m"}, "0.499"),
+        ({"cores": 1, "coreRequest": "1.5"}, "1"),
+    ],
+)
+def test_a_core_limit_below_the_request_is_refused_naming_the_field(
+    resources: dict[str, Any], limit: str
+) -> None:
+    with pytest.raises(ValidationError) as err:
+        DeltaIngestion.model_validate(_with(driver={**resources, "coreLimit": limit}))
+    lines = describe(err.value)
+    assert any(
+        line.startswith("spec.driver.coreLimit:") and "at least coreRequest" in line
+        for line in lines
+    ), lines
+
+
 def test_volumes_default_to_none_and_read_write() -> None:
     assert DeltaIngestion.model_validate(valid_manifest()).spec.volumes == []
     volumes = DeltaIngestion.model_validate(

@@ -247,6 +247,25 @@ def test_cpu_request_is_core_request_or_cores() -> None:
     assert "spark.kubernetes.executor.request.cores" not in b.spark_conf(ingestion(), SETTINGS)
 
 
+def test_cpu_is_capped_only_where_core_limit_says_so() -> None:
+    default = b.spark_conf(ingestion(), SETTINGS)
+    assert "spark.kubernetes.executor.limit.cores" not in default
+    ing = ingestion(
+        driver={"cores": 1, "coreRequest": "250m", "coreLimit": "1"},
+        executor={"cores": 2, "coreRequest": "0.5", "coreLimit": "1500m", "memory": "2g"},
+    )
+    driver = b.driver_pod(ing, SETTINGS)["spec"]["containers"][0]["resources"]
+    assert (driver["requests"]["cpu"], driver["limits"]["cpu"]) == ("250m", "1")
+    assert driver["limits"]["memory"] == driver["requests"]["memory"]
+    conf = b.spark_conf(ing, SETTINGS)
+    assert conf["spark.kubernetes.executor.limit.cores"] == "1500m"
+    assert conf["spark.executor.cores"] == "2"
+    # The maintenance jobs run in the driver's shape, limit included.
+    for job in ("optimize", "vacuum"):
+        resources = _pod_specs(ing)[job]["containers"][0]["resources"]
+        assert resources["limits"]["cpu"] == "1"
+
+
 def test_a_two_core_node_fits_the_operator_a_driver_and_two_executors() -> None:
     from decimal import Decimal
 

@@ -55,6 +55,15 @@ def memory_mib(value: str) -> int:
     return number * 1024 if unit == "g" else number
 
 
+def cpu_millicores(value: str) -> int:
+    """A CPU quantity ('250m', '0.5', '2': the field's pattern guarantees the form) in
+    millicores."""
+    if value.endswith("m"):
+        return int(value[:-1])
+    whole, _, fraction = value.partition(".")
+    return int(whole) * 1000 + int((fraction + "000")[:3])
+
+
 def _cel_number(suffix: int) -> str:
     return f"int(self.memory.substring(0, size(self.memory) - {suffix}))"
 

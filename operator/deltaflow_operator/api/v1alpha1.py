@@ -21,6 +21,7 @@ from deltaflow_operator.api.rules import (
     RESERVED_VOLUME_NAMES,
     Rule,
     check_rules,
+    cpu_millicores,
     immutable,
     memory_mib,
     mount_path_allowed,
@@ -428,6 +429,14 @@ class ServiceAccountOptions(ApiModel):
     ] = {}
 
 
+def _core_limit_covers_request(values: Mapping[str, Any]) -> bool:
+    limit = values.get("coreLimit")
+    if limit is None:
+        return True
+    request = values.get("coreRequest") or str(values.get("cores", 1))
+    return cpu_millicores(str(limit)) >= cpu_millicores(str(request))
+
+
 class Resources(ApiModel):
     """CPU and memory of one Spark JVM (driver or executor)."""
 
@@ -441,6 +450,16 @@ class Resources(ApiModel):
             max_length=8,
             description="Kubernetes CPU request of the pod (250m, 0.5, 2), when it should differ "
             "from cores: Spark still runs `cores` tasks at once.",
+        ),
+    ] = None
+    core_limit: Annotated[
+        str | None,
+        Field(
+            pattern=CPU_QUANTITY_PATTERN,
+            max_length=8,
+            description="Kubernetes CPU limit of the pod (500m, 1, 2), at least the request: for "
+            "namespaces whose ResourceQuota or LimitRange requires one, or to keep a JVM from "
+            "taking a shared node's CPU. Unset: CPU is not capped (a capped JVM is throttled).",
         ),
     ] = None
     pod: PodOptions = PodOptions()
@@ -459,6 +478,14 @@ class Resources(ApiModel):
             message="memory must be between 512m and 256g",
             check=lambda v: 512 <= memory_mib(str(v.get("memory", "1g"))) <= 262144,
             field_path=".memory",
+        ),
+        Rule(
+            cel="!has(self.coreLimit) || quantity(self.coreLimit).compareTo(quantity("
+            "has(self.coreRequest) ? self.coreRequest : string(self.cores))) >= 0",
+            message="coreLimit must be at least coreRequest (or cores when coreRequest is "
+            "unset): the API server refuses a pod whose CPU limit is below its request",
+            check=_core_limit_covers_request,
+            field_path=".coreLimit",
         ),
     )
 

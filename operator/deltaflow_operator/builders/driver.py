@@ -79,12 +79,13 @@ def cpu_request(resources: Resources) -> str:
 
 
 def container_resources(resources: Resources) -> dict[str, Any]:
-    """Requests and limits: memory is capped (no surprise OOM kills of neighbours), CPU is not."""
+    """Requests and limits: memory is capped (no surprise OOM kills of neighbours), CPU only when
+    ``coreLimit`` says so (a capped JVM is throttled)."""
     memory = f"{memory_with_overhead_mib(resources)}Mi"
-    return {
-        "requests": {"cpu": cpu_request(resources), "memory": memory},
-        "limits": {"memory": memory},
-    }
+    limits = {"memory": memory}
+    if resources.core_limit is not None:
+        limits["cpu"] = resources.core_limit
+    return {"requests": {"cpu": cpu_request(resources), "memory": memory}, "limits": limits}
 
 
 def driver_spec_hash(ingestion: DeltaIngestion, settings: Settings) -> str:
@@ -194,6 +195,8 @@ def spark_conf(ingestion: DeltaIngestion, settings: Settings) -> dict[str, str]:
     if spec.executor.core_request is not None:
         # The pod asks the scheduler for less (or more) CPU than the task slots Spark runs.
         conf["spark.kubernetes.executor.request.cores"] = spec.executor.core_request
+    if spec.executor.core_limit is not None:
+        conf["spark.kubernetes.executor.limit.cores"] = spec.executor.core_limit
     for key, value in labels(ingestion, "executor").items():
         conf[f"spark.kubernetes.executor.label.{key}"] = value
     # Executors run the Kafka consumers and write the table files, so they get the same
