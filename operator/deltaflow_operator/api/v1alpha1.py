@@ -480,8 +480,10 @@ class Resources(ApiModel):
             field_path=".memory",
         ),
         Rule(
-            cel="!has(self.coreLimit) || quantity(self.coreLimit).compareTo(quantity("
-            "has(self.coreRequest) ? self.coreRequest : string(self.cores))) >= 0",
+            # No string(self.cores): a conversion of unbounded size over-runs the cost budget.
+            cel="!has(self.coreLimit) || (has(self.coreRequest) ? "
+            "quantity(self.coreLimit).compareTo(quantity(self.coreRequest)) >= 0 : "
+            "quantity(self.coreLimit).asApproximateFloat() >= double(self.cores))",
             message="coreLimit must be at least coreRequest (or cores when coreRequest is "
             "unset): the API server refuses a pod whose CPU limit is below its request",
             check=_core_limit_covers_request,
