@@ -49,6 +49,7 @@ from deltaflow_operator.autoscaler.policy import (  # noqa: E402
     Observation,
     PartitionLag,
     decide,
+    split_tasks,
 )
 
 # The CRD defaults (deltaflow_operator.api.v1alpha1.Scaling), except maxExecutors (4 there): room
@@ -117,17 +118,25 @@ class Setup:
     max_offsets: int | None
     flink_restart_seconds: float
     seed: int
+    min_partitions: int | None = None  # Spark's Kafka minPartitions: tasks per batch, at least
 
-    def parallelism(self, slots: int) -> float:
-        """Tasks at once: P tasks on ``slots`` slots run in ceil(P / slots) waves."""
+    def tasks(self, records: list[float]) -> tuple[int, float]:
+        """A batch's tasks, as Spark's Kafka source splits them, and the largest task's records."""
+        count, share = split_tasks(records, self.min_partitions)
+        return count, share * sum(records)
+
+    def parallelism(self, slots: int, tasks: int | None = None) -> float:
+        """Tasks at once: T tasks (the partitions, unless minPartitions splits them) on ``slots``
+        slots run in ceil(T / slots) waves."""
         if slots <= 0:
             return 0.0
-        return self.partitions / math.ceil(self.partitions / slots)
+        tasks = tasks or max(self.partitions, self.min_partitions or 0)
+        return tasks / math.ceil(tasks / slots)
 
-    def tasks_seconds(self, slots: int, records: float, hottest: float) -> float:
-        """How long a batch's tasks take on ``slots`` (the hottest partition's task on one core)."""
+    def tasks_seconds(self, slots: int, records: float, hottest: float, tasks: int) -> float:
+        """How long a batch's ``tasks`` take on ``slots`` (the largest task on one core)."""
         rate = self.cal.records_per_core_second
-        return max(records / (rate * self.parallelism(slots)), hottest / rate)
+        return max(records / (rate * self.parallelism(slots, tasks)), hottest / rate)
 
     def max_capacity(self) -> float:
         """Records/s maxExecutors clear within each trigger interval (even partitions)."""
@@ -252,7 +261,8 @@ class Batch:
     start: float
     records: list[float]
     total: float
-    hottest: float
+    hottest: float  # records of the largest task
+    tasks: int
     left: float  # share of the tasks' work still to do, as of `since`
     since: float
     tasks_seconds: float  # all of the tasks at the current slots
@@ -365,12 +375,15 @@ class Stream:
         if cap is not None and total > cap:
             avail = [a * cap / total for a in avail]
             total = float(cap)
-        seconds = self.setup.tasks_seconds(self.registered * self.setup.cores, total, max(avail))
+        tasks, hottest = self.setup.tasks(avail)
+        slots = self.registered * self.setup.cores
+        seconds = self.setup.tasks_seconds(slots, total, hottest, tasks)
         self.batch = Batch(
             start=now,
             records=avail,
             total=total,
-            hottest=max(avail),
+            hottest=hottest,
+            tasks=tasks,
             left=1.0,
             since=now,
             tasks_seconds=seconds,
@@ -394,7 +407,7 @@ class Stream:
         batch.left = min(1.0, max(0.0, batch.left) + 0.5 * killed / self.setup.partitions)
         batch.since = self.now
         batch.tasks_seconds = self.setup.tasks_seconds(
-            self.registered * self.setup.cores, batch.total, batch.hottest
+            self.registered * self.setup.cores, batch.total, batch.hottest, batch.tasks
         )
         batch.tasks_end = self.now + batch.left * batch.tasks_seconds
         batch.end = batch.tasks_end + self.setup.cal.batch_overhead_seconds
@@ -518,6 +531,7 @@ class Deltaflow:
                 cores_per_executor=setup.cores,
                 trigger_interval_seconds=setup.cal.trigger_seconds,
                 max_offsets_per_trigger=setup.max_offsets,
+                min_partitions=setup.min_partitions,
             ),
             setup.limits,
             self.history,
@@ -854,6 +868,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cores", type=int, default=1, help="cores per executor")
     ap.add_argument("--max-offsets-per-trigger", type=int, default=None)
     ap.add_argument(
+        "--min-partitions",
+        type=int,
+        default=None,
+        help="spec.source.minPartitions: Spark tasks per batch, at least",
+    )
+    ap.add_argument(
         "--flink-restart-seconds",
         type=float,
         default=60.0,
@@ -881,6 +901,7 @@ def main(argv: list[str] | None = None) -> int:
         max_offsets=args.max_offsets_per_trigger,
         flink_restart_seconds=args.flink_restart_seconds,
         seed=args.seed,
+        min_partitions=args.min_partitions,
     )
     base = BASE_SHARE * setup.max_capacity()
     # KEDA's default lagThreshold (5 records per replica) suits one-record-at-a-time consumers:
@@ -897,7 +918,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"stream: {setup.partitions} partitions, {setup.cores} core(s) per executor, "
-        f"maxOffsetsPerTrigger {setup.max_offsets or 'none'}; {lim.max_executors} executors clear "
+        f"maxOffsetsPerTrigger {setup.max_offsets or 'none'}, minPartitions "
+        f"{setup.min_partitions or 'none'}; {lim.max_executors} executors clear "
         f"{_n(setup.max_capacity())} rec/s within a trigger; base rate {_n(base)} rec/s "
         f"({BASE_SHARE:.0%} of that), +-{NOISE:.0%} noise (seed {setup.seed})"
     )

@@ -103,6 +103,8 @@ def spark_kafka_options(source: KafkaSource, secrets: KafkaSecrets) -> dict[str,
         options["subscribePattern"] = str(source.topic_pattern)
     if source.max_offsets_per_trigger is not None:
         options["maxOffsetsPerTrigger"] = str(source.max_offsets_per_trigger)
+    if source.min_partitions is not None:
+        options["minPartitions"] = str(source.min_partitions)
     for key, value in kafka_client_properties(source, secrets).items():
         options[f"kafka.{key}"] = value
     return options

@@ -180,6 +180,7 @@ INVALID_CASES: list[InvalidCase] = [
         _set("spec.executor.coreRequest", "half"),
     ),
     _case("core-request-zero", "spec.driver.coreRequest", _set("spec.driver.coreRequest", "0m")),
+    _case("min-partitions-zero", "spec.source.minPartitions", _set("spec.source.minPartitions", 0)),
     _case("core-limit-typo", "spec.executor.coreLimit", _set("spec.executor.coreLimit", "1 cpu")),
     _case(
         "core-limit-below-cores", "spec.executor.coreLimit", _set("spec.executor.coreLimit", "500m")

@@ -20,6 +20,7 @@ from deltaflow_operator.autoscaler.policy import (
     Recommendation,
     decide,
     lag_seconds,
+    split_tasks,
     throughput,
 )
 
@@ -548,7 +549,7 @@ def test_a_hot_partition_is_named_and_not_scaled_past_use() -> None:
     assert stream.target == 2  # the hot task is the batch from 2 executors on
     assert all(to <= 2 for _, _, to in stream.actions)
     assert stream.decisions[-1].verdict == "HotPartition"
-    assert "hottest partition carries 9" in stream.decisions[-1].reason
+    assert "hottest partition's task carries 9" in stream.decisions[-1].reason
 
 
 def test_the_hottest_share_counts_backlog_not_natural_lag() -> None:
@@ -561,7 +562,7 @@ def test_the_hottest_share_counts_backlog_not_natural_lag() -> None:
     obs = replace(observation(partitions=8, executors=8), partitions=parts)
     decision = decide(obs, replace(INSTANT, max_executors=8), History())
     assert decision.verdict == "HotPartition"
-    assert "the hottest partition carries 42% of the work" in decision.reason
+    assert "the hottest partition's task carries 42% of the work" in decision.reason
 
 
 def test_an_ineffective_scale_up_is_detected_and_not_repeated() -> None:
@@ -804,3 +805,43 @@ def test_a_count_whose_batches_stretch_past_the_trigger_still_scales_down_with_h
     # (15k * 1.15 > 16.8k), it keeps two.
     busy = decide(replace(calm, partitions=_node(15_000, 3, 50_000).partitions), NODE, History())
     assert (busy.verdict, busy.desired) == ("ScaleDown", 2), busy.reason
+
+
+@pytest.mark.parametrize(
+    ("weights", "min_partitions", "tasks", "largest"),
+    [
+        ([1.0] * 8, None, 8, 1 / 8),  # one task per partition
+        ([1.0] * 8, 8, 8, 1 / 8),  # minPartitions at or below the partitions changes nothing
+        ([1.0] * 8, 40, 40, 1 / 40),  # each partition in 5 pieces
+        ([9.0, 1.0], 20, 20, 0.05),  # the hot partition in 18 pieces, the other in 2
+        ([99.0, 1.0], 10, 11, 0.099),  # every partition keeps at least one task
+        ([0.0, 0.0, 0.0], 6, 6, 1 / 6),  # no work anywhere: the partitions count as even
+        ([], 6, 0, 1.0),
+    ],
+)
+def test_min_partitions_splits_partitions_as_sparks_kafka_source_does(
+    weights: list[float], min_partitions: int | None, tasks: int, largest: float
+) -> None:
+    assert split_tasks(weights, min_partitions) == (tasks, pytest.approx(largest))
+
+
+def test_min_partitions_lets_the_counts_between_the_waves_help() -> None:
+    # 8 partitions: from 4 executors the next useful count is 8 (the waves). Split into 40
+    # tasks, 5 executors run them in 8 waves of 5: 4.5k records/s need 5, not 8.
+    obs = observation(partitions=8, arrival=4500, executors=4)
+    plain = decide(obs, INSTANT, History())
+    assert (plain.verdict, plain.desired) == ("ScaleUp", 8), plain.reason
+    split = decide(replace(obs, min_partitions=40), INSTANT, History())
+    assert (split.verdict, split.desired) == ("ScaleUp", 5), split.reason
+
+
+def test_min_partitions_takes_a_hot_partition_off_one_core() -> None:
+    # 90% on one partition: its task runs on one core whatever the count, so the policy names it
+    # and says what would help; with minPartitions it is read by many tasks, and more executors
+    # help again.
+    obs = observation(partitions=8, arrival=2500, executors=1, shares=HOT)
+    hot = decide(obs, INSTANT, History())
+    assert hot.verdict == "HotPartition", hot.reason
+    assert "spec.source.minPartitions splits it over several tasks" in hot.reason
+    split = decide(replace(obs, min_partitions=32), INSTANT, History())
+    assert (split.verdict, split.desired) == ("ScaleUp", 3), split.reason

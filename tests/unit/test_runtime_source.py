@@ -27,6 +27,15 @@ def test_plain_topic_options() -> None:
     assert librdkafka_config(source, KafkaSecrets()) == {"bootstrap.servers": "k:9092"}
 
 
+def test_min_partitions_reaches_sparks_kafka_source() -> None:
+    source = KafkaSource.model_validate(
+        {"bootstrapServers": "k:9092", "topic": "orders", "minPartitions": 48}
+    )
+    assert spark_kafka_options(source, KafkaSecrets())["minPartitions"] == "48"
+    plain = KafkaSource(bootstrap_servers="k:9092", topic="orders")
+    assert "minPartitions" not in spark_kafka_options(plain, KafkaSecrets())
+
+
 def test_pattern_latest_and_data_loss_tolerated() -> None:
     source = KafkaSource(
         bootstrap_servers="k:9092",

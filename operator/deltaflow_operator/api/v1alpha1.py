@@ -143,6 +143,17 @@ class KafkaSource(ApiModel):
         description="Where a new stream starts; ignored once it has a checkpoint.",
     )
     max_offsets_per_trigger: Annotated[int | None, Field(ge=1, le=100_000_000)] = None
+    min_partitions: Annotated[
+        int | None,
+        Field(
+            ge=1,
+            le=10_000,
+            description="Spark tasks per batch, at least (Spark's minPartitions): with more than "
+            "the topic's partitions, each partition's offset range is split in proportion to its "
+            "share, so executors beyond the partition count add capacity and a hot partition is "
+            "read by several cores. Each task writes its own files: see sink.optimizeWrite.",
+        ),
+    ] = None
     fail_on_data_loss: bool = Field(
         default=True,
         description="Fail loudly when retention deleted offsets the stream had not read yet.",

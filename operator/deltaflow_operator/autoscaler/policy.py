@@ -9,7 +9,10 @@ The model of one configuration (DS2-like: sized from measured capacity, not from
     overhead of a micro-batch (planning, commit). A batch runs one task per Kafka partition (P
     tasks) on ``slots = executors * cores`` task slots, in ``waves = ceil(P / slots)`` waves, so
     its effective parallelism is ``P / waves``: only counts that remove a wave add capacity (with
-    P = 8 and one core each, 5, 6 and 7 executors are no faster than 4). A batch of R records
+    P = 8 and one core each, 5, 6 and 7 executors are no faster than 4). With the source's
+    minPartitions above the partition count, Spark splits each partition's range in proportion
+    to its share (``split_tasks``): P is then the task count and the hottest task a piece of the
+    hottest partition. A batch of R records
     takes ``overhead + max(R / (r * P / waves), R * hottest_share / r)``: the second term is the
     hottest partition's task, which runs on one core however many executors there are.
     Throughput is R over that time, where R is what the next batch would take: one trigger
@@ -60,12 +63,15 @@ Sizing
 
 Stabilization
     Each round's recommendation is kept (by the caller, in the resource status). Like the HPA's
-    behavior windows, but over sized recommendations: the count goes up to the lowest
-    recommendation in force during the scale-up window (a spike shorter than the window does
-    nothing; a window of 0 acts at once), and down to the highest in force during the scale-down
-    window. A recommendation stays in force until the next one, and a window acts only once all
-    of it has been observed: after an operator restart nothing scales down for a whole window
-    (nor up for a whole scale-up window, unlike the HPA, which acts on an empty history). While
+    behavior windows, but over sized recommendations: the count goes up once every
+    recommendation in force during the scale-up window asked for more (a spike shorter than the
+    window does nothing; a window of 0 acts at once), to the latest one: the window confirms the
+    rise, the freshest round sizes it (the least of the window is the round that straddled a
+    step and measured part of the new rate). It goes down to the highest in force during the
+    scale-down window. A recommendation stays in force until the next one, and a window acts
+    only once all of it has been observed: after an operator restart nothing scales down for a
+    whole window (nor up for a whole scale-up window, unlike the HPA, which acts on an empty
+    history). While
     executors already asked for are starting, a further scale-up goes no higher than the count
     the arrivals alone need: the backlog that grows while pods start is not counted twice, but
     a rate that kept rising is answered without waiting for the pods (after a step, the round
@@ -190,6 +196,8 @@ class Observation:
     cores_per_executor: int
     trigger_interval_seconds: float
     max_offsets_per_trigger: int | None
+    # spec.source.minPartitions: Spark splits partitions into about this many tasks per batch.
+    min_partitions: int | None = None
 
 
 @dataclass(frozen=True)
@@ -309,8 +317,8 @@ class _Model:
 
     capacity: Capacity
     cores: int
-    partitions: int
-    hottest_share: float
+    partitions: int  # tasks per batch: the Kafka partitions, or more with minPartitions
+    hottest_share: float  # the largest task's share of the work
     interval: float
     max_offsets: int | None
     backlog: float  # records beyond the natural micro-batch lag
@@ -422,11 +430,12 @@ def decide(observation: Observation, limits: Limits, history: History) -> Decisi
     target_lag = max(limits.target_lag_seconds, 1e-9)
     natural = _natural_lag_seconds(obs, capacity, parts, arrival)
     backlog = max(0.0, lag - arrival * natural)
+    tasks, hottest = split_tasks(_work(parts, target_lag, natural), obs.min_partitions)
     model = _Model(
         capacity,
         obs.cores_per_executor,
-        len(parts),
-        _hottest_share(parts, target_lag, natural),
+        tasks,
+        hottest,
         obs.trigger_interval_seconds,
         obs.max_offsets_per_trigger,
         backlog,
@@ -459,13 +468,13 @@ def _natural_lag_seconds(
     if obs.max_offsets_per_trigger is not None:
         records = min(records, float(obs.max_offsets_per_trigger))
     # The batch of a stream that keeps up holds one interval of arrivals: its hottest task is
-    # the partition with the most arrivals.
-    share = max((p.arrival_rate or 0.0) for p in parts) / arrival if parts and arrival > 0 else 0.0
+    # (a piece of) the partition with the most arrivals.
+    tasks, share = split_tasks([p.arrival_rate or 0.0 for p in parts], obs.min_partitions)
     batch = _batch_seconds(
         obs.current_executors,
         capacity,
         obs.cores_per_executor,
-        len(parts),
+        tasks,
         max(records, 1.0),
         share,
     )
@@ -675,6 +684,12 @@ class _Round:
         obs, window = self.obs, self.limits.scale_up_stabilization_seconds
         in_force, observed = _in_force(recs, obs.now, window)
         settled = min(r.executors for r in in_force)
+        if settled > self.base:
+            # Every round of the window asked for more: the rise is confirmed, and the freshest
+            # round sizes it. The least of the window would be the round that straddled a step
+            # (part of the new rate measured): with minPartitions making every count useful, a
+            # step took four actions, one per round of the window.
+            settled = raw
         if obs.current_executors < obs.target_executors:
             # The backlog grows while pods start, and sizing on it again would count it twice;
             # a higher arrival rate alone is new, and waiting for the pods would add their start
@@ -707,8 +722,9 @@ class _Round:
         rate = self.model.throughput(desired, self.arrival)
         text = f"{text}; {desired} give {_num(rate)} rec/s of {_num(need)} needed"
         if desired < raw:
-            # The backlog grew while the window ran; the next rounds size for the rest.
-            text += f", the least recommended through the {_num(window)} s scale-up window"
+            # Executors asked for are still starting: the backlog that grows meanwhile is not
+            # counted twice; the rounds after they registered size for the rest.
+            text += "; what the arrivals alone need while the executors asked for start"
         return desired, "ScaleUp", text
 
     def _down(self, recs: tuple[Recommendation, ...], raw: int) -> tuple[int, Verdict, str]:
@@ -760,6 +776,15 @@ class _Round:
             text = f"{text}, {_num(self.backlog)} of it backlog"
         return text
 
+    def _kafka_partitions(self) -> int:
+        return len(self.obs.partitions or ())
+
+    def _tasks_text(self) -> str:
+        kafka = self._kafka_partitions()
+        if self.model.partitions == kafka:
+            return f"{kafka} partitions"
+        return f"{self.model.partitions} tasks per batch ({kafka} partitions, minPartitions)"
+
     def _hold_text(self, need_up: float) -> str:
         target = _num(self.limits.target_lag_seconds)
         if self.lag_s is not None and self.lag_s > self.limits.target_lag_seconds:
@@ -775,10 +800,15 @@ class _Round:
         best, rate = model.best(self.low, self.high, self.arrival)
         figures = f"best {_num(rate)} rec/s at {best} executors, {_num(need)} needed"
         if limit == "HotPartition":
-            share = model.hottest_share
+            share, split = model.hottest_share, self.obs.min_partitions
+            hint = (
+                f"a higher spec.source.minPartitions (now {split}) splits it into smaller tasks"
+                if split is not None and split > self._kafka_partitions()
+                else "spec.source.minPartitions splits it over several tasks"
+            )
             return (
-                f"the hottest partition carries {share:.0%} of the work and one core does "
-                f"{_num(model.capacity.records_per_core_second)} rec/s; {figures}"
+                f"the hottest partition's task carries {share:.0%} of the work and one core does "
+                f"{_num(model.capacity.records_per_core_second)} rec/s; {figures}; {hint}"
             )
         if limit == "BatchCap":
             overhead = model.capacity.batch_overhead_seconds
@@ -788,7 +818,7 @@ class _Round:
             )
         if limit == "PartitionCeiling":
             return (
-                f"more executors add no parallelism: {model.partitions} partitions, "
+                f"more executors add no parallelism: {self._tasks_text()}, "
                 f"{best * model.cores} task slots; {figures}"
             )
         return f"maxExecutors {self.high} reached; {figures}"
@@ -836,21 +866,38 @@ def _unknown(obs: Observation, history: History, base: int, why: str) -> Decisio
     return Decision(base, "Unknown", text, lag, behind, arrival, history)
 
 
-def _hottest_share(
+def _work(
     parts: tuple[PartitionLag, ...], target_lag: float, natural_seconds: float
-) -> float:
-    """The largest partition's share of the work the stream needs: arrivals plus catch-up."""
+) -> list[float]:
+    """Each partition's part of the work the stream needs: arrivals plus catch-up."""
     # Weighed like the need itself (arrivals + backlog / target), so a backlog on one partition
-    # and arrivals skewed to one both count; with neither, the partitions are even. Each
-    # partition's backlog is its lag beyond its own natural micro-batch lag.
+    # and arrivals skewed to one both count. Each partition's backlog is its lag beyond its own
+    # natural micro-batch lag.
     weights = []
     for p in parts:
         rate = p.arrival_rate or 0.0
         weights.append(rate + max(0.0, p.lag - rate * natural_seconds) / target_lag)
+    return weights
+
+
+def split_tasks(weights: list[float], min_partitions: int | None) -> tuple[int, float]:
+    """The tasks of a batch whose partitions carry ``weights``, and the largest task's share.
+
+    Spark's Kafka source runs one task per partition unless ``minPartitions`` asks for more; then
+    it splits each partition's offset range into pieces in proportion to its share (at least one
+    each), so a hot partition is read by several tasks. With no work anywhere, the partitions
+    count as even.
+    """
+    count = len(weights)
     total = sum(weights)
-    if total > 0:
-        return max(weights) / total
-    return 1 / len(parts) if parts else 1.0
+    if count == 0:
+        return 0, 1.0
+    if total <= 0:
+        weights, total = [1.0] * count, float(count)
+    if min_partitions is None or min_partitions <= count:
+        return count, max(weights) / total
+    pieces = [max(round(w / total * min_partitions), 1) for w in weights]
+    return sum(pieces), max(w / total / n for w, n in zip(weights, pieces, strict=True))
 
 
 def _pruned(
