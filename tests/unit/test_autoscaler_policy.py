@@ -59,6 +59,7 @@ class Stream:
     sink_limit: float = math.inf
     start_delay: float = 15.0
     max_offsets: int | None = None
+    min_partitions: int | None = None  # spec.source.minPartitions
     limits: Limits = LIMITS
     lag: float = 0.0
     now: float = 0.0
@@ -76,8 +77,9 @@ class Stream:
 
     def true_rate(self, executors: int) -> float:
         assert self.shares is not None
-        waves = math.ceil(self.partitions / (executors * self.cores))
-        return min(PER_CORE * self.partitions / waves, PER_CORE / max(self.shares), self.sink_limit)
+        tasks, largest = split_tasks(list(self.shares), self.min_partitions)
+        waves = math.ceil(tasks / (executors * self.cores))
+        return min(PER_CORE * tasks / waves, PER_CORE / largest, self.sink_limit)
 
     def natural_lag(self) -> float:
         """Records a micro-batch stream that keeps up holds in its lag besides the backlog."""
@@ -103,6 +105,7 @@ class Stream:
             cores_per_executor=self.cores,
             trigger_interval_seconds=ROUND,
             max_offsets_per_trigger=self.max_offsets,
+            min_partitions=self.min_partitions,
         )
 
     def step(self) -> Decision:
@@ -466,6 +469,24 @@ def test_steady_load_holds(partitions: int, cores: int, executors: int, rate: fl
     stream = Stream(partitions, constant(rate), executors=executors, cores=cores).run(1800)
     assert stream.actions == []
     assert stream.verdicts() == {"Hold"}
+    assert stream.lag == 0
+
+
+def test_a_step_measured_half_by_one_round_still_takes_one_action() -> None:
+    # The round that straddles a step measures part of the new rate (here half of it). With
+    # minPartitions every count adds capacity, so that round recommends fewer executors than
+    # the next ones: the scale-up goes to the latest round's count, in one action, not to the
+    # least of the window (3 -> 5 -> 6 -> 8 -> 9, one per round, before).
+    def straddled(t: float) -> float:
+        return 2000.0 if t < 610 else 4000.0 if t < 620 else 6000.0
+
+    stream = Stream(24, straddled, executors=3, min_partitions=96).run(600)
+    assert stream.actions == []
+    stream.run(1200)
+    ups = [(at, old, new) for at, old, new in stream.actions if new > old]
+    assert len(ups) == 1, stream.actions
+    assert ups[0][0] == 640.0  # the window of 30 s from the first round that asked for more
+    assert ups[0][2] >= 6  # 6k records/s: six cores' worth and the backlog of the window
     assert stream.lag == 0
 
 
