@@ -78,6 +78,8 @@ OPERATOR_VALUES = {
     "operator.backoffMaxSeconds": "8",
 }
 POLICIES = ("deltaflow", "fixed-max")
+# The warm-up ends once the executor count has held this long (twice the scale-down window).
+SETTLED_SECONDS = 60.0
 REPORT_ANNOTATION = "deltaflow.io/driver-report"
 BASE_SHARE = 0.35  # of one core's measured rate: 1 executor keeps up with base, not with 3x
 CALIBRATION_RATE = 2000.0
@@ -604,17 +606,38 @@ def run_policy(stack: Stack, policy: str, phases: list[Phase], sample_seconds: f
 
 
 def _warm_up(clock: Clock, api: Api, name: str, run: Run) -> None:
-    """Base rate until the driver measured its capacity and the lag is known and under target:
-    the first batches of a new driver (JIT, the table's creation) are not part of the trace."""
+    """Base rate until the driver measured its capacity, the lag is under target and the
+    executor count has held for SETTLED_SECONDS: the first batches of a new driver (JIT, the
+    table's creation) and the policy finding its count for the base rate are not part of the
+    trace, so each policy starts the trace settled at its own count, as in the model bench (a
+    run that started on 1 executor still settling scaled up twice in the counted base phase)."""
     t0 = time.monotonic()
+    held: dict[str, Any] = {"count": None, "since": t0}
 
     def settled() -> bool:
         status = api.status(name)
         seconds = (status.get("lag") or {}).get("seconds")
         capacity = (status.get("autoscaler") or {}).get("capacity")
-        return bool(capacity) and seconds is not None and seconds <= TARGET_LAG_SECONDS
+        executors = status.get("executors") or {}
+        count = (executors.get("desired"), executors.get("current"))
+        now = time.monotonic()
+        if count != held["count"] or count[0] != count[1]:
+            held["count"], held["since"] = count, now
+        return (
+            bool(capacity)
+            and seconds is not None
+            and seconds <= TARGET_LAG_SECONDS
+            and count[0] == count[1]
+            and now - held["since"] >= SETTLED_SECONDS
+        )
 
-    wait_for(clock, f"{name}: warm-up at base rate: capacity measured, lag under target", settled)
+    wait_for(
+        clock,
+        f"{name}: warm-up at base rate: capacity measured, lag under target, the executor count "
+        f"held {SETTLED_SECONDS:.0f} s",
+        settled,
+        timeout=600,
+    )
     run.warmup_seconds = time.monotonic() - t0
 
 

@@ -741,13 +741,14 @@ class _Round:
             )
         settled = max(floor, *(r.executors for r in in_force))
         if observed and settled < self.base:
-            rate = self.model.throughput(settled, peak)
+            # What the smaller count was judged on: the peak with headroom (and any backlog).
+            need = DOWN_HEADROOM * (peak + self.backlog / self.target_lag)
             return (
                 settled,
                 "ScaleDown",
                 f"{obs.target_executors} -> {settled} executors: {self._state()}, peak arrivals "
-                f"{_num(peak)} rec/s in the last {_num(window)} s; {settled} give {_num(rate)} "
-                f"rec/s, {DOWN_HEADROOM - 1:.0%} headroom",
+                f"{_num(peak)} rec/s in the last {_num(window)} s; {settled} keep up with "
+                f"{_num(need)} rec/s, {DOWN_HEADROOM - 1:.0%} headroom",
             )
         wait = _wait(
             recs,
