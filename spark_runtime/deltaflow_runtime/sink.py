@@ -307,35 +307,57 @@ class BatchWriter:
 
         clock = time.monotonic()
         if counts.refused:
-            # Both passes read the cache; a lost cache block is recomputed from Kafka, which may
-            # no longer hold the same records (compaction, retention): count before committing.
-            before = refused(rows).count()
-            if before != counts.refused:
-                raise BatchMismatchError(
-                    f"batch {batch_id} of {self.stream.txn_app_id}: the table write found "
-                    f"{counts.refused} refused records of {counts.rows}, a second look at the "
-                    f"same offsets {before} (the topic changed while the batch ran). None of its "
-                    "dead letters is written; the stream stops and on restart finishes the "
-                    "batch only if Kafka gives the same records the table write saw."
-                )
-            observation = Observation()
-            dead = self._append(
-                dead_letter_rows(refused(rows).observe(observation, *count_columns()), batch_id),
-                observation,
-                self.stream.dead_letter_table_path,
-                batch_id=batch_id,
-                metadata=metadata,
-                partition_by=[],
-            )
-            if dead.rows != counts.refused:
-                raise BatchMismatchError(
-                    f"batch {batch_id} of {self.stream.txn_app_id}: its dead-letter commit holds "
-                    f"{dead.rows} records where the table write refused {counts.refused} (the "
-                    "topic changed while the batch ran); the stream stops. Compare the batch's "
-                    "offsets in the table's commit metadata with the topic."
-                )
-            report.dead_letters = dead.reasons
+            from pyspark import StorageLevel
+
+            # One more pass over the batch's cache, which keeps only the refused records: the
+            # count and the dead-letter write then read those, not the whole batch twice (at
+            # 0.2% refused the two full passes cost ~30% more CPU per record). A lost cache
+            # block is recomputed from Kafka, which may no longer hold the same records
+            # (compaction, retention): count before committing.
+            dead_rows = refused(rows).persist(StorageLevel.MEMORY_AND_DISK)
+            try:
+                self._write_dead_letters(dead_rows, batch_id, metadata, counts, report)
+            finally:
+                dead_rows.unpersist()
         report.seconds["write_dead_letter"] = time.monotonic() - clock
+
+    def _write_dead_letters(
+        self,
+        dead_rows: DataFrame,
+        batch_id: int,
+        metadata: str,
+        counts: Counts,
+        report: BatchReport,
+    ) -> None:
+        """The refused records of a new batch to the dead-letter table, counted first."""
+        from pyspark.sql import Observation
+
+        before = dead_rows.count()
+        if before != counts.refused:
+            raise BatchMismatchError(
+                f"batch {batch_id} of {self.stream.txn_app_id}: the table write found "
+                f"{counts.refused} refused records of {counts.rows}, a second look at the "
+                f"same offsets {before} (the topic changed while the batch ran). None of its "
+                "dead letters is written; the stream stops and on restart finishes the "
+                "batch only if Kafka gives the same records the table write saw."
+            )
+        observation = Observation()
+        dead = self._append(
+            dead_letter_rows(dead_rows.observe(observation, *count_columns()), batch_id),
+            observation,
+            self.stream.dead_letter_table_path,
+            batch_id=batch_id,
+            metadata=metadata,
+            partition_by=[],
+        )
+        if dead.rows != counts.refused:
+            raise BatchMismatchError(
+                f"batch {batch_id} of {self.stream.txn_app_id}: its dead-letter commit holds "
+                f"{dead.rows} records where the table write refused {counts.refused} (the "
+                "topic changed while the batch ran); the stream stops. Compare the batch's "
+                "offsets in the table's commit metadata with the topic."
+            )
+        report.dead_letters = dead.reasons
 
     def _planned_records(self, end: TopicOffsets | None) -> int | None:
         """Records in the batch by its offsets (None when where it starts is not known here)."""
