@@ -330,7 +330,6 @@ class BatchWriter:
         report: BatchReport,
     ) -> None:
         """The refused records of a new batch to the dead-letter table, counted first."""
-        from pyspark.sql import Observation
 
         before = dead_rows.count()
         if before != counts.refused:
@@ -341,15 +340,7 @@ class BatchWriter:
                 "dead letters is written; the stream stops and on restart finishes the "
                 "batch only if Kafka gives the same records the table write saw."
             )
-        observation = Observation()
-        dead = self._append(
-            dead_letter_rows(dead_rows.observe(observation, *count_columns()), batch_id),
-            observation,
-            self.stream.dead_letter_table_path,
-            batch_id=batch_id,
-            metadata=metadata,
-            partition_by=[],
-        )
+        dead = self._append_dead_letters(dead_rows, batch_id, metadata)
         if dead.rows != counts.refused:
             raise BatchMismatchError(
                 f"batch {batch_id} of {self.stream.txn_app_id}: its dead-letter commit holds "
@@ -358,6 +349,20 @@ class BatchWriter:
                 "offsets in the table's commit metadata with the topic."
             )
         report.dead_letters = dead.reasons
+
+    def _append_dead_letters(self, dead_rows: DataFrame, batch_id: int, metadata: str) -> Counts:
+        """Append refused rows to the dead-letter table as this batch's commit, counted."""
+        from pyspark.sql import Observation
+
+        observation = Observation()
+        return self._append(
+            dead_letter_rows(dead_rows.observe(observation, *count_columns()), batch_id),
+            observation,
+            self.stream.dead_letter_table_path,
+            batch_id=batch_id,
+            metadata=metadata,
+            partition_by=[],
+        )
 
     def _planned_records(self, end: TopicOffsets | None) -> int | None:
         """Records in the batch by its offsets (None when where it starts is not known here)."""
@@ -378,7 +383,6 @@ class BatchWriter:
     ) -> None:
         """A batch whose table rows an earlier driver committed before it died: write its dead
         letters, provided this driver routes as that one did and reads the same valid rows."""
-        from pyspark.sql import Observation
 
         clock = time.monotonic()
         written = self._check_replay_routing(batch_id)
@@ -396,15 +400,7 @@ class BatchWriter:
                     "it), so its dead letters cannot be told apart. Nothing was written; compare "
                     "the offsets in the table's commit metadata of this batch with the topic."
                 )
-            observation = Observation()
-            dead = self._append(
-                dead_letter_rows(refused(rows).observe(observation, *count_columns()), batch_id),
-                observation,
-                self.stream.dead_letter_table_path,
-                batch_id=batch_id,
-                metadata=metadata,
-                partition_by=[],
-            )
+            dead = self._append_dead_letters(refused(rows), batch_id, metadata)
         finally:
             rows.unpersist()
         if dead.rows != sum(by_reason.values()):

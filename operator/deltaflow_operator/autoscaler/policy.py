@@ -595,13 +595,17 @@ class _Round:
 
     def _sized_down(self, arrival_rate: float) -> int:
         """The smallest count below the current one with headroom over ``arrival_rate``."""
-        need = DOWN_HEADROOM * (arrival_rate + self.backlog / self.target_lag)
+        need = self._down_need(arrival_rate)
         # Judged on batches of arrivals at the headroom rate: at the arrival rate itself, a count
         # whose batches stretch past the trigger settles exactly at that rate (see batch_records)
         # and never shows headroom, although it keeps up with 15% more (the node bench's base
         # phase held 3 executors that one kept up with).
         smaller = self.model.smallest_meeting(self.low, self.base - 1, need, need)
         return self.base if smaller is None else smaller
+
+    def _down_need(self, arrival_rate: float) -> float:
+        """Records/s a smaller count must keep up with: the rate with headroom, and the backlog."""
+        return DOWN_HEADROOM * (arrival_rate + self.backlog / self.target_lag)
 
     def _sized_for_arrivals(self) -> int:
         """The smallest count that keeps up with the arrivals alone, leaving the backlog out."""
@@ -741,8 +745,7 @@ class _Round:
             )
         settled = max(floor, *(r.executors for r in in_force))
         if observed and settled < self.base:
-            # What the smaller count was judged on: the peak with headroom (and any backlog).
-            need = DOWN_HEADROOM * (peak + self.backlog / self.target_lag)
+            need = self._down_need(peak)  # what the smaller count was judged on
             return (
                 settled,
                 "ScaleDown",
