@@ -42,6 +42,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO / "operator") not in sys.path:
     sys.path.insert(0, str(REPO / "operator"))
 
+from deltaflow_operator.api.v1alpha1 import DEFAULT_TASKS_PER_CORE  # noqa: E402
 from deltaflow_operator.autoscaler.policy import (  # noqa: E402
     Capacity,
     History,
@@ -871,7 +872,8 @@ def main(argv: list[str] | None = None) -> int:
         "--min-partitions",
         type=int,
         default=None,
-        help="spec.source.minPartitions: Spark tasks per batch, at least",
+        help="spec.source.minPartitions: Spark tasks per batch, at least (default: the "
+        "operator's, 2 per core at maxExecutors; 1: one task per Kafka partition)",
     )
     ap.add_argument(
         "--flink-restart-seconds",
@@ -901,7 +903,9 @@ def main(argv: list[str] | None = None) -> int:
         max_offsets=args.max_offsets_per_trigger,
         flink_restart_seconds=args.flink_restart_seconds,
         seed=args.seed,
-        min_partitions=args.min_partitions,
+        # As the operator runs it (DeltaIngestionSpec.tasks_per_batch) unless given.
+        min_partitions=args.min_partitions
+        or DEFAULT_TASKS_PER_CORE * LIMITS.max_executors * args.cores,
     )
     base = BASE_SHARE * setup.max_capacity()
     # KEDA's default lagThreshold (5 records per replica) suits one-record-at-a-time consumers:

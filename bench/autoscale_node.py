@@ -60,11 +60,14 @@ NS = "bench"
 PARTITIONS = 3
 TRIGGER = "2s"
 MAX_OFFSETS_PER_TRIGGER = 500_000  # large: a catch-up batch takes the whole backlog
-TARGET_LAG_SECONDS = 10
+# Half the CRD default (60 s). The e2e's 10 s is at this node's own noise: fixed-at-max passed it
+# at the step (4 s over, peak 10.6 s) with a 2 s trigger and 1.5 s of batch overhead, and a new
+# executor here needs ~15 s to be useful (pod start and a cold JVM on the two shared cores).
+TARGET_LAG_SECONDS = 30
 MAX_EXECUTORS = 3
 # CI-scale versions of the CRD defaults (target lag 60 s, scale-up window 30 s, scale-down window
-# 300 s, 1..4 executors), as the e2e uses them: 1..3 executors for 3 partitions on a 2-core node,
-# a backlog past 10 s is too much, up at once, down 30 s after the backlog is gone.
+# 300 s, 1..4 executors): 1..3 executors for 3 partitions on a 2-core node, up at once, down 30 s
+# after the backlog is gone.
 SCALING: dict[str, Any] = {
     "minExecutors": 1,
     "maxExecutors": MAX_EXECUTORS,

@@ -42,7 +42,9 @@ def main() -> int:
     )
     from pyspark.sql import functions as F  # noqa: N812
 
-    options = spark_kafka_options(spec.source, KafkaSecrets())
+    options = spark_kafka_options(
+        spec.source, KafkaSecrets(), min_partitions=spec.tasks_per_batch(scaled_executors=False)
+    )
     records = spark.readStream.format("kafka").options(**options).load()
     if args.validate:
         from deltaflow_runtime.parse import (

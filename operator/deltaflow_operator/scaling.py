@@ -265,7 +265,7 @@ class Autoscaler:
                     cores_per_executor=ingestion.spec.executor.cores,
                     trigger_interval_seconds=trigger_seconds(ingestion),
                     max_offsets_per_trigger=ingestion.spec.source.max_offsets_per_trigger,
-                    min_partitions=ingestion.spec.source.min_partitions,
+                    min_partitions=ingestion.spec.tasks_per_batch(scaled_executors=True),
                 ),
                 Limits(
                     min_executors=scaling.min_executors,

@@ -106,18 +106,18 @@ RECENT_REPORTS = 16
 
 # A batch writes one file per write task and table partition. Small batches (the steady state)
 # are written by fewer tasks, about this many records each, so a batch of 25k records over 4 Kafka
-# partitions writes 1 file per table partition instead of 4; large batches (catch-up) keep one
-# task per Kafka partition.
+# partitions writes 1 file per table partition instead of 4; large batches (catch-up) keep the
+# read's tasks (one per Kafka partition, or minPartitions).
 RECORDS_PER_WRITE_TASK = 100_000
 
 
-def write_tasks(planned_records: int | None, partitions: int) -> int | None:
-    """How many tasks write a batch of ``planned_records`` read from ``partitions`` Kafka
-    partitions; None: one per Kafka partition (no change)."""
-    if planned_records is None or partitions <= 1:
+def write_tasks(planned_records: int | None, read_tasks: int) -> int | None:
+    """How many tasks write a batch of ``planned_records`` read by ``read_tasks`` tasks (one per
+    Kafka partition, or minPartitions); None: as many as read it (no change)."""
+    if planned_records is None or read_tasks <= 1:
         return None
     tasks = max(1, -(-planned_records // RECORDS_PER_WRITE_TASK))
-    return tasks if tasks < partitions else None
+    return tasks if tasks < read_tasks else None
 
 
 class DuplicateWriterError(RuntimeError):
@@ -168,6 +168,7 @@ class BatchWriter:
         metrics: RuntimeMetrics,
         table_batch: int | None,
         dead_letter_batch: int | None = None,
+        min_partitions: int | None = None,
         observation_timeout: float = 60.0,
     ) -> None:
         self.spark = spark
@@ -183,6 +184,7 @@ class BatchWriter:
         # The dead-letter table's last batch of this stream, as the start-up guard read it; when
         # not given, read from its log only if a replay needs it (see _dead_letters_hold).
         self.dead_letter_batch = dead_letter_batch
+        self.min_partitions = min_partitions  # Spark's Kafka minPartitions (None: not set)
         self.observation_timeout = observation_timeout
         self._lock = threading.Lock()
         self._committed: TopicOffsets = {}
@@ -286,8 +288,11 @@ class BatchWriter:
 
         clock = time.monotonic()
         end = report.end_offsets or {}
-        # The Kafka source reads each Kafka partition in one Spark partition.
-        tasks = write_tasks(self._planned_records(end), sum(len(ps) for ps in end.values()))
+        # The Kafka source reads each Kafka partition in one Spark partition, or splits them into
+        # about minPartitions (never fewer than one per Kafka partition).
+        kafka_partitions = sum(len(ps) for ps in end.values())
+        read_tasks = max(kafka_partitions, self.min_partitions or 0)
+        tasks = write_tasks(self._planned_records(end), read_tasks)
         if tasks is not None:
             rows.count()  # fills the cache with every core before the write narrows to few
             rows = rows.coalesce(tasks)

@@ -89,8 +89,11 @@ def kafka_client_properties(source: KafkaSource, secrets: KafkaSecrets) -> dict[
     return props
 
 
-def spark_kafka_options(source: KafkaSource, secrets: KafkaSecrets) -> dict[str, str]:
-    """Options for ``spark.readStream.format("kafka")`` from the spec."""
+def spark_kafka_options(
+    source: KafkaSource, secrets: KafkaSecrets, *, min_partitions: int | None = None
+) -> dict[str, str]:
+    """Options for ``spark.readStream.format("kafka")`` from the spec; ``min_partitions`` is the
+    stream's tasks per batch (``DeltaIngestionSpec.tasks_per_batch``), None for Spark's default."""
     options = {
         "kafka.bootstrap.servers": source.bootstrap_servers,
         "startingOffsets": source.starting_offsets,
@@ -103,8 +106,8 @@ def spark_kafka_options(source: KafkaSource, secrets: KafkaSecrets) -> dict[str,
         options["subscribePattern"] = str(source.topic_pattern)
     if source.max_offsets_per_trigger is not None:
         options["maxOffsetsPerTrigger"] = str(source.max_offsets_per_trigger)
-    if source.min_partitions is not None:
-        options["minPartitions"] = str(source.min_partitions)
+    if min_partitions is not None:
+        options["minPartitions"] = str(min_partitions)
     for key, value in kafka_client_properties(source, secrets).items():
         options[f"kafka.{key}"] = value
     return options

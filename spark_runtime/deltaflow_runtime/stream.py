@@ -148,6 +148,9 @@ class StreamRunner:
         ingestion, ident = self.pipeline.ingestion, self.pipeline.identity
         spec = parse_spec(self.spark, ingestion.spec.format, ingestion.spec.sink)
         facts, resume = self.preflight()
+        # On a cluster backend the operator scales the executors: see tasks_per_batch.
+        scaled = ExecutorControl(self.spark).supported()
+        tasks = ingestion.spec.tasks_per_batch(scaled_executors=scaled)
         self.writer = BatchWriter(
             spark=self.spark,
             stream=ident,
@@ -161,12 +164,13 @@ class StreamRunner:
             dead_letter_batch=-1
             if facts.dead_letter.stream_batch is None
             else facts.dead_letter.stream_batch,
+            min_partitions=tasks,
         )
         self.writer.seed_committed(resume)
         self.metrics.info.labels(ident.txn_app_id, ident.consumer_group, ident.table_path).set(1)
         if self.options.metrics_port is not None:
             self.metrics.serve(self.options.metrics_port)
-        options = spark_kafka_options(ingestion.spec.source, self.secrets)
+        options = spark_kafka_options(ingestion.spec.source, self.secrets, min_partitions=tasks)
         writer = (
             read_stream(self.spark, options)
             .writeStream.foreachBatch(self.writer)

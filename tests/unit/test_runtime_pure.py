@@ -355,7 +355,7 @@ def test_when_a_batch_was_planned_is_read_from_its_offset_log_entry() -> None:
 
 
 @pytest.mark.parametrize(
-    ("planned", "partitions", "tasks"),
+    ("planned", "read_tasks", "tasks"),
     [
         (25_000, 4, 1),  # steady 5k rec/s, 5 s trigger: one write task, one file per partition
         (250_000, 4, 3),
@@ -363,11 +363,15 @@ def test_when_a_batch_was_planned_is_read_from_its_offset_log_entry() -> None:
         (10, 1, None),
         (None, 4, None),  # where the batch starts is unknown (first batch after a start)
         (0, 4, 1),
+        # Read by minPartitions' 24 tasks (3 Kafka partitions): the write still takes ~100k each
+        (25_000, 24, 1),
+        (1_000_000, 24, 10),
+        (3_000_000, 24, None),
     ],
 )
 def test_small_batches_are_written_by_fewer_tasks(
-    planned: int | None, partitions: int, tasks: int | None
+    planned: int | None, read_tasks: int, tasks: int | None
 ) -> None:
     from deltaflow_runtime.sink import write_tasks
 
-    assert write_tasks(planned, partitions) == tasks
+    assert write_tasks(planned, read_tasks) == tasks

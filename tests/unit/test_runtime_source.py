@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from deltaflow_operator.api.v1alpha1 import KafkaSource
+from deltaflow_operator.api.v1alpha1 import DeltaIngestionSpec, KafkaSource
 from deltaflow_runtime.source import (
     KafkaSecrets,
     SourceConfigError,
@@ -27,13 +27,49 @@ def test_plain_topic_options() -> None:
     assert librdkafka_config(source, KafkaSecrets()) == {"bootstrap.servers": "k:9092"}
 
 
-def test_min_partitions_reaches_sparks_kafka_source() -> None:
-    source = KafkaSource.model_validate(
-        {"bootstrapServers": "k:9092", "topic": "orders", "minPartitions": 48}
+def _spec(source: dict[str, object], **more: object) -> DeltaIngestionSpec:
+    return DeltaIngestionSpec.model_validate(
+        {
+            "source": {"bootstrapServers": "k:9092", "topic": "orders", **source},
+            "format": {"type": "raw"},
+            "sink": {"tablePath": "/lake/orders"},
+            **more,
+        }
     )
-    assert spark_kafka_options(source, KafkaSecrets())["minPartitions"] == "48"
-    plain = KafkaSource(bootstrap_servers="k:9092", topic="orders")
-    assert "minPartitions" not in spark_kafka_options(plain, KafkaSecrets())
+
+
+def test_min_partitions_reaches_sparks_kafka_source() -> None:
+    spec = _spec({"minPartitions": 48})
+    tasks = spec.tasks_per_batch(scaled_executors=True)
+    assert (
+        spark_kafka_options(spec.source, KafkaSecrets(), min_partitions=tasks)["minPartitions"]
+        == "48"
+    )
+    # A local run keeps Spark's default unless the spec asks.
+    assert spec.tasks_per_batch(scaled_executors=False) == 48
+    plain = _spec({})
+    local = plain.tasks_per_batch(scaled_executors=False)
+    assert "minPartitions" not in spark_kafka_options(
+        plain.source, KafkaSecrets(), min_partitions=local
+    )
+
+
+@pytest.mark.parametrize(
+    ("scaling", "cores", "tasks"),
+    [
+        ({}, 1, 8),  # maxExecutors 4 by default: two tasks per core
+        ({"maxExecutors": 3}, 1, 6),
+        ({"maxExecutors": 10}, 4, 80),
+        ({"maxExecutors": 1000}, 64, 10_000),  # never past what minPartitions may be set to
+    ],
+)
+def test_a_scaled_stream_reads_two_tasks_per_core_at_max_executors_by_default(
+    scaling: dict[str, int], cores: int, tasks: int
+) -> None:
+    spec = _spec({}, scaling=scaling, executor={"cores": cores, "memory": "2g"})
+    assert spec.tasks_per_batch(scaled_executors=True) == tasks
+    options = spark_kafka_options(spec.source, KafkaSecrets(), min_partitions=tasks)
+    assert options["minPartitions"] == str(tasks)
 
 
 def test_pattern_latest_and_data_loss_tolerated() -> None:

@@ -10,7 +10,8 @@ The model of one configuration (DS2-like: sized from measured capacity, not from
     tasks) on ``slots = executors * cores`` task slots, in ``waves = ceil(P / slots)`` waves, so
     its effective parallelism is ``P / waves``: only counts that remove a wave add capacity (with
     P = 8 and one core each, 5, 6 and 7 executors are no faster than 4). With the source's
-    minPartitions above the partition count, Spark splits each partition's range in proportion
+    minPartitions above the partition count (the driver sets two tasks per core at maxExecutors
+    unless the spec says otherwise), Spark splits each partition's range in proportion
     to its share (``split_tasks``): P is then the task count and the hottest task a piece of the
     hottest partition. A batch of R records
     takes ``overhead + max(R / (r * P / waves), R * hottest_share / r)``: the second term is the
@@ -196,7 +197,7 @@ class Observation:
     cores_per_executor: int
     trigger_interval_seconds: float
     max_offsets_per_trigger: int | None
-    # spec.source.minPartitions: Spark splits partitions into about this many tasks per batch.
+    # Spark's Kafka minPartitions as the driver sets it (DeltaIngestionSpec.tasks_per_batch).
     min_partitions: int | None = None
 
 
