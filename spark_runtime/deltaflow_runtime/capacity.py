@@ -43,7 +43,7 @@ class BatchSample:
     wall_seconds: float  # Spark's triggerExecution
     busy_core_seconds: float  # task time of the batch's tasks, summed
     slots: int  # executor cores registered while it ran
-    partitions: int  # Kafka partitions (one task each per read)
+    partitions: int  # tasks that read the batch (Kafka partitions, or minPartitions)
 
 
 @dataclass(frozen=True)

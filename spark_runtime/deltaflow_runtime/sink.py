@@ -111,6 +111,12 @@ RECENT_REPORTS = 16
 RECORDS_PER_WRITE_TASK = 100_000
 
 
+def read_tasks(kafka_partitions: int, min_partitions: int | None) -> int:
+    """About how many tasks read a batch: one per Kafka partition, or minPartitions when that is
+    more (Spark splits partitions' ranges then; its rounding may differ by a few)."""
+    return max(kafka_partitions, min_partitions or 0)
+
+
 def write_tasks(planned_records: int | None, read_tasks: int) -> int | None:
     """How many tasks write a batch of ``planned_records`` read by ``read_tasks`` tasks (one per
     Kafka partition, or minPartitions); None: as many as read it (no change)."""
@@ -290,9 +296,8 @@ class BatchWriter:
         end = report.end_offsets or {}
         # The Kafka source reads each Kafka partition in one Spark partition, or splits them into
         # about minPartitions (never fewer than one per Kafka partition).
-        kafka_partitions = sum(len(ps) for ps in end.values())
-        read_tasks = max(kafka_partitions, self.min_partitions or 0)
-        tasks = write_tasks(self._planned_records(end), read_tasks)
+        reading = read_tasks(sum(len(ps) for ps in end.values()), self.min_partitions)
+        tasks = write_tasks(self._planned_records(end), reading)
         if tasks is not None:
             rows.count()  # fills the cache with every core before the write narrows to few
             rows = rows.coalesce(tasks)

@@ -27,7 +27,7 @@ from deltaflow_runtime.offsets import DataLossError, KafkaAdmin, data_loss_gaps,
 from deltaflow_runtime.parse import parse_spec
 from deltaflow_runtime.pod_channel import PodChannel
 from deltaflow_runtime.scaling_agent import ScalingAgent
-from deltaflow_runtime.sink import BatchWriter
+from deltaflow_runtime.sink import BatchWriter, read_tasks
 from deltaflow_runtime.source import (
     KafkaSecrets,
     librdkafka_config,
@@ -194,6 +194,7 @@ class StreamRunner:
                     "checkpoint": ident.checkpoint_path,
                     "consumerGroup": ident.consumer_group,
                     "resumeOffsets": resume,
+                    "minPartitions": tasks,
                 }
             ),
         )
@@ -275,7 +276,7 @@ class StreamRunner:
                 sample.batch_id,
                 sample.input_rows,
                 sample.durations_ms.get("triggerExecution", 0) / 1000,
-                self._partitions,
+                read_tasks(self._partitions, self.writer.min_partitions if self.writer else None),
             )
             if self.scaling is not None
             else None
