@@ -359,6 +359,15 @@ def test_records_flow_through_driver_and_executor_pods_exactly_once(stream: Stre
     stream.assert_exactly_once()
     ready = wait_for("Ready=True", lambda: stream.condition("Ready").get("status") == "True")
     assert ready
+    # 3 partitions, 3 executors of 1 core at most: the driver reads two tasks per core at
+    # maxExecutors (no executor past the partition count is idle).
+    log = stream.kube.kubectl("-n", NS, "logs", driver[0]["metadata"]["name"]).stdout
+    starting = [
+        json.loads(line[line.index("{") :])
+        for line in log.splitlines()
+        if '"event": "stream_starting"' in line
+    ]
+    assert [s["minPartitions"] for s in starting] == [2 * SCALING["maxExecutors"]], starting
     record(
         f"kubectl apply -> driver Running {t_driver:.0f}s, executors Running {t_executors:.0f}s, "
         f"first committed batch {t_batch:.0f}s"
