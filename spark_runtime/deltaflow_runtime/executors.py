@@ -6,10 +6,11 @@ the target comes from the operator's autoscaler instead. On Spark's Kubernetes b
 - grow: ``SparkContext.requestTotalExecutors`` raises the backend's target and its pod allocator
   creates the executor pods; nothing else changes (same query, same driver);
 - shrink: the target is lowered first (pending pods are cancelled, nothing is replaced), then
-  executors that run no task are released with ``killExecutors(force=false)``: the backend checks
-  under its scheduling lock that each one is idle and takes it out of the offers in the same
-  step, so no running task, hence no batch, is ever cut short. A busy executor is simply tried
-  again on the next round (batches leave idle gaps between triggers).
+  executors that run no task are decommissioned (``decommissionExecutors``, with Spark's
+  decommission and block migration on, see the driver's Spark conf): each is taken out of the
+  offers, moves its shuffle and cached blocks to the executors that stay, and exits, so no
+  running task is cut short and no later stage loses the shuffle output it needs. A busy
+  executor is simply tried again on the next round (batches leave idle gaps between triggers).
 """
 
 from __future__ import annotations
@@ -96,13 +97,18 @@ class ExecutorControl:
         idle = [e for e in reversed(registered) if not scheduler.isExecutorBusy(e)][:excess]
         if not idle:
             return []
-        java_ids = self._jvm.java.util.ArrayList()
-        for executor_id in idle:
-            java_ids.add(executor_id)
-        seq = self._jvm.org.apache.spark.api.python.PythonUtils.toSeq(java_ids)
-        # adjustTargetNumExecutors=false (the target is already set), countFailures=false,
-        # force=false: the backend kills only executors that are idle at that instant.
-        killed = self._sc.schedulerBackend().killExecutors(seq, False, False, False)
-        released = [str(killed.apply(i)) for i in range(killed.size())]
+        info = self._jvm.org.apache.spark.scheduler.ExecutorDecommissionInfo.apply(
+            "scaled down by the Deltaflow operator", self._jvm.scala.Option.apply(None)
+        )
+        pairs = self._sc._gateway.new_array(self._jvm.scala.Tuple2, len(idle))
+        for i, executor_id in enumerate(idle):
+            pairs[i] = self._jvm.scala.Tuple2(executor_id, info)
+        # Decommissioned, not killed: the executor takes no new task, hands its shuffle and
+        # cached blocks (Delta's snapshot state among them) to the executors that stay, then
+        # exits. A killed one loses them, and a later stage reading them fails a task (a node
+        # benchmark counted one at a scale-down with kills). adjustTargetNumExecutors=false (the
+        # target is already set), triggeredByExecutor=false.
+        decommissioned = self._sc.schedulerBackend().decommissionExecutors(pairs, False, False)
+        released = [str(decommissioned.apply(i)) for i in range(decommissioned.size())]
         self.released += len(released)
         return released

@@ -187,6 +187,13 @@ def spark_conf(ingestion: DeltaIngestion, settings: Settings) -> dict[str, str]:
         # live through the driver (deltaflow_runtime.executors), never by restarting it.
         "spark.executor.instances": str(_starting_executors(spec.scaling)),
         "spark.dynamicAllocation.enabled": "false",
+        # A scale-down decommissions idle executors (deltaflow_runtime.executors): their shuffle
+        # and cached blocks (Delta's snapshot state among them) move to the executors that stay,
+        # so no later stage fails fetching output a released executor held.
+        "spark.decommission.enabled": "true",
+        "spark.storage.decommission.enabled": "true",
+        "spark.storage.decommission.shuffleBlocks.enabled": "true",
+        "spark.storage.decommission.rddBlocks.enabled": "true",
         "spark.local.dir": "/tmp/spark-local",
         "spark.sql.streaming.metricsEnabled": "true",
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
