@@ -459,7 +459,13 @@ def apply_and_wait(stack: Stack, manifest: dict[str, Any]) -> None:
 
 
 def delete_and_wait(stack: Stack, name: str) -> None:
-    """Delete the resource and wait until its pods are gone (the next run gets the CPU)."""
+    """Keep the driver's log (next to the lake: it explains a failed task or a decision), then
+    delete the resource and wait until its pods are gone (the next run gets the CPU)."""
+    drivers, _ = stack.api.pods(name)
+    for pod in drivers:
+        pod_name = str(pod["metadata"]["name"])
+        log = stack.plane.kubectl("-n", NS, "logs", pod_name, check=False)
+        (stack.lake.parent / f"{name}-{pod_name}.log").write_text(log.stdout + log.stderr)
     stack.plane.kubectl("-n", NS, "delete", "deltaingestion", name, "--timeout=180s")
     wait_for(stack.clock, f"{name}: deleted, no pod left", lambda: not stack.api.any_pod(name), 180)
 
