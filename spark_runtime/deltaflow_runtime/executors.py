@@ -42,6 +42,7 @@ class ExecutorControl:
     def __init__(self, spark: SparkSession) -> None:
         self._jvm: Any = spark._jvm
         self._sc: Any = spark.sparkContext._jsc.sc()
+        self._gateway: Any = spark.sparkContext._gateway
         conf = spark.sparkContext.getConf()
         self.target = int(conf.get("spark.executor.instances", "1") or "1")
         self.released = 0  # executors this driver released on scale-down
@@ -100,7 +101,7 @@ class ExecutorControl:
         info = self._jvm.org.apache.spark.scheduler.ExecutorDecommissionInfo.apply(
             "scaled down by the Deltaflow operator", self._jvm.scala.Option.apply(None)
         )
-        pairs = self._sc._gateway.new_array(self._jvm.scala.Tuple2, len(idle))
+        pairs = self._gateway.new_array(self._jvm.scala.Tuple2, len(idle))
         for i, executor_id in enumerate(idle):
             pairs[i] = self._jvm.scala.Tuple2(executor_id, info)
         # Decommissioned, not killed: the executor takes no new task, hands its shuffle and
