@@ -11,6 +11,7 @@ from typing import cast
 
 from devstack.install import REPO_ROOT, installed_path
 from devstack.kube import KubeControlPlane, start_control_plane
+from devstack.leftovers import NODE_DIR_NAME
 from devstack.minio import ObjectStore
 from devstack.network import PodNetwork
 from devstack.node import record_container_pids, start_node
@@ -53,7 +54,7 @@ def start_cluster(work_dir: Path, net: PodNetwork, progress: bool = True) -> Kub
         plane.node = start_node(
             plane,
             net,
-            work_dir / "node",
+            work_dir / NODE_DIR_NAME,
             images=[images / "pause.tar", images / "deltaflow.tar"],
             pause_image=names["PAUSE_IMAGE"],
         )

@@ -30,8 +30,10 @@ LOCK_FILE = Path("/run/lock/deltaflow-node.lock")
 CNI_RESULTS = Path("/var/lib/cni/results")
 KUBELET_SOCKET = Path("/var/lib/kubelet/device-plugins/kubelet.sock")
 CONTAINER_LOGS = Path("/var/log/containers")
-# Every process of a node names its work directory, `<stack>/kube/node`, on its command line.
-NODE_WORK_MARK = b"/kube/node/"
+# A node's work directory, `<work>/deltaflow-node` (tests, the demo and the benchmarks alike):
+# every process of a node names it on its command line, and its mounts live under it.
+NODE_DIR_NAME = "deltaflow-node"
+NODE_WORK_MARK = f"/{NODE_DIR_NAME}/".encode()
 CHAIN_PREFIXES = ("KUBE-", "CNI-")
 
 
@@ -78,9 +80,10 @@ def mountpoints() -> list[str]:
     ]
 
 
-def _node_mounts() -> list[str]:
+def node_mounts(points: list[str]) -> list[str]:
+    """The mount points, of ``points``, that a Deltaflow node made (wherever its work folder)."""
     found = []
-    for point in mountpoints():
+    for point in points:
         container = "/containerd/" in point and ("/rootfs" in point or "/shm" in point)
         # The kubelet bind-mounts its root dir; containerd keeps the pods' netns mounts there.
         in_node = NODE_WORK_MARK.decode() in point + "/"
@@ -127,7 +130,7 @@ def _processes() -> list[tuple[int, list[bytes]]]:
 
 def leftovers() -> list[Leftover]:
     """Everything of a node still on the machine (empty: all clean)."""
-    found = [Leftover("mount", p) for p in _node_mounts()]
+    found = [Leftover("mount", p) for p in node_mounts(mountpoints())]
     if NETNS_DIR.exists():
         found += [
             Leftover("network namespace", n) for n in os.listdir(NETNS_DIR) if n.startswith("cni-")
@@ -195,7 +198,7 @@ def sweep_leftovers(*, stack_started: bool = False) -> list[Leftover]:
         return []
     _kill_orphans(object_store=not stack_started)
     for _ in range(3):  # a lazy unmount of a parent can leave a child listed once more
-        for point in sorted(_node_mounts(), key=len, reverse=True):
+        for point in sorted(node_mounts(mountpoints()), key=len, reverse=True):
             subprocess.run(["umount", "-l", point], capture_output=True, check=False)
     for item in found:
         path = Path(item.target)

@@ -73,3 +73,14 @@ def test_what_the_node_added_under_host_folders_goes_and_the_rest_stays(tmp_path
     (logs / "pod_ns_c.log").symlink_to(tmp_path / "pod-logs" / "0.log")  # dangling
     snapshot.remove_new_host_paths()
     assert _existing(roots) == {lib, lib / "results", lib / "results" / "theirs"}
+
+
+def test_the_mounts_of_a_node_started_by_the_demo_or_a_benchmark_are_leftovers_too() -> None:
+    # A benchmark killed mid-run left these (its node under <work>/cluster, not <stack>/kube):
+    # the check said "nothing left" and the next run could not empty its work folder.
+    from devstack.leftovers import NODE_DIR_NAME, node_mounts
+
+    node = f"/tmp/deltaflow-autoscale-node/cluster/{NODE_DIR_NAME}"
+    netns = f"{node}/containerd/state/io.containerd.grpc.v1.cri/netns/cni-b9bee83b-986f"
+    points = ["/", "/proc", "/tmp/elsewhere/kubelet", f"{node}/kubelet", netns]
+    assert node_mounts(points) == [f"{node}/kubelet", netns]
