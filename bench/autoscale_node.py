@@ -26,7 +26,6 @@ import fcntl
 import itertools
 import json
 import random
-import shutil
 import signal
 import ssl
 import sys
@@ -51,7 +50,7 @@ from devstack.cluster import install_operator, lake_volume, start_cluster, stop_
 from devstack.demo import COUNTRIES, cluster_manifest, create_topic, running  # noqa: E402
 from devstack.kafka import KafkaBroker, start_kafka  # noqa: E402
 from devstack.kube import KubeControlPlane  # noqa: E402
-from devstack.leftovers import LOCK_FILE  # noqa: E402
+from devstack.leftovers import LOCK_FILE, empty_work_folder  # noqa: E402
 from devstack.network import bridge_exists, create_bridge, remove_bridge  # noqa: E402
 
 T = TypeVar("T")
@@ -1004,8 +1003,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     signal.signal(signal.SIGTERM, _terminate)
     out = args.out.resolve()
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
+    empty_work_folder(out)
     clock.say(f"work folder {out}")
     clock.say("creating the pod network (bridge dflow0, never routed off this machine)")
     net = create_bridge()

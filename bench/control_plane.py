@@ -21,7 +21,6 @@ import argparse
 import itertools
 import json
 import os
-import shutil
 import signal
 import statistics
 import sys
@@ -36,7 +35,7 @@ from autoscale_node import Api, Clock, _terminate, node_holder, wait_for
 from devstack.cluster import install_operator, start_cluster, stop_cluster
 from devstack.demo import cluster_manifest
 from devstack.kube import KubeControlPlane
-from devstack.leftovers import LOCK_FILE, processes
+from devstack.leftovers import LOCK_FILE, empty_work_folder, processes
 from devstack.network import create_bridge, remove_bridge
 
 NS = "cp-bench"
@@ -228,8 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     signal.signal(signal.SIGTERM, _terminate)
     out = args.out.resolve()
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
+    empty_work_folder(out)
     net = create_bridge()
     plane: KubeControlPlane | None = None
     try:

@@ -15,7 +15,6 @@ import argparse
 import json
 import os
 import random
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ from devstack.cluster import install_operator, lake_credentials, start_cluster, 
 from devstack.install import REPO_ROOT
 from devstack.kafka import KafkaBroker, start_kafka
 from devstack.kube import KubeControlPlane
+from devstack.leftovers import empty_work_folder
 from devstack.minio import ObjectStore, start_minio
 from devstack.network import create_bridge, remove_bridge
 
@@ -183,8 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     clock = Clock()
     out = args.out.resolve()
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
+    empty_work_folder(out)
 
     clock.say("creating the pod network (bridge dflow0, never routed off this machine)")
     net = create_bridge()

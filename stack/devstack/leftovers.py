@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -179,6 +180,18 @@ def _drop_chains(tool: str) -> None:
     kept = [line for line in saved.splitlines() if not any(p in line for p in CHAIN_PREFIXES)]
     restore = "\n".join(kept) + "\n"
     subprocess.run([f"{tool}-restore"], input=restore, text=True, capture_output=True, check=False)
+
+
+def empty_work_folder(out: Path) -> None:
+    """Empty (or create) a command's work folder. A run killed mid-way leaves its node's mounts
+    in it (kubelet, pods' network namespaces), which would make the removal fail half-way:
+    they are unmounted first. Call when no node runs (the node lock is free)."""
+    inside = [p for p in mountpoints() if p.startswith(f"{out}/")]
+    for point in sorted(inside, key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
 
 
 def sweep_leftovers(*, stack_started: bool = False) -> list[Leftover]:
