@@ -350,6 +350,9 @@ class Sample:
     query: tuple[str, str] | None  # (queryId, runId) from the driver's report
     failed_tasks: int | None
     verdict: str | None
+    # The round's words and the capacity it sized from (runs.json only): why a round held.
+    reason: str | None = None
+    capacity: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -489,6 +492,8 @@ def read_sample(api: Api, name: str, t: float) -> Sample:
         query=query,
         failed_tasks=report.get("failedTasks"),
         verdict=(status.get("autoscaler") or {}).get("verdict"),
+        reason=(status.get("autoscaler") or {}).get("reason"),
+        capacity=(status.get("autoscaler") or {}).get("capacity"),
     )
 
 
