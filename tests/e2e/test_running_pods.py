@@ -55,6 +55,7 @@ BURST = 1_000_000
 # is throttled (executors capped at 500m made every test of this module 1.5-2x slower and the
 # driver's capacity figure 100x lower).
 EXECUTOR_CORE_LIMIT = "2"
+RECONCILE_SECONDS = 2  # the operator's round interval here (the chart's default is longer)
 OPERATOR_PODS = "app.kubernetes.io/name=deltaflow,app.kubernetes.io/component=operator"
 LAKE = "s3a://lake/e2e"  # the table, the dead-letter table and (by default) the checkpoint
 SCALING = {
@@ -144,6 +145,27 @@ class Stream:
         )["items"]
         items.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
         return [str(e["message"]) for e in items]
+
+    def settled_at_one(self) -> tuple[int] | None:
+        """(ScaledUp Events so far,) once one executor is desired, registered and the only pod
+        in two reads three operator rounds apart with no ScaledUp between; else None. A round
+        posts its Event before it writes the status, so a single read of "desired 1" can fall
+        between a warm-up's ScaledUp and its status (a CI run then counted that Event as before
+        the burst, and the burst, met by the warm-up's executors, posted none)."""
+
+        def one_executor() -> bool:
+            executors = self.status().get("executors", {})
+            return (
+                len(self.pods(EXECUTORS)) == 1
+                and executors.get("desired") == 1
+                and executors.get("current") == 1
+            )
+
+        ups = len(self.events("ScaledUp"))
+        if not one_executor():
+            return None
+        time.sleep(3 * RECONCILE_SECONDS)
+        return (ups,) if one_executor() and len(self.events("ScaledUp")) == ups else None
 
     def patch(self, spec: dict[str, Any]) -> None:
         """Merge-patch the DeltaIngestion's spec."""
@@ -271,7 +293,7 @@ def stream(
         kube,
         OPERATOR_NAMESPACE,
         values={
-            "operator.reconcileIntervalSeconds": "2",
+            "operator.reconcileIntervalSeconds": str(RECONCILE_SECONDS),
             "operator.backoffBaseSeconds": "2",
             "operator.backoffMaxSeconds": "8",
             "operator.driverPendingDeadlineSeconds": "20",
@@ -606,17 +628,10 @@ def test_a_burst_scales_executors_up_live_and_back_down_after_the_window(stream:
     # The warm-up itself may scale up (capacity is only a lower bound until batches of varied
     # size were seen): wait until the operator has settled back at one executor, so the ScaledUp
     # events counted below are the burst's (a CI run once counted a warm-up 1 -> 2 as "before").
-    wait_for(
-        "one executor, desired and registered, before the burst",
-        lambda: (
-            len(stream.pods(EXECUTORS)) == 1
-            and (s := stream.status().get("executors", {})).get("desired") == 1
-            and s.get("current") == 1
-        ),
-        180,
+    (ups_before,) = wait_for(
+        "one executor, desired and registered, before the burst", stream.settled_at_one, 240
     )
     before = stream.report()
-    ups_before = len(stream.events("ScaledUp"))
     downs_before = len(stream.events("ScaledDown"))
 
     timeline = Timeline(stream)
