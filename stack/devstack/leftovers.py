@@ -182,13 +182,17 @@ def _drop_chains(tool: str) -> None:
     subprocess.run([f"{tool}-restore"], input=restore, text=True, capture_output=True, check=False)
 
 
+def _unmount(points: list[str]) -> None:
+    """Lazily unmount ``points``, the deepest first (a child before its parent)."""
+    for point in sorted(points, key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+
+
 def empty_work_folder(out: Path) -> None:
     """Empty (or create) a command's work folder. A run killed mid-way leaves its node's mounts
     in it (kubelet, pods' network namespaces), which would make the removal fail half-way:
     they are unmounted first. Call when no node runs (the node lock is free)."""
-    inside = [p for p in mountpoints() if p.startswith(f"{out}/")]
-    for point in sorted(inside, key=len, reverse=True):
-        subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+    _unmount([p for p in mountpoints() if p.startswith(f"{out}/")])
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
@@ -211,8 +215,7 @@ def sweep_leftovers(*, stack_started: bool = False) -> list[Leftover]:
         return []
     _kill_orphans(object_store=not stack_started)
     for _ in range(3):  # a lazy unmount of a parent can leave a child listed once more
-        for point in sorted(node_mounts(mountpoints()), key=len, reverse=True):
-            subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+        _unmount(node_mounts(mountpoints()))
     for item in found:
         path = Path(item.target)
         if item.kind == "network namespace":
