@@ -508,7 +508,14 @@ class Deltaflow:
     def __init__(self, setup: Setup) -> None:
         self.setup = setup
         cal = setup.cal
-        self.capacity = Capacity(cal.records_per_core_second, cal.batch_overhead_seconds, 10)
+        # The driver measures its executors' start time as it measures capacity (first executors
+        # included), so the policy knows the pod start time the model runs with.
+        self.capacity = Capacity(
+            cal.records_per_core_second,
+            cal.batch_overhead_seconds,
+            10,
+            executor_start_seconds=cal.pod_start_seconds,
+        )
         self.history = History()
         self.verdicts: dict[str, int] = {}
 

@@ -346,6 +346,7 @@ def _capacity_status(report: DriverReport | None) -> CapacityStatus | None:
         batch_overhead_seconds=cap.batch_overhead_seconds,
         batches=cap.batches,
         fitted=cap.fitted,
+        executor_start_seconds=cap.executor_start_seconds,
     )
 
 

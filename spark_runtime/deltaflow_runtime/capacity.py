@@ -138,3 +138,29 @@ class CapacityMeter:
             batches=len(samples),
             fitted=fitted,
         )
+
+
+class ExecutorStartClock:
+    """How long new executors take to be of use: from asking for them to their registration.
+
+    Fed each agent round with the executor target, the registered count and when the newest
+    registered executor registered (Spark's add time). A wait starts when the target rises above
+    the registered count and ends when the count reaches it, timed to that registration rather
+    than to the round that saw it. A wait that ends with no registration after it started (the
+    target came down again) measures nothing. The driver's first executors are a wait from the
+    SparkContext's start, so the figure is known before the first scale-up.
+    """
+
+    def __init__(self, asked_at: float | None = None) -> None:
+        self._asked_at = asked_at
+        self.seconds: float | None = None  # the last wait measured
+
+    def observe(self, now: float, target: int, registered: int, newest_at: float | None) -> None:
+        """One round at wall time ``now``."""
+        if registered < target:
+            if self._asked_at is None:
+                self._asked_at = now
+            return
+        if self._asked_at is not None and newest_at is not None and newest_at >= self._asked_at:
+            self.seconds = newest_at - self._asked_at
+        self._asked_at = None

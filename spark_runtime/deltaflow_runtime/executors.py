@@ -30,6 +30,7 @@ class ExecutorTotals:
     cores: int  # cores of the registered executors
     busy_core_seconds: float  # task time, all executors ever, cumulative
     failed_tasks: int  # cumulative
+    newest_added_at: float | None = None  # wall time the newest registered executor registered
 
 
 def _executor_order(executor_id: str) -> tuple[int, str]:
@@ -63,6 +64,7 @@ class ExecutorControl:
         ]
         summaries = self._sc.statusStore().executorList(False)
         busy_ms = failed = cores = 0
+        newest_ms: int | None = None
         for i in range(summaries.size()):
             summary = summaries.apply(i)
             if summary.id() == "driver":
@@ -71,9 +73,19 @@ class ExecutorControl:
             failed += int(summary.failedTasks())
             if summary.id() in registered:
                 cores += int(summary.totalCores())
+                added = int(summary.addTime().getTime())
+                newest_ms = added if newest_ms is None else max(newest_ms, added)
         return ExecutorTotals(
-            sorted(registered, key=_executor_order), cores, busy_ms / 1000, failed
+            sorted(registered, key=_executor_order),
+            cores,
+            busy_ms / 1000,
+            failed,
+            None if newest_ms is None else newest_ms / 1000,
         )
+
+    def started_at(self) -> float:
+        """Wall time the SparkContext started: when the first executors were asked for."""
+        return int(self._sc.startTime()) / 1000
 
     def set_target(self, executors: int) -> list[str]:
         """Ask for ``executors`` in total; on a shrink, release idle executors beyond it.

@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any, Protocol
 
-from deltaflow_runtime.capacity import BatchSample, CapacityMeter
+from deltaflow_runtime.capacity import BatchSample, CapacityMeter, ExecutorStartClock
 from deltaflow_runtime.checkpoint import TopicOffsets
 from deltaflow_runtime.executors import ExecutorControl, ExecutorTotals
 
@@ -45,6 +45,7 @@ class ScalingAgent:
         self.control, self.channel, self.period = control, channel, period
         self.query_id = query_id
         self.meter = CapacityMeter()
+        self.start_clock = ExecutorStartClock(asked_at=control.started_at())
         self._lock = threading.Lock()
         self._last_totals: ExecutorTotals | None = None
         self._last_batch = -1
@@ -106,6 +107,9 @@ class ScalingAgent:
                     f", released idle {', '.join(released)}" if released else "",
                 )
         totals = self.control.totals()
+        self.start_clock.observe(
+            time.time(), self.control.target, len(totals.registered), totals.newest_added_at
+        )
         with self._lock:
             capacity = self.meter.capacity()
             batch, batch_at = self._last_batch, self._last_batch_at
@@ -129,6 +133,8 @@ class ScalingAgent:
                 "batches": capacity.batches,
                 "fitted": capacity.fitted,
             }
+            if self.start_clock.seconds is not None:
+                report["capacity"]["executorStartSeconds"] = round(self.start_clock.seconds, 1)
         if kafka is not None:
             report["kafka"] = kafka
         # Publish on change, else as a heartbeat: the operator treats a report older than 30 s

@@ -58,6 +58,7 @@ class Stream:
     shares: tuple[float, ...] | None = None  # arrival share of each partition; even when None
     sink_limit: float = math.inf
     start_delay: float = 15.0
+    measured_start: float | None = None  # the start time the driver reports (None: not yet)
     max_offsets: int | None = None
     min_partitions: int | None = None  # spec.source.minPartitions
     limits: Limits = LIMITS
@@ -97,7 +98,7 @@ class Stream:
         return Observation(
             now=self.now,
             partitions=parts,
-            capacity=Capacity(PER_CORE, 0.0, 50),
+            capacity=Capacity(PER_CORE, 0.0, 50, executor_start_seconds=self.measured_start),
             driver_reachable=True,
             current_executors=self.executors,
             target_executors=self.target,
@@ -503,6 +504,41 @@ def test_a_step_up_converges_in_one_sized_action() -> None:
     # Waiting for the window is visible while it lasts.
     assert [d.verdict for d in stream.decisions[59:63]] == ["Stabilizing"] * 3 + ["ScaleUp"]
     assert "scale-up window of 30 s holds it back for another 30 s" in stream.decisions[59].reason
+
+
+def test_a_scale_up_also_clears_what_piles_up_while_its_executors_start() -> None:
+    # 1 executor carries 900 rec/s; at 2,500 the backlog grows by 1,500 rec/s until the new
+    # executors register 15 s after the ask. Sized without that, 3 (3k rec/s) clear it at
+    # 500 rec/s and the stream takes a second scale-up; with the measured start time, one.
+    limits = replace(INSTANT, target_lag_seconds=30, scale_down_stabilization_seconds=300)
+
+    def run(measured: float | None) -> tuple[Stream, float]:
+        stream = Stream(
+            24, step_at(300, 900, 2500), executors=1, limits=limits, measured_start=measured
+        ).run(290)
+        assert stream.actions == []
+        while stream.now < 300 or stream.lag > 0:
+            stream.step()
+        return stream, stream.now - 300
+
+    blind, blind_catch_up = run(None)
+    aware, aware_catch_up = run(15.0)
+    assert [(a, b) for _, a, b in blind.actions] == [(1, 3), (3, 4)]
+    assert [(a, b) for _, a, b in aware.actions] == [(1, 4)]
+    assert aware_catch_up < blind_catch_up
+    first_up = next(d for d in aware.decisions if d.verdict == "ScaleUp")
+    assert "4 rather than 3 to also clear the" in first_up.reason
+    assert "records that pile up in the 15 s new executors take to register" in first_up.reason
+
+
+def test_the_start_pile_up_sizes_a_count_but_never_limits_it() -> None:
+    # 4 executors (the maximum) meet the need, not the need plus what piles up while they
+    # start: the stream scales to 4 and says ScaleUp, not AtMaximum.
+    limits = replace(INSTANT, max_executors=4)
+    obs = observation(arrival=3500.0, executors=1, partitions=24, lag=20_000)
+    start = replace(obs.capacity, executor_start_seconds=60.0) if obs.capacity else None
+    decision = decide(replace(obs, capacity=start), limits, History())
+    assert (decision.desired, decision.verdict) == (4, "ScaleUp")
 
 
 def test_a_spike_shorter_than_the_scale_up_window_does_nothing() -> None:

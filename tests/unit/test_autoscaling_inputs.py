@@ -16,7 +16,12 @@ from deltaflow_operator.builders.driver import spark_conf
 from deltaflow_operator.scaling import executor_selector, history_of, history_status
 from deltaflow_operator.settings import Settings
 from deltaflow_runtime import pod_channel
-from deltaflow_runtime.capacity import BatchSample, CapacityMeter, effective_parallelism
+from deltaflow_runtime.capacity import (
+    BatchSample,
+    CapacityMeter,
+    ExecutorStartClock,
+    effective_parallelism,
+)
 from deltaflow_runtime.scaling_agent import kafka_report
 from support.manifests import valid_manifest
 
@@ -115,6 +120,36 @@ def test_capacity_window_forgets_old_batches() -> None:
     assert capacity.records_per_core_second == pytest.approx(4000)
 
 
+def test_executor_start_is_timed_from_the_ask_to_the_registration() -> None:
+    # The driver's first executor: asked for when the SparkContext started (t=100), registered
+    # at t=112, seen by the agent's round at t=115.
+    clock = ExecutorStartClock(asked_at=100.0)
+    clock.observe(115.0, target=1, registered=1, newest_at=112.0)
+    assert clock.seconds == 12.0
+    # A scale-up seen at t=200: the rounds wait while the pods start...
+    clock.observe(200.0, target=3, registered=1, newest_at=112.0)
+    clock.observe(210.0, target=3, registered=2, newest_at=208.0)
+    assert clock.seconds == 12.0
+    # ...and the last of them registered at t=217.5.
+    clock.observe(220.0, target=3, registered=3, newest_at=217.5)
+    assert clock.seconds == 17.5
+    # A lost executor replaced is a start too.
+    clock.observe(300.0, target=3, registered=2, newest_at=217.5)
+    clock.observe(310.0, target=3, registered=3, newest_at=309.0)
+    assert clock.seconds == 9.0
+
+
+def test_a_wait_ended_by_a_lower_target_measures_nothing() -> None:
+    clock = ExecutorStartClock()
+    assert clock.seconds is None  # nothing measured: unknown, not 0
+    clock.observe(200.0, target=4, registered=2, newest_at=150.0)
+    clock.observe(205.0, target=2, registered=2, newest_at=150.0)
+    assert clock.seconds is None
+    # Steady rounds measure nothing either.
+    clock.observe(210.0, target=2, registered=2, newest_at=150.0)
+    assert clock.seconds is None
+
+
 def _report(**over: object) -> str:
     body: dict[str, object] = {
         "at": 100.0,
@@ -159,6 +194,20 @@ def test_a_lower_bound_capacity_is_reported_as_such() -> None:
     assert report is not None
     assert report.capacity is not None
     assert not report.capacity.fitted
+
+
+@pytest.mark.parametrize(("sent", "read"), [(14.5, 14.5), (0, 0.0), (-1, None), ("9", None)])
+def test_the_measured_executor_start_reaches_the_policy(sent: object, read: float | None) -> None:
+    cap = {
+        "recordsPerCoreSecond": 900.0,
+        "batchOverheadSeconds": 1.0,
+        "batches": 4,
+        "executorStartSeconds": sent,
+    }
+    report = parse_report(_report(capacity=cap))
+    assert report is not None
+    assert report.capacity is not None
+    assert report.capacity.executor_start_seconds == read
 
 
 def test_a_report_without_measured_capacity_says_unknown_not_zero() -> None:

@@ -775,6 +775,11 @@ class CapacityStatus(StatusModel):
         "(each batch's fixed cost counted as work); true: the slope fitted over batches of "
         "different sizes",
     )
+    executor_start_seconds: float | None = Field(
+        default=None,
+        description="seconds from asking for executors to their registration, as last "
+        "measured; a scale-up is sized to also clear what piles up meanwhile",
+    )
 
 
 class RecommendationStatus(StatusModel):

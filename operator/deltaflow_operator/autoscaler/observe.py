@@ -70,6 +70,7 @@ def parse_report(text: str | None) -> DriverReport | None:
                 batch_overhead_seconds=float(cap["batchOverheadSeconds"]),
                 batches=int(cap["batches"]),
                 fitted=bool(cap.get("fitted", True)),
+                executor_start_seconds=_seconds(cap.get("executorStartSeconds")),
             )
             if isinstance(cap, dict)
             else None
@@ -92,6 +93,13 @@ def parse_report(text: str | None) -> DriverReport | None:
         )
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+def _seconds(raw: object) -> float | None:
+    """A duration from the report: absent or not a non-negative number is unknown."""
+    if isinstance(raw, bool) or not isinstance(raw, int | float) or raw < 0:
+        return None
+    return float(raw)
 
 
 def _snapshot(raw: object) -> OffsetSnapshot | None:

@@ -50,6 +50,16 @@ Sizing
     anything is asked for, not by trying. The hottest share is weighed like the need: each
     partition's arrivals plus its own backlog (its lag beyond its natural lag) over the target.
 
+    New executors are not useful at once: until they register, the registered ones fall short of
+    the arrivals and the backlog grows by ``(arrivals - throughput now) * start time``, the start
+    time being what the driver last measured from asking for executors to their registration
+    (pod scheduling, image, JVM; its first executors count). A scale-up is sized to clear that
+    too within the target (Flink's autoscaler adds the records of its restart time to the
+    catch-up the same way). Without it, the round that straddles a step measures part of the new
+    rate, sizes for it, and the count is short by one more start time: on the reference node
+    that was the 16 s over a 30 s target that fixed-at-max did not have. The pile-up sizes a
+    count, never limits it: when no count clears it, the best count there is is asked for.
+
     A capacity that is only a lower bound (the driver has seen batches of one size: records / busy
     time, each batch's fixed cost counted as work) under-rates every count, most of all at small
     batches. With it, a stream whose lag is within the target is not scaled up on the model
@@ -171,6 +181,9 @@ class Capacity:
     # False: records / busy time of batches of one size, a lower bound (the fixed cost counted
     # as work), not the fitted slope.
     fitted: bool = True
+    # Seconds from asking for executors to their registration, last measured by the driver (its
+    # first executors count too); None until measured.
+    executor_start_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -509,6 +522,8 @@ class _Round:
             if sized is None:
                 sized, _ = model.best(self.low, self.high, self.arrival)
                 limit = self._why_limited(sized, need_up)
+            else:
+                sized = max(sized, self._sized_for_start())
             # While behind, never drop executors, even ones the model finds useless.
             raw = max(sized, self.base)
         else:
@@ -607,6 +622,26 @@ class _Round:
     def _down_need(self, arrival_rate: float) -> float:
         """Records/s a smaller count must keep up with: the rate with headroom, and the backlog."""
         return DOWN_HEADROOM * (arrival_rate + self.backlog / self.target_lag)
+
+    def _start_pileup(self) -> float:
+        """Records that pile up while new executors start: the registered ones fall short of
+        the arrivals for the start time the driver measured (0 when not measured yet)."""
+        start = self.model.capacity.executor_start_seconds
+        if start is None or start <= 0:
+            return 0.0
+        current = self.model.throughput(self.obs.current_executors, self.arrival)
+        return max(0.0, self.arrival - current) * start
+
+    def _sized_for_start(self) -> int:
+        """The smallest count that also clears what piles up while it starts, within the target
+        (the best count there is when none does: the pile-up is an estimate, never a limit)."""
+        pileup = self._start_pileup()
+        if pileup <= 0:
+            return self.low
+        model = replace(self.model, backlog=self.backlog + pileup)
+        need = self.arrival + model.backlog / self.target_lag
+        sized = model.smallest_meeting(self.low, self.high, need, self.arrival)
+        return model.best(self.low, self.high, self.arrival)[0] if sized is None else sized
 
     def _sized_for_arrivals(self) -> int:
         """The smallest count that keeps up with the arrivals alone, leaving the backlog out."""
@@ -726,6 +761,14 @@ class _Round:
             return desired, limit, f"{text}; {self._limit_text(limit, need)}"
         rate = self.model.throughput(desired, self.arrival)
         text = f"{text}; {desired} give {_num(rate)} rec/s of {_num(need)} needed"
+        plain = self.model.smallest_meeting(self.low, self.high, need, self.arrival)
+        start = self.model.capacity.executor_start_seconds
+        if plain is not None and plain < desired and start is not None:
+            text += (
+                f", {desired} rather than {plain} to also clear the "
+                f"{_num(self._start_pileup())} records that pile up in the {_num(start)} s new "
+                "executors take to register"
+            )
         if desired < raw:
             # Executors asked for are still starting: the backlog that grows meanwhile is not
             # counted twice; the rounds after they registered size for the rest.
