@@ -11,7 +11,7 @@ from deltaflow_operator.api import DeltaIngestion
 from deltaflow_operator.api.v1alpha1 import AutoscalerStatus
 from deltaflow_operator.autoscaler import observe
 from deltaflow_operator.autoscaler.observe import OffsetSnapshot, kafka_view, parse_report
-from deltaflow_operator.autoscaler.policy import History, LastAction, Recommendation
+from deltaflow_operator.autoscaler.policy import Capacity, History, LastAction, Recommendation
 from deltaflow_operator.builders.driver import spark_conf
 from deltaflow_operator.scaling import executor_selector, history_of, history_status
 from deltaflow_operator.settings import Settings
@@ -183,31 +183,21 @@ def test_a_broken_report_is_no_report(text: str | None) -> None:
     assert parse_report(text) is None
 
 
-def test_a_lower_bound_capacity_is_reported_as_such() -> None:
-    cap = {
-        "recordsPerCoreSecond": 900.0,
-        "batchOverheadSeconds": 1.0,
-        "batches": 4,
-        "fitted": False,
-    }
+def _parsed_capacity(**fields: object) -> Capacity:
+    cap = {"recordsPerCoreSecond": 900.0, "batchOverheadSeconds": 1.0, "batches": 4, **fields}
     report = parse_report(_report(capacity=cap))
     assert report is not None
     assert report.capacity is not None
-    assert not report.capacity.fitted
+    return report.capacity
+
+
+def test_a_lower_bound_capacity_is_reported_as_such() -> None:
+    assert not _parsed_capacity(fitted=False).fitted
 
 
 @pytest.mark.parametrize(("sent", "read"), [(14.5, 14.5), (0, 0.0), (-1, None), ("9", None)])
 def test_the_measured_executor_start_reaches_the_policy(sent: object, read: float | None) -> None:
-    cap = {
-        "recordsPerCoreSecond": 900.0,
-        "batchOverheadSeconds": 1.0,
-        "batches": 4,
-        "executorStartSeconds": sent,
-    }
-    report = parse_report(_report(capacity=cap))
-    assert report is not None
-    assert report.capacity is not None
-    assert report.capacity.executor_start_seconds == read
+    assert _parsed_capacity(executorStartSeconds=sent).executor_start_seconds == read
 
 
 def test_a_report_without_measured_capacity_says_unknown_not_zero() -> None:
