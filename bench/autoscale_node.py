@@ -59,10 +59,11 @@ NS = "bench"
 PARTITIONS = 3
 TRIGGER = "2s"
 MAX_OFFSETS_PER_TRIGGER = 500_000  # large: a catch-up batch takes the whole backlog
-# Half the CRD default (60 s). The e2e's 10 s is at this node's own noise: fixed-at-max passed it
-# at the step (4 s over, peak 10.6 s) with a 2 s trigger and 1.5 s of batch overhead, and a new
-# executor here needs ~15 s to be useful (pod start and a cold JVM on the two shared cores).
-TARGET_LAG_SECONDS = 30
+# The CRD default; --target-lag sets another. Runs before 2026-11-24 (fifth session) used 30 s,
+# half of it; the e2e's 10 s is at this node's own noise: fixed-at-max passed it at the step (4 s
+# over, peak 10.6 s) with a 2 s trigger and 1.5 s of batch overhead, and a new executor here needs
+# ~15-30 s to be useful (pod start and a cold JVM on the two shared cores).
+TARGET_LAG_SECONDS = 60
 MAX_EXECUTORS = 3
 # CI-scale versions of the CRD defaults (target lag 60 s, scale-up window 30 s, scale-down window
 # 300 s, 1..4 executors): 1..3 executors for 3 partitions on a 2-core node, up at once, down 30 s
@@ -70,7 +71,6 @@ MAX_EXECUTORS = 3
 SCALING: dict[str, Any] = {
     "minExecutors": 1,
     "maxExecutors": MAX_EXECUTORS,
-    "targetLagSeconds": TARGET_LAG_SECONDS,
     "scaleUpStabilizationSeconds": 0,
     "scaleDownStabilizationSeconds": 30,
 }
@@ -389,6 +389,7 @@ class Run:
     final_report: dict[str, Any] = field(default_factory=dict)
     final_driver_uid: str | None = None
     landing: Landing | None = None
+    target_lag: float = TARGET_LAG_SECONDS
 
     @property
     def step_start(self) -> float:
@@ -415,6 +416,7 @@ class Stack:
     api: Api
     broker: KafkaBroker
     lake: Path  # the lake claim's folder on the host
+    target_lag: float = TARGET_LAG_SECONDS  # spec.scaling.targetLagSeconds of both runs
 
     @property
     def pod_bootstrap(self) -> str:
@@ -423,13 +425,15 @@ class Stack:
         return self.broker.pod_bootstrap_servers
 
 
-def ingestion_manifest(name: str, bootstrap: str, mode: str, executors: int) -> dict[str, Any]:
+def ingestion_manifest(
+    name: str, bootstrap: str, mode: str, executors: int, target_lag: float
+) -> dict[str, Any]:
     """The demo's DeltaIngestion (cluster_manifest) with the benchmark's source, trigger and
     scaling; ``executors`` is used in manual mode."""
     manifest = cluster_manifest(name, bootstrap, topic=name, trigger=TRIGGER, namespace=NS)
     spec = manifest["spec"]
     spec["source"]["maxOffsetsPerTrigger"] = MAX_OFFSETS_PER_TRIGGER
-    scaling = {**SCALING, "mode": mode}
+    scaling = {**SCALING, "targetLagSeconds": target_lag, "mode": mode}
     if mode == "manual":
         scaling["executors"] = executors
     spec["scaling"] = scaling
@@ -588,8 +592,10 @@ def run_policy(stack: Stack, policy: str, phases: list[Phase], sample_seconds: f
     name = f"step-{policy}"
     mode, executors = ("lag", 1) if policy == "deltaflow" else ("manual", MAX_EXECUTORS)
     clock, api = stack.clock, stack.api
-    apply_and_wait(stack, ingestion_manifest(name, stack.pod_bootstrap, mode, executors))
-    run = Run(policy, name, phases)
+    apply_and_wait(
+        stack, ingestion_manifest(name, stack.pod_bootstrap, mode, executors, stack.target_lag)
+    )
+    run = Run(policy, name, phases, target_lag=stack.target_lag)
     producer = PacedProducer(stack.broker.bootstrap_servers, name, phases[0].rate, phases)
     producer.start()
     try:
@@ -639,7 +645,7 @@ def _warm_up(clock: Clock, api: Api, name: str, run: Run) -> None:
         return (
             bool(capacity)
             and seconds is not None
-            and seconds <= TARGET_LAG_SECONDS
+            and seconds <= run.target_lag
             and count[0] == count[1]
             and now - held["since"] >= SETTLED_SECONDS
         )
@@ -710,7 +716,9 @@ def calibrate(stack: Stack) -> tuple[float, dict[str, Any]]:
     Manual mode, 1 executor: the backlog must not scale it up (3 executors on 2 cores would
     measure the contention, not a core)."""
     clock, api, name = stack.clock, stack.api, "calibration"
-    apply_and_wait(stack, ingestion_manifest(name, stack.pod_bootstrap, "manual", 1))
+    apply_and_wait(
+        stack, ingestion_manifest(name, stack.pod_bootstrap, "manual", 1, stack.target_lag)
+    )
     phases = [
         Phase("steady", 10, CALIBRATION_RATE),
         Phase("backlog", 0.5, CALIBRATION_BACKLOG / 0.5),
@@ -786,13 +794,13 @@ def figures(run: Run) -> Figures:
         pod_s += a.running_pods * dt
         if a.lag_seconds is None:
             unknown += dt
-        elif a.lag_seconds > TARGET_LAG_SECONDS:
+        elif a.lag_seconds > run.target_lag:
             over += dt
     after_step = [x for x in s if x.t >= run.step_start]
     over_idx = [
         i
         for i, x in enumerate(after_step)
-        if x.lag_seconds is not None and x.lag_seconds > TARGET_LAG_SECONDS
+        if x.lag_seconds is not None and x.lag_seconds > run.target_lag
     ]
     catch_up: float | None = 0.0
     if over_idx:
@@ -838,7 +846,8 @@ def print_results(runs: dict[str, Run], base: float, factor: float, every: float
     print()
     print(
         f"== step on the local node: {_trace_text(runs['deltaflow'].phases)}; {PARTITIONS} "
-        f"partitions, trigger {TRIGGER}, target lag {TARGET_LAG_SECONDS} s, sampled every "
+        f"partitions, trigger {TRIGGER}, target lag {runs['deltaflow'].target_lag:g} s, "
+        f"sampled every "
         f"{every:g} s"
     )
     header = (
@@ -909,12 +918,10 @@ def print_timeline(run: Run, step_rate: float, every: float) -> None:
     over: bool | None = None  # the last known side of the target (unknown lag changes nothing)
     for s in run.samples:
         if s.lag_seconds is not None:
-            now = s.lag_seconds > TARGET_LAG_SECONDS
+            now = s.lag_seconds > run.target_lag
             if over is not None and now != over:
                 state = "over" if now else "back under"
-                lines.append(
-                    (s.t - z, f"lag {state} {TARGET_LAG_SECONDS} s ({s.lag_seconds:.1f} s)")
-                )
+                lines.append((s.t - z, f"lag {state} {run.target_lag:g} s ({s.lag_seconds:.1f} s)"))
             over = now
         if previous is not None:
             if s.desired != previous.desired:
@@ -992,6 +999,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--minutes-after", type=float, default=3.0)
     ap.add_argument("--sample-seconds", type=float, default=2.0)
     ap.add_argument(
+        "--target-lag",
+        type=float,
+        default=TARGET_LAG_SECONDS,
+        help=f"spec.scaling.targetLagSeconds (default {TARGET_LAG_SECONDS}, the CRD's)",
+    )
+    ap.add_argument(
         "--out",
         type=Path,
         default=Path(tempfile.gettempdir()) / "deltaflow-autoscale-node",
@@ -1048,9 +1061,10 @@ def _bench(
     plane.kubectl("label", "namespace", NS, "pod-security.kubernetes.io/enforce=restricted")
     lake = out / "lake"
     lake_volume(plane, NS, lake)
-    stack = Stack(clock, plane, Api(plane), broker, lake)
+    stack = Stack(clock, plane, Api(plane), broker, lake, args.target_lag)
+    scaling = {**SCALING, "targetLagSeconds": args.target_lag}
     print(
-        f"scaling: {json.dumps(SCALING)} (CI-scale versions of the CRD defaults: target lag "
+        f"scaling: {json.dumps(scaling)} (CI-scale versions of the CRD defaults: target lag "
         "60 s, scale-up window 30 s, scale-down window 300 s, maxExecutors 4); trigger "
         f"{TRIGGER}, maxOffsetsPerTrigger {MAX_OFFSETS_PER_TRIGGER:,}, {PARTITIONS} partitions, "
         "1 core per executor",
