@@ -55,10 +55,11 @@ Sizing
     time being what the driver last measured from asking for executors to their registration
     (pod scheduling, image, JVM; its first executors count). A scale-up is sized to clear that
     too within the target (Flink's autoscaler adds the records of its restart time to the
-    catch-up the same way). Without it, the round that straddles a step measures part of the new
-    rate, sizes for it, and the count is short by one more start time: on the reference node
-    that was the 16 s over a 30 s target that fixed-at-max did not have. The pile-up sizes a
-    count, never limits it: when no count clears it, the best count there is is asked for.
+    catch-up the same way). Without it, a count that just meets the need once its executors run
+    leaves what piled up meanwhile to a second scale-up. The pile-up sizes a count, never limits
+    it: when no count clears it, the best count there is is asked for. It does not cover the
+    time a registered executor still runs slowly (a cold JVM on busy cores): that shows in the
+    capacity the driver measures next.
 
     A capacity that is only a lower bound (the driver has seen batches of one size: records / busy
     time, each batch's fixed cost counted as work) under-rates every count, most of all at small
