@@ -141,7 +141,7 @@ class CapacityMeter:
 
 
 class ExecutorStartClock:
-    """How long new executors take to be of use: from asking for them to their registration.
+    """How long new executors take to join: from asking for them to their registration.
 
     Fed each agent round with the executor target, the registered count and when the newest
     registered executor registered (Spark's add time). A wait starts when the target rises above
