@@ -847,8 +847,7 @@ def print_results(runs: dict[str, Run], base: float, factor: float, every: float
     print(
         f"== step on the local node: {_trace_text(runs['deltaflow'].phases)}; {PARTITIONS} "
         f"partitions, trigger {TRIGGER}, target lag {runs['deltaflow'].target_lag:g} s, "
-        f"sampled every "
-        f"{every:g} s"
+        f"sampled every {every:g} s"
     )
     header = (
         f"{'policy':<10} {'exec-s':>7} {'x max':>6} {'pod-s':>7} {'over-target s':>13} "

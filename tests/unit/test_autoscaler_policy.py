@@ -536,8 +536,9 @@ def test_the_start_pile_up_sizes_a_count_but_never_limits_it() -> None:
     # start: the stream scales to 4 and says ScaleUp, not AtMaximum.
     limits = replace(INSTANT, max_executors=4)
     obs = observation(arrival=3500.0, executors=1, partitions=24, lag=20_000)
-    start = replace(obs.capacity, executor_start_seconds=60.0) if obs.capacity else None
-    decision = decide(replace(obs, capacity=start), limits, History())
+    assert obs.capacity is not None
+    slow_start = replace(obs.capacity, executor_start_seconds=60.0)
+    decision = decide(replace(obs, capacity=slow_start), limits, History())
     assert (decision.desired, decision.verdict) == (4, "ScaleUp")
 
 
