@@ -5,7 +5,10 @@ then reads the table's own log: for every row, (commit time of the Delta version
 its Kafka produce timestamp) / trigger interval; and data files per million records.
 
     bash bench/run.sh freshness [--rate 5000] [--seconds 120] [--trigger 5s] [--object-store]
-                                [--optimize-write on|off|both]
+                                [--optimize-write on|off|both] [--jobs deltaflow,baseline]
+
+``--jobs ...,baseline`` also runs the minimal hand-written job (bench/baseline_job.py: Delta's own
+streaming sink, no checks) at the same rate and trigger: what this machine gives any Spark job.
 
 ``--object-store``: the table and the checkpoint on a MinIO server (s3a://) the benchmark starts.
 """
@@ -20,7 +23,10 @@ import time
 from pathlib import Path
 
 from common import (
+    Job,
     Lake,
+    Run,
+    baseline_job,
     broker,
     create_topic,
     deltaflow_job,
@@ -30,11 +36,11 @@ from common import (
     write_manifest,
 )
 
-from deltaflow_runtime.config import trigger_seconds
+from deltaflow_runtime.config import Pipeline, load_ingestion, trigger_seconds
 
 
 def commits(table: str, where: Lake) -> list[tuple[int, float, list[str]]]:
-    """(version, commit time in s, added data files) of every stream commit (WRITE)."""
+    """(version, commit time in s, added data files) of every stream commit."""
     from pyarrow import fs
 
     files, root = where.filesystem()
@@ -54,7 +60,8 @@ def commits(table: str, where: Lake) -> list[tuple[int, float, list[str]]]:
                 info = action["commitInfo"]
             elif "add" in action and action["add"].get("dataChange", True):
                 added.append(action["add"]["path"])
-        if info.get("operation") == "WRITE":
+        # WRITE: the runtime's appends; STREAMING UPDATE: Delta's streaming sink (minimal job).
+        if info.get("operation") in ("WRITE", "STREAMING UPDATE"):
             name = log.rsplit("/", 1)[-1]
             out.append((int(name[:20]), float(info["timestamp"]) / 1000, added))  # type: ignore[arg-type]
     return out
@@ -100,11 +107,30 @@ def _wait_rows(table: str, where: Lake, total: int, timeout: float) -> None:
         time.sleep(1)
 
 
+def _started(job: Job, log: Path, checkpoint: str | None, where: Lake) -> bool:
+    """Whether the stream runs: the runtime logs it; the minimal job has written its
+    checkpoint's metadata."""
+    if checkpoint is None:
+        return '"stream_starting"' in log.read_text(errors="replace")
+    files, root = where.filesystem()
+    from pyarrow import fs
+
+    path = f"{root}/{checkpoint.removeprefix(where.root).strip('/')}/metadata"
+    return bool(files.get_file_info(path).type == fs.FileType.File)
+
+
 def _run(
-    args: argparse.Namespace, work: Path, bootstrap: str, where: Lake, optimize_write: bool
+    args: argparse.Namespace,
+    work: Path,
+    bootstrap: str,
+    where: Lake,
+    optimize_write: bool,
+    *,
+    baseline: bool = False,
 ) -> dict[str, float]:
-    """One stream at the given rate with optimized writes on or off: its figures."""
-    name = f"fresh-{'ow' if optimize_write else 'plain'}"
+    """One stream at the given rate with optimized writes on or off (or the minimal job): its
+    figures."""
+    name = "fresh-baseline" if baseline else f"fresh-{'ow' if optimize_write else 'plain'}"
     interval = trigger_seconds(args.trigger)
     create_topic(bootstrap, name, args.partitions)
     config = work / f"{name}.yaml"
@@ -119,9 +145,15 @@ def _run(
         optimize_write=optimize_write,
     )
     log = work / f"{name}.log"
-    job = deltaflow_job(config, work, log, available_now=False, env=where.env)
+    checkpoint = None
+    if baseline:
+        table += "_baseline"
+        checkpoint = Pipeline.of(load_ingestion(config)).identity.checkpoint_path + "_baseline"
+        job = baseline_job(config, work, log, available_now=False, env=where.env)
+    else:
+        job = deltaflow_job(config, work, log, available_now=False, env=where.env)
     deadline = time.monotonic() + 300
-    while '"stream_starting"' not in log.read_text(errors="replace"):
+    while not _started(job, log, checkpoint, where):
         if time.monotonic() > deadline or job.proc.poll() is not None:
             raise SystemExit(f"the stream did not start: see {log}")
         time.sleep(0.5)
@@ -130,7 +162,12 @@ def _run(
     took = produce(bootstrap, name, total, rate=args.rate)
     print(f"[{name}] produced {total} records at {total / took:.0f}/s over {took:.0f}s", flush=True)
     _wait_rows(table, where, total, 300)
-    run = job.stop()
+    if baseline:
+        cpu = job.cpu.current()
+        job.kill()  # the minimal job has no graceful stop; its table is complete
+        run = Run(0, time.monotonic() - job.started, cpu)
+    else:
+        run = job.stop()
     print(
         f"[{name}] driver stopped (exit {run.code}); cpu {run.cpu:.1f}s over {run.wall:.0f}s",
         flush=True,
@@ -162,6 +199,11 @@ def main() -> int:
     parser.add_argument("--work", type=Path, default=None)
     parser.add_argument("--object-store", action="store_true", help="the table on MinIO (s3a://)")
     parser.add_argument(
+        "--jobs",
+        default="deltaflow",
+        help="deltaflow, baseline (the minimal hand-written job) or both, comma-separated",
+    )
+    parser.add_argument(
         "--optimize-write",
         choices=("on", "off", "both"),
         default="both",
@@ -173,10 +215,15 @@ def main() -> int:
     kafka = broker(work)
     where = lake(work, args.object_store)
     modes = {"on": [True], "off": [False], "both": [False, True]}[args.optimize_write]
+    jobs = args.jobs.split(",")
     results: dict[bool, dict[str, float]] = {}
+    minimal: dict[str, float] | None = None
     try:
-        for mode in modes:
-            results[mode] = _run(args, work, kafka.bootstrap_servers, where, mode)
+        if "deltaflow" in jobs:
+            for mode in modes:
+                results[mode] = _run(args, work, kafka.bootstrap_servers, where, mode)
+        if "baseline" in jobs:
+            minimal = _run(args, work, kafka.bootstrap_servers, where, False, baseline=True)
     finally:
         kafka.stop()
         where.stop()
@@ -185,9 +232,12 @@ def main() -> int:
         f"{args.trigger}, {args.partitions} Kafka partitions x 4 table partitions, table on the "
         f"{where.kind}"
     )
-    for mode, r in results.items():
+    rows = [(f"optimizeWrite {'on ' if mode else 'off'}", r) for mode, r in results.items()]
+    if minimal is not None:
+        rows.append(("minimal job      ", minimal))
+    for title, r in rows:
         print(
-            f"optimizeWrite {'on ' if mode else 'off'}: (commit - produce) / trigger p50 "
+            f"{title}: (commit - produce) / trigger p50 "
             f"{r['p50']:.2f}, p99 {r['p99']:.2f} (p50 {r['p50s']:.2f}s, p99 {r['p99s']:.2f}s); "
             f"{r['files_per_million']:.0f} data files per million records ({r['files']:.0f} "
             f"files, {r['commits']:.0f} commits); {r['cpu_per_million']:.0f} CPU-s per million"

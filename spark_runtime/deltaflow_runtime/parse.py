@@ -419,10 +419,10 @@ def _metadata() -> list[Column]:
 
 
 def split(routed: DataFrame, spec: ParseSpec) -> DataFrame:
-    """A routed frame narrowed to what the two writes take, so the batch can be cached once and
-    both written from the cache (one Kafka fetch, one parse per record): the reason, the Kafka
-    metadata, the parsed value (valid rows only), and the raw bytes and the detail (refused
-    rows only).
+    """A routed frame narrowed to what the two writes take: the reason, the Kafka metadata, the
+    parsed value (valid rows only), and the raw bytes and the detail (refused rows only). The
+    table pass observes and filters it; the dead-letter pass caches its refused rows for a
+    count and the write.
     """
     from pyspark.sql import functions as F  # noqa: N812
 
@@ -441,8 +441,6 @@ def split(routed: DataFrame, spec: ParseSpec) -> DataFrame:
     if spec.format == "raw":
         columns.append(F.when(~refused, F.col(TEXT)).alias(TEXT))
     else:
-        # One top-level column per field: the cache stores primitive columns far cheaper than
-        # a struct.
         assert spec.value_schema is not None
         columns.extend(
             F.when(~refused, _field(name)).alias(_value_column(i))
@@ -548,16 +546,75 @@ def dead_letter_rows(split_rows: DataFrame, batch_id: int) -> DataFrame:
     )
 
 
-def table_pass_columns() -> list[Column]:
+# The table pass's observed Bloom filter of its refused records' keys (see table_pass_columns).
+REFUSED_KEYS = "refused_keys"
+# Its size: sized for this many refused records at most (Spark's ~3% false positives); more only
+# raise the false positives, which the dead-letter pass routes again and drops. ~0.9 MB a task.
+REFUSED_KEYS_CAPACITY = 1_000_000
+
+
+def _record_key() -> Column:
+    """A record's identity as one long: (topic, partition, offset), hashed."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    return F.xxhash64(F.col("topic"), F.col("partition"), F.col("offset"))
+
+
+def table_pass_columns(expected_records: int | None = None) -> list[Column]:
     """Aggregates for ``DataFrame.observe`` on the table pass, kept to what it needs on every row:
-    ``rows`` and ``valid``. The counts per reason come from the dead-letter pass, which sees only
+    ``rows``, ``valid``, and a Bloom filter of the refused records' keys (``refused_keys``, null
+    when none was refused) by which the dead-letter pass finds them again without routing the
+    whole batch a second time (:func:`possibly_refused`). Its size is bounded whatever the number
+    of refused records. The counts per reason come from the dead-letter pass, which sees only
     refused records (ten per-reason counts on every row cost about 10% CPU per record)."""
     from pyspark.sql import functions as F  # noqa: N812
 
+    capacity = max(1_000, min(expected_records or REFUSED_KEYS_CAPACITY, REFUSED_KEYS_CAPACITY))
+    jvm: Any = _jvm()
+    keys = F.when(F.col(REASON).isNotNull(), _record_key())
+    aggregate = jvm.org.apache.spark.sql.catalyst.expressions.aggregate.BloomFilterAggregate(
+        _expr(keys), _expr(F.lit(capacity).cast("bigint"))
+    ).toAggregateExpression()
     return [
         F.count(F.lit(1)).alias("rows"),
         F.count_if(F.col(REASON).isNull()).alias("valid"),
+        _column(aggregate).alias(REFUSED_KEYS),
     ]
+
+
+def possibly_refused(records: DataFrame, refused_keys: bytes) -> DataFrame:
+    """The Kafka rows of a batch whose key is in the table pass's Bloom filter of refused keys:
+    every refused record and a few valid ones (false positives; routing them again drops them),
+    found at the cost of a hash a record instead of a second parse."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    jvm: Any = _jvm()
+    might_contain = jvm.org.apache.spark.sql.catalyst.expressions.BloomFilterMightContain(
+        _expr(F.lit(bytearray(refused_keys))), _expr(_record_key())
+    )
+    return records.where(_column(might_contain))
+
+
+def _jvm() -> Any:
+    from pyspark import SparkContext
+
+    context = SparkContext._active_spark_context
+    assert context is not None, "no active SparkContext"
+    return context._jvm
+
+
+# Spark's internal Bloom filter expressions (those of its runtime join filters) have no function
+# in PySpark or SQL: built from Catalyst expressions, converted with Spark's own helpers.
+def _expr(column: Column) -> Any:
+    """The Catalyst expression of a Column (py4j)."""
+    return _jvm().org.apache.spark.sql.classic.ExpressionUtils.expression(column._jc)
+
+
+def _column(expression: Any) -> Column:
+    """A Column of a Catalyst expression (py4j)."""
+    from pyspark.sql import Column
+
+    return Column(_jvm().org.apache.spark.sql.classic.ExpressionUtils.column(expression))
 
 
 def refused(split_rows: DataFrame) -> DataFrame:

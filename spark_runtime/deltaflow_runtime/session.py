@@ -60,8 +60,8 @@ DEFAULT_CONF = {
     "spark.databricks.delta.snapshotPartitions": "8",
     "spark.sql.session.timeZone": "UTC",
     "spark.ui.showConsoleProgress": "false",
-    # Each batch is cached once for its two writes and dropped after it: compressing the cache
-    # costs CPU on every record and saves memory for a few seconds.
+    # A batch's refused records are cached for the dead-letter pass's count and write and
+    # dropped after it: compressing them costs CPU on every record and saves memory for seconds.
     "spark.sql.inMemoryColumnarStorage.compressed": "false",
 }
 

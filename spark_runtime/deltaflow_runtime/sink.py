@@ -24,9 +24,11 @@ from deltaflow_runtime.offsets import KafkaAdmin
 from deltaflow_runtime.parse import (
     REASON,
     REASONS,
+    REFUSED_KEYS,
     ParseSpec,
     count_columns,
     dead_letter_rows,
+    possibly_refused,
     refused,
     route,
     routing_fingerprint,
@@ -85,15 +87,19 @@ class Counts:
     rows: int
     valid: int
     reasons: dict[str, int]
+    refused_keys: bytes | None = None  # the table pass's Bloom filter of refused records' keys
 
     @classmethod
     def of(cls, observed: Mapping[str, Any]) -> Counts:
-        """From an observation's metrics (see :func:`deltaflow_runtime.parse.count_columns`)."""
+        """From an observation's metrics (see :func:`deltaflow_runtime.parse.count_columns` and
+        :func:`deltaflow_runtime.parse.table_pass_columns`)."""
         reasons = {r.value: int(observed.get(r.value) or 0) for r in REASONS}
+        keys = observed.get(REFUSED_KEYS)
         return cls(
             rows=int(observed["rows"]),
             valid=int(observed["valid"]),
             reasons={k: v for k, v in reasons.items() if v},
+            refused_keys=None if keys is None else bytes(keys),
         )
 
     @property
@@ -250,9 +256,15 @@ class BatchWriter:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         """Write one micro-batch (Spark calls this; a replayed batch is written at most once).
 
-        The batch is routed once and cached (``MEMORY_AND_DISK``, dropped after the batch): both
-        writes read that one fetch from Kafka, so they cannot see different records (a compacted
-        or truncated topic between two reads), and the driver never holds per-record state.
+        A new batch is routed in one uncached pass that writes its valid rows to the table and
+        observes its counts and a Bloom filter of its refused records' keys. Only when it
+        refused some does the dead-letter pass read the batch again, route just the records
+        the filter selects (the refused ones and a few false positives), and cross-check their
+        count against the table pass's before committing: the dead letters are exactly the
+        records the table pass refused, or the batch fails loudly. Kafka keeps a record
+        immutable at its offset; what may change between the two reads is only whether it is
+        still there (compaction; retention fails the read itself). The driver never holds
+        per-record state.
         """
         report = BatchReport(batch_id)
         clock = time.monotonic()
@@ -260,21 +272,16 @@ class BatchWriter:
         metadata = commit_metadata(
             self.stream.txn_app_id, batch_id, report.end_offsets, self.routing
         )
-        rows = split(route(batch, self.spec), self.spec)
         report.seconds["prepare"] = time.monotonic() - clock
         if batch_id <= self.table_batch:
             # Replay after a crash between a Delta commit and the checkpoint commit.
             report.outcome = "replayed"
             if not self._dead_letters_hold(batch_id):
-                self._finish_replay(rows, batch_id, metadata, report)
+                self._finish_replay(
+                    split(route(batch, self.spec), self.spec), batch_id, metadata, report
+                )
         else:
-            from pyspark import StorageLevel
-
-            rows.persist(StorageLevel.MEMORY_AND_DISK)
-            try:
-                self._write_both(rows, batch_id, metadata, report)
-            finally:
-                rows.unpersist()
+            self._write_both(batch, batch_id, metadata, report)
 
         clock = time.monotonic()
         if report.end_offsets is not None:
@@ -286,7 +293,7 @@ class BatchWriter:
         self._record(report)
 
     def _write_both(
-        self, rows: DataFrame, batch_id: int, metadata: str, report: BatchReport
+        self, batch: DataFrame, batch_id: int, metadata: str, report: BatchReport
     ) -> None:
         """A new batch: its valid rows to the table, then its refused ones to the dead-letter
         table, each counted, and the two counts checked against each other."""
@@ -297,13 +304,22 @@ class BatchWriter:
         # The Kafka source reads each Kafka partition in one Spark partition, or splits them into
         # about minPartitions (never fewer than one per Kafka partition).
         reading = read_tasks(sum(len(ps) for ps in end.values()), self.min_partitions)
-        tasks = write_tasks(self._planned_records(end), reading)
-        if tasks is not None:
-            rows.count()  # fills the cache with every core before the write narrows to few
-            rows = rows.coalesce(tasks)
+        planned = self._planned_records(end)
+        tasks = write_tasks(planned, reading)
         observation = Observation()
+        # The observation sits between the routing and the filter on its reason: Spark does not
+        # push a filter through it, so the value is parsed once (pushed below the parse, the
+        # filter would substitute the reason's expression and parse it again).
+        observed = split(route(batch, self.spec), self.spec).observe(
+            observation, *table_pass_columns(planned)
+        )
+        table_rows = valid_rows(observed, self.spec)
+        if tasks is not None:
+            # A small batch: fewer, larger files. The whole pass (read, parse, write) runs in
+            # these tasks; at this size the parse is a small part of the write.
+            table_rows = table_rows.coalesce(tasks)
         counts = self._append(
-            valid_rows(rows.observe(observation, *table_pass_columns()), self.spec),
+            table_rows,
             observation,
             self.stream.table_path,
             batch_id=batch_id,
@@ -319,12 +335,16 @@ class BatchWriter:
         if counts.refused:
             from pyspark import StorageLevel
 
-            # One more pass over the batch's cache, which keeps only the refused records: the
-            # count and the dead-letter write then read those, not the whole batch twice (at
-            # 0.2% refused the two full passes cost ~30% more CPU per record). A lost cache
-            # block is recomputed from Kafka, which may no longer hold the same records
-            # (compaction, retention): count before committing.
-            dead_rows = refused(rows).persist(StorageLevel.MEMORY_AND_DISK)
+            if counts.refused_keys is None:
+                raise RuntimeError(
+                    f"batch {batch_id}: the table pass refused {counts.refused} records but "
+                    "observed none of their keys"
+                )
+            candidates = possibly_refused(batch, counts.refused_keys)
+            # Cached (only the refused records): the count and the write read it once.
+            dead_rows = refused(split(route(candidates, self.spec), self.spec)).persist(
+                StorageLevel.MEMORY_AND_DISK
+            )
             try:
                 self._write_dead_letters(dead_rows, batch_id, metadata, counts, report)
             finally:
@@ -341,6 +361,8 @@ class BatchWriter:
     ) -> None:
         """The refused records of a new batch to the dead-letter table, counted first."""
 
+        # The second read finds a subset of the refused records the table pass saw (a record
+        # never changes at its offset, it can only be gone): the same number means the same.
         before = dead_rows.count()
         if before != counts.refused:
             raise BatchMismatchError(

@@ -1,0 +1,153 @@
+"""The two passes of a batch on real Spark: the table pass parses each value once, and the
+dead-letter pass finds every refused record again through the table pass's Bloom filter without
+routing the whole batch a second time."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from deltaflow_runtime.parse import (
+    REASON,
+    REFUSED_KEYS,
+    ParseSpec,
+    possibly_refused,
+    refused,
+    route,
+    split,
+    table_pass_columns,
+    valid_rows,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+pytestmark = [pytest.mark.spark]
+
+ROWS = 20_000
+
+
+def _spec() -> ParseSpec:
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    schema = StructType([StructField("id", LongType()), StructField("country", StringType())])
+    return ParseSpec("json", schema, ("id",), None, None, False, 8192, True)
+
+
+def _kafka_rows(spark: SparkSession, bad_every: int) -> DataFrame:
+    """Rows shaped like the Kafka source's, over two partitions; every ``bad_every``-th value is
+    refused (alternately malformed and missing its required field)."""
+    from pyspark.sql.types import (
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    schema = StructType(
+        [
+            StructField("key", BinaryType()),
+            StructField("value", BinaryType()),
+            StructField("topic", StringType()),
+            StructField("partition", IntegerType()),
+            StructField("offset", LongType()),
+            StructField("timestamp", TimestampType()),
+        ]
+    )
+    now = datetime.now(UTC)
+    rows = []
+    for n in range(ROWS):
+        if n % bad_every == 0:
+            value = b'{"id": 1, "country": ' if n % (2 * bad_every) else b'{"country": "DE"}'
+        else:
+            value = b'{"id": %d, "country": "DE"}' % n
+        rows.append((b"k", value, "orders", n % 2, n // 2, now))
+    return spark.createDataFrame(rows, schema).repartition(2)
+
+
+def _table_pass(rows: DataFrame, spec: ParseSpec, capacity: int = ROWS) -> tuple[DataFrame, Any]:
+    from pyspark.sql import Observation
+
+    observation = Observation()
+    observed = split(route(rows, spec), spec).observe(observation, *table_pass_columns(capacity))
+    return valid_rows(observed, spec), observation
+
+
+def _from_json_calls(frame: DataFrame) -> int:
+    plan: str = frame._jdf.queryExecution().optimizedPlan().toString()
+    return plan.count("from_json(")
+
+
+def _identities(frame: DataFrame) -> set[tuple[str, int, int]]:
+    picked = frame.select("topic", "partition", "offset").collect()
+    return {(r[0], int(r[1]), int(r[2])) for r in picked}
+
+
+def test_the_table_pass_parses_each_value_once(runtime_spark: SparkSession) -> None:
+    """The observation keeps Spark from pushing the table's filter below the parse."""
+    spec = _spec()
+    rows = _kafka_rows(runtime_spark, bad_every=100)
+    table, _ = _table_pass(rows, spec)
+    assert _from_json_calls(table) == 1
+
+    # Without the observation in between, the filter on the reason is pushed below the parse and
+    # the reason's expression substituted into it: the value is parsed several times a record.
+    unobserved = valid_rows(split(route(rows, spec), spec), spec)
+    assert _from_json_calls(unobserved) > 1
+
+
+@pytest.mark.parametrize(
+    ("bad_every", "capacity"),
+    [
+        (500, ROWS),  # 40 refused, the filter sized for the batch
+        (3, 1_000),  # 6,667 refused in a filter sized for 1,000: more false positives, no misses
+    ],
+)
+def test_the_dead_letter_pass_finds_exactly_the_refused_records(
+    runtime_spark: SparkSession, bad_every: int, capacity: int
+) -> None:
+    """Every record the table pass refused is among the candidates; routing the candidates again
+    gives exactly those records with the same reasons; with few refused records the candidates
+    are few (the second pass parses them, not the batch)."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    spec = _spec()
+    rows = _kafka_rows(runtime_spark, bad_every=bad_every)
+    table, observation = _table_pass(rows, spec, capacity)
+    table.write.format("noop").mode("overwrite").save()
+    observed = observation.get
+    refused_count = ROWS - int(observed["valid"])
+    assert int(observed["rows"]) == ROWS
+    assert refused_count == len(range(0, ROWS, bad_every))
+
+    everything = split(route(rows, spec), spec)
+    expected = {
+        (r[0], int(r[1]), int(r[2]), r[3])
+        for r in refused(everything).select("topic", "partition", "offset", REASON).collect()
+    }
+    candidates = possibly_refused(rows, bytes(observed[REFUSED_KEYS]))
+    found = refused(split(route(candidates, spec), spec))
+    got = {
+        (r[0], int(r[1]), int(r[2]), r[3])
+        for r in found.select("topic", "partition", "offset", REASON).collect()
+    }
+    assert got == expected
+    assert {e[:3] for e in expected} <= _identities(candidates)
+    if refused_count < 100:
+        # Sized for the batch, the filter lets through almost nothing else.
+        assert candidates.count() < refused_count + 20
+    assert found.where(F.col(REASON).isNull()).count() == 0
+
+
+def test_a_batch_with_nothing_refused_observes_no_keys(runtime_spark: SparkSession) -> None:
+    spec = _spec()
+    rows = _kafka_rows(runtime_spark, bad_every=ROWS + 1).where("offset > 0")
+    table, observation = _table_pass(rows, spec)
+    table.write.format("noop").mode("overwrite").save()
+    assert int(observation.get["valid"]) == int(observation.get["rows"])
+    assert observation.get[REFUSED_KEYS] is None
