@@ -107,7 +107,7 @@ def main() -> None:
         "java_method": records.select(call("x").alias("c")),
         "+ schema arg": records.select(call(spec.value_schema.json()).alias("c")),
         "table pass": valid_rows(
-            split(route(records, spec), spec).observe("table", *table_pass_columns(count)), spec
+            split(route(records, spec), spec).observe("table", *table_pass_columns()), spec
         ),
     }
     cost: dict[str, float] = {}

@@ -548,9 +548,13 @@ def dead_letter_rows(split_rows: DataFrame, batch_id: int) -> DataFrame:
 
 # The table pass's observed Bloom filter of its refused records' keys (see table_pass_columns).
 REFUSED_KEYS = "refused_keys"
-# Its size: sized for this many refused records at most (Spark's ~3% false positives); more only
-# raise the false positives, which the dead-letter pass routes again and drops. ~0.9 MB a task.
-REFUSED_KEYS_CAPACITY = 1_000_000
+# Its size bounds: sized for between this few and this many refused records (8 bits each: ~2%
+# false positives at capacity). More refused records than it is sized for only raise the false
+# positives, which the dead-letter pass routes again and drops. The filter travels to the driver
+# and back into the dead-letter pass's plan as a literal, so it is kept small when few records
+# are refused.
+REFUSED_KEYS_MIN = 10_000
+REFUSED_KEYS_MAX = 1_000_000
 
 
 def _record_key() -> Column:
@@ -560,16 +564,17 @@ def _record_key() -> Column:
     return F.xxhash64(F.col("topic"), F.col("partition"), F.col("offset"))
 
 
-def table_pass_columns(expected_records: int | None = None) -> list[Column]:
+def table_pass_columns(expected_refused: int = 0) -> list[Column]:
     """Aggregates for ``DataFrame.observe`` on the table pass, kept to what it needs on every row:
     ``rows``, ``valid``, and a Bloom filter of the refused records' keys (``refused_keys``, null
     when none was refused) by which the dead-letter pass finds them again without routing the
-    whole batch a second time (:func:`possibly_refused`). Its size is bounded whatever the number
-    of refused records. The counts per reason come from the dead-letter pass, which sees only
-    refused records (ten per-reason counts on every row cost about 10% CPU per record)."""
+    whole batch a second time (:func:`possibly_refused`), sized for about ``expected_refused``
+    records and bounded whatever their number. The counts per reason come from the dead-letter
+    pass, which sees only refused records (ten per-reason counts on every row cost about 10% CPU
+    per record)."""
     from pyspark.sql import functions as F  # noqa: N812
 
-    capacity = max(1_000, min(expected_records or REFUSED_KEYS_CAPACITY, REFUSED_KEYS_CAPACITY))
+    capacity = max(REFUSED_KEYS_MIN, min(expected_refused, REFUSED_KEYS_MAX))
     jvm: Any = _jvm()
     keys = F.when(F.col(REASON).isNotNull(), _record_key())
     aggregate = jvm.org.apache.spark.sql.catalyst.expressions.aggregate.BloomFilterAggregate(
