@@ -141,6 +141,11 @@ class Lake:
             return fs.LocalFileSystem(), self.root
         return self.store.filesystem(), self.root.removeprefix("s3a://")
 
+    def locate(self, path: str) -> tuple[Any, str]:
+        """(pyarrow filesystem, the path in it) of a path under the lake (a table, a checkpoint)."""
+        files, root = self.filesystem()
+        return files, f"{root}/{path.removeprefix(self.root).strip('/')}"
+
     def stop(self) -> None:
         """Stop the object store, if one was started."""
         if self.store is not None:

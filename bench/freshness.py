@@ -46,8 +46,7 @@ def commits(table: str, where: Lake) -> list[tuple[int, float, list[str]]]:
     """(version, commit time in s, added data files) of every stream commit."""
     from pyarrow import fs
 
-    files, root = where.filesystem()
-    base = f"{root}/{table.removeprefix(where.root).strip('/')}/_delta_log"
+    files, base = where.locate(table + "/_delta_log")
     logs = sorted(
         i.path for i in files.get_file_info(fs.FileSelector(base)) if i.path.endswith(".json")
     )
@@ -79,8 +78,7 @@ def latencies(table: str, where: Lake) -> tuple[list[tuple[float, float]], int, 
 
     values: list[tuple[float, float]] = []
     files = 0
-    store, root = where.filesystem()
-    base = f"{root}/{table.removeprefix(where.root).strip('/')}"
+    store, base = where.locate(table)
     for _, committed, added in commits(table, where):
         for rel in added:
             files += 1
@@ -115,10 +113,9 @@ def _started(job: Job, log: Path, checkpoint: str | None, where: Lake) -> bool:
     checkpoint's metadata."""
     if checkpoint is None:
         return '"stream_starting"' in log.read_text(errors="replace")
-    files, root = where.filesystem()
     from pyarrow import fs
 
-    path = f"{root}/{checkpoint.removeprefix(where.root).strip('/')}/metadata"
+    files, path = where.locate(checkpoint + "/metadata")
     return bool(files.get_file_info(path).type == fs.FileType.File)
 
 

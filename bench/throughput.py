@@ -29,6 +29,7 @@ import shutil
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,8 +68,7 @@ def _first_data_commit(table: str, where: Lake, job: Job, done: threading.Event)
     """Poll the table's log until a commit that adds data files appears; the job's CPU then."""
     from pyarrow import fs
 
-    files, root = where.filesystem()
-    log = f"{root}/{table.removeprefix(where.root).strip('/')}/_delta_log"
+    files, log = where.locate(table + "/_delta_log")
     seen: set[str] = set()
     while not done.is_set():
         try:
@@ -123,18 +123,13 @@ def _drain(
         )
     path = table if job == "deltaflow" else table + "_baseline"
     done = threading.Event()
-    first: list[float | None] = [None]
-    watcher = threading.Thread(
-        target=lambda: first.__setitem__(0, _first_data_commit(path, where, started, done)),
-        daemon=True,
-    )
-    watcher.start()
-    run = started.wait(timeout=7200)
-    done.set()
-    watcher.join()
+    with ThreadPoolExecutor(max_workers=1) as watcher:
+        first = watcher.submit(_first_data_commit, path, where, started, done)
+        run = started.wait(timeout=7200)
+        done.set()
     if run.code != 0:
         raise SystemExit(f"{job} exited {run.code}: see {log}")
-    return Drain(run, _rows(path, where), first[0])
+    return Drain(run, _rows(path, where), first.result())
 
 
 def _report(
