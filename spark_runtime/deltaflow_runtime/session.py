@@ -54,9 +54,9 @@ DEFAULT_CONF = {
     "spark.databricks.delta.properties.defaults.enableDeletionVectors": "false",
     # VACUUM records what it deleted in the table history (the maintenance report reads it).
     "spark.databricks.delta.vacuum.logging.enabled": "true",
-    # Every write with txnAppId makes Delta replay the log to read the stream's txn (Spark jobs
-    # over this many partitions): on the critical path of each batch, and a streaming table's
-    # log since its last checkpoint (every 10 commits) is small. Delta's default is 50.
+    # Tasks of Delta's state reconstruction (its default is 50) for start-up reads and the
+    # maintenance jobs; the stream's writer sizes it per table for each commit
+    # (table.snapshot_partitions) unless spec.sparkConf sets it.
     "spark.databricks.delta.snapshotPartitions": "8",
     "spark.sql.session.timeZone": "UTC",
     "spark.ui.showConsoleProgress": "false",

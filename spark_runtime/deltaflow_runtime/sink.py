@@ -37,10 +37,13 @@ from deltaflow_runtime.parse import (
     valid_rows,
 )
 from deltaflow_runtime.table import (
+    SNAPSHOT_PARTITIONS,
     WRITTEN_ROWS,
     cached_version,
     commit_metadata,
+    known_files,
     recorded_entry,
+    snapshot_partitions,
     table_state,
 )
 
@@ -182,6 +185,7 @@ class BatchWriter:
         dead_letter_batch: int | None = None,
         min_partitions: int | None = None,
         observation_timeout: float = 60.0,
+        size_snapshot_partitions: bool = True,
     ) -> None:
         self.spark = spark
         self.stream = stream
@@ -198,6 +202,8 @@ class BatchWriter:
         self.dead_letter_batch = dead_letter_batch
         self.min_partitions = min_partitions  # Spark's Kafka minPartitions (None: not set)
         self.observation_timeout = observation_timeout
+        # Size Delta's state reconstruction for each table written (False: the spec chose it).
+        self.size_snapshot_partitions = size_snapshot_partitions
         self._lock = threading.Lock()
         self._committed: TopicOffsets = {}
         self.last_report: BatchReport | None = None
@@ -243,6 +249,11 @@ class BatchWriter:
         )
         if partition_by:
             writer = writer.partitionBy(*partition_by)
+        if self.size_snapshot_partitions:
+            # Per write: the table and the dead-letter table differ in size by orders, and the
+            # setting is read by the commit's state reconstruction in the batch's session.
+            partitions = snapshot_partitions(known_files(self.spark, path))
+            frame.sparkSession.conf.set(SNAPSHOT_PARTITIONS, str(partitions))
         writer.save(path)
         observed = _observed(observation, self.observation_timeout)
         if observed is None:

@@ -36,6 +36,7 @@ from deltaflow_runtime.source import (
 )
 from deltaflow_runtime.table import (
     METADATA_KEY,
+    SNAPSHOT_PARTITIONS,
     last_stream_commit,
     parse_commit_metadata,
     recorded_end_offsets,
@@ -165,6 +166,7 @@ class StreamRunner:
             if facts.dead_letter.stream_batch is None
             else facts.dead_letter.stream_batch,
             min_partitions=tasks,
+            size_snapshot_partitions=SNAPSHOT_PARTITIONS not in ingestion.spec.spark_conf,
         )
         self.writer.seed_committed(resume)
         self.metrics.info.labels(ident.txn_app_id, ident.consumer_group, ident.table_path).set(1)

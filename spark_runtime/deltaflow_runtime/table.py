@@ -24,6 +24,16 @@ METADATA_KEY = "deltaflow"
 # Added by recorded_entry: the rows the commit wrote (Delta's operationMetrics.numOutputRows).
 WRITTEN_ROWS = "writtenRows"
 
+# Tasks Delta's state reconstruction runs in. A commit with txnAppId reconstructs the whole table
+# state to read the stream's txn (delta-spark 4.4 does not take it from the .crc file), so this
+# is on the critical path of every batch. Measured on 2 cores (bench/README, "Snapshot
+# partitions"): a table of 10k files commits cheapest with 1-2 tasks, 50k with 2-4, 200k with 8;
+# too many tasks cost more than they split.
+SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
+FILES_PER_SNAPSHOT_PARTITION = 25_000
+MAX_SNAPSHOT_PARTITIONS = 50  # Delta's own default
+UNKNOWN_SIZE_SNAPSHOT_PARTITIONS = 8
+
 
 @dataclass(frozen=True)
 class TableState:
@@ -55,6 +65,28 @@ def cached_version(spark: SparkSession, path: str) -> int:
     jvm: Any = spark.sparkContext._jvm
     delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
     return int(delta_log.unsafeVolatileSnapshot().version())
+
+
+def snapshot_partitions(files: int | None) -> int:
+    """Tasks for the state reconstruction of a table of ``files`` files (None: size unknown)."""
+    if files is None:
+        return UNKNOWN_SIZE_SNAPSHOT_PARTITIONS
+    wanted = -(-files // FILES_PER_SNAPSHOT_PARTITION)
+    return max(1, min(MAX_SNAPSHOT_PARTITIONS, wanted))
+
+
+def known_files(spark: SparkSession, path: str) -> int | None:
+    """Files in the table as of the snapshot this JVM last loaded or committed, from its
+    checksum: 0 when there is no table yet, None when the snapshot has no checksum. No log
+    replay, no Spark job."""
+    jvm: Any = spark.sparkContext._jvm
+    snapshot = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
+        spark._jsparkSession, path
+    ).unsafeVolatileSnapshot()
+    if int(snapshot.version()) < 0:
+        return 0
+    checksum = snapshot.checksumOpt()
+    return int(checksum.get().numFiles()) if checksum.isDefined() else None
 
 
 def commit_metadata(

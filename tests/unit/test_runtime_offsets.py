@@ -17,6 +17,7 @@ from deltaflow_runtime.table import (
     commit_metadata,
     commit_user_metadata,
     parse_commit_metadata,
+    snapshot_partitions,
 )
 
 SPARK_OFFSET_LOG = (
@@ -79,6 +80,20 @@ def _json_str(text: str) -> str:
     import json
 
     return json.dumps(text)
+
+
+@pytest.mark.parametrize(
+    ("files", "tasks"),
+    [(0, 1), (1, 1), (25_000, 1), (25_001, 2), (50_000, 2), (200_000, 8), (10**8, 50)],
+)
+def test_state_reconstruction_tasks_grow_with_the_table(files: int, tasks: int) -> None:
+    # A stream's table of a few thousand files commits in one task; a large one splits, up to
+    # Delta's own default.
+    assert snapshot_partitions(files) == tasks
+
+
+def test_a_table_of_unknown_size_keeps_the_runtime_default() -> None:
+    assert snapshot_partitions(None) == 8
 
 
 def test_data_loss_gaps_name_partition_and_size() -> None:

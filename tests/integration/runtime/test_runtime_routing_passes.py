@@ -5,6 +5,7 @@ routing the whole batch a second time."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -20,6 +21,7 @@ from deltaflow_runtime.parse import (
     table_pass_columns,
     valid_rows,
 )
+from deltaflow_runtime.table import known_files, table_state
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -152,3 +154,33 @@ def test_a_batch_with_nothing_refused_observes_no_keys(runtime_spark: SparkSessi
     table.write.format("noop").mode("overwrite").save()
     assert int(observation.get["valid"]) == int(observation.get["rows"])
     assert observation.get[REFUSED_KEYS] is None
+
+
+def test_the_writer_knows_a_table_s_file_count_without_replaying_its_log(
+    runtime_spark: SparkSession, tmp_path: Path
+) -> None:
+    # Each batch's commit sizes Delta's state reconstruction by this count: it must be the
+    # table's real one after this JVM's own commits and after a fresh load, and 0 before the
+    # table exists (the first commit of a new dead-letter table).
+    from pyspark.sql import functions as F  # noqa: N812
+
+    path = str(tmp_path / "table")
+    assert known_files(runtime_spark, path) == 0
+    for batch in range(3):
+        (
+            runtime_spark.range(40)
+            .withColumn("country", F.when(F.col("id") % 2 == 0, "DE").otherwise("FR"))
+            .repartition(3)
+            .write.format("delta")
+            .mode("append")
+            .partitionBy("country")
+            .option("txnAppId", "s")
+            .option("txnVersion", str(batch))
+            .save(path)
+        )
+    files = len(runtime_spark.read.format("delta").load(path).inputFiles())
+    assert files >= 6
+    assert known_files(runtime_spark, path) == files
+    runtime_spark.sparkContext._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()  # type: ignore[union-attr]
+    assert table_state(runtime_spark, path, "s").stream_batch == 2
+    assert known_files(runtime_spark, path) == files
