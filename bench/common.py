@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -173,6 +174,7 @@ def write_manifest(
     max_offsets: int,
     trigger: str,
     optimize_write: bool | None = None,
+    spark_conf: dict[str, str] | None = None,
 ) -> str:
     """The DeltaIngestion both jobs run; returns the table's path."""
     table = f"{where.root}/lake/{name}"
@@ -196,6 +198,8 @@ def write_manifest(
             "trigger": {"interval": trigger},
         },
     }
+    if spark_conf:
+        document["spec"]["sparkConf"] = spark_conf
     path.write_text(yaml.safe_dump(document))
     return table
 
@@ -331,6 +335,20 @@ def percentile(values: list[float], q: float) -> float:
         return float("nan")
     k = max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))
     return ordered[k]
+
+
+def work_dir(given: Path | None, prefix: str) -> Path:
+    """The run's working directory: ``--work`` if given (it must be new or empty: a previous
+    run's broker, tables and checkpoints would mix with this one's), else a new temporary one."""
+    if given is None:
+        return Path(tempfile.mkdtemp(prefix=prefix))
+    if given.exists() and any(given.iterdir()):
+        raise SystemExit(
+            f"--work {given} holds a previous run (its broker, tables and checkpoints would mix "
+            "with this one's): remove it or name a new directory"
+        )
+    given.mkdir(parents=True, exist_ok=True)
+    return given
 
 
 def broker(work: Path) -> Any:

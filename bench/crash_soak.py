@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import tempfile
 from pathlib import Path
 
-from common import broker, create_topic
+from common import broker, create_topic, work_dir
 from crash_kit import crash_soak
 
 
@@ -28,7 +27,7 @@ def main() -> int:
     parser.add_argument("--max-offsets", type=int, default=100_000)
     parser.add_argument("--work", type=Path, default=None)
     args = parser.parse_args()
-    work = args.work or Path(tempfile.mkdtemp(prefix="deltaflow-crash-"))
+    work = work_dir(args.work, "deltaflow-crash-")
     work.mkdir(parents=True, exist_ok=True)
     kafka = broker(work)
     try:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -36,6 +35,7 @@ from common import (
     lake,
     percentile,
     produce,
+    work_dir,
     write_manifest,
 )
 
@@ -223,7 +223,7 @@ def main() -> int:
         help="sink.optimizeWrite; both: off (the baseline) then on, same broker and rate",
     )
     args = parser.parse_args()
-    work = args.work or Path(tempfile.mkdtemp(prefix="deltaflow-fresh-"))
+    work = work_dir(args.work, "deltaflow-fresh-")
     work.mkdir(parents=True, exist_ok=True)
     kafka = broker(work)
     where = lake(work, args.object_store)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -44,6 +43,7 @@ from common import (
     deltaflow_job,
     lake,
     produce,
+    work_dir,
     write_manifest,
 )
 
@@ -112,6 +112,7 @@ def _drain(
         max_offsets=args.max_offsets,
         trigger="1s",
         optimize_write=args.optimize_write == "on",
+        spark_conf=dict(c.split("=", 1) for c in args.spark_conf),
     )
     log = work / f"{name}.log"
     if job == "deltaflow":
@@ -196,8 +197,16 @@ def main() -> int:
         default="baseline,validated,deltaflow",
         help="which jobs to run, comma-separated (ratios need the pairs they compare)",
     )
+    parser.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="into the manifest's spec.sparkConf, for every job (e.g. to pin a setting the "
+        "runtime otherwise chooses, as an A/B)",
+    )
     args = parser.parse_args()
-    work = args.work or Path(tempfile.mkdtemp(prefix="deltaflow-bench-"))
+    work = work_dir(args.work, "deltaflow-bench-")
     work.mkdir(parents=True, exist_ok=True)
     kafka = broker(work)
     where = lake(work, args.object_store)

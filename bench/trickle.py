@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from common import (
     deltaflow_job,
     percentile,
     produce,
+    work_dir,
     write_manifest,
 )
 
@@ -66,7 +66,7 @@ def main() -> int:
     parser.add_argument("--trigger", default="1s")
     parser.add_argument("--work", type=Path, default=None)
     args = parser.parse_args()
-    work = args.work or Path(tempfile.mkdtemp(prefix="deltaflow-trickle-"))
+    work = work_dir(args.work, "deltaflow-trickle-")
     work.mkdir(parents=True, exist_ok=True)
     kafka = broker(work)
     rows: list[str] = []
