@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Benchmarks and the full-size crash soak on the local stack (not part of CI: they run for
 # minutes and want the machine to themselves). Each prints its figures.
-#   bash bench/run.sh throughput [--records 5000000] [--repeat 1] [--bad-percent 0.2]
+#   bash bench/run.sh throughput [--records 5000000] [--repeat 1] [--bad-percent 0.2] [--spark-conf K=V]
 #   bash bench/run.sh freshness  [--rate 5000] [--seconds 120] [--warmup-seconds 30] [--trigger 5s]
 #                                [--optimize-write both] [--jobs deltaflow,baseline]
 #   bash bench/run.sh trickle    [--rate 10] [--seconds 120] [--trigger 1s]
