@@ -21,13 +21,13 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+from common import local_session
+
 SYNTHETIC_PER_COMMIT = 20_000
 
 
@@ -92,25 +92,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2, help="rotations")
     args = parser.parse_args()
 
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F  # noqa: N812
 
     from deltaflow_runtime.session import DEFAULT_CONF, PINNED_CONF
     from deltaflow_runtime.table import SNAPSHOT_PARTITIONS, known_files, snapshot_partitions
 
-    installer = ["bash", "stack/install/spark-jars.sh"]
-    jars = subprocess.run(
-        installer, cwd=REPO, check=True, capture_output=True, text=True
-    ).stdout.split()[-1]
-    builder = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.jars", ",".join(str(p) for p in sorted(Path(jars).glob("*.jar"))))
-        .config("spark.ui.enabled", "false")
-    )
-    for key, value in {**DEFAULT_CONF, **PINNED_CONF}.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_session(2, {**DEFAULT_CONF, **PINNED_CONF})
     jvm: Any = spark.sparkContext._jvm
     pid = int(jvm.java.lang.ProcessHandle.current().pid())
     rows = spark.range(4).select("id", F.lit("DE").alias("country"))

@@ -351,6 +351,25 @@ def work_dir(given: Path | None, prefix: str) -> Path:
     return given
 
 
+def local_session(cores: int, conf: dict[str, str] | None = None) -> Any:
+    """A local[cores] SparkSession with the cached Delta and Kafka jars (bench/run.sh resolved
+    them) and ``conf``; Spark's own log at ERROR."""
+    from pyspark.sql import SparkSession
+
+    from devstack.spark import spark_jars
+
+    builder = (
+        SparkSession.builder.master(f"local[{cores}]")
+        .config("spark.jars", ",".join(str(j) for j in spark_jars()))
+        .config("spark.ui.enabled", "false")
+    )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
 def broker(work: Path) -> Any:
     """Start a KRaft broker for the benchmark (stop it with .stop())."""
     from devstack.kafka import start_kafka

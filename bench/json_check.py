@@ -24,13 +24,10 @@ are a small part; its run-to-run spread (+-5%) hides differences under a microse
 from __future__ import annotations
 
 import argparse
-import subprocess
 import time
-from pathlib import Path
 
-from common import record_value
+from common import local_session, record_value
 
-REPO = Path(__file__).resolve().parents[1]
 SCHEMA = "id BIGINT NOT NULL, amount DOUBLE, ts TIMESTAMP, country STRING"
 
 
@@ -40,7 +37,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
 
-    from pyspark.sql import Column, SparkSession
+    from pyspark.sql import Column
     from pyspark.sql import functions as F  # noqa: N812
 
     from deltaflow_operator.api.v1alpha1 import DeltaSink, Format
@@ -53,18 +50,7 @@ def main() -> None:
         valid_rows,
     )
 
-    installer = ["bash", "stack/install/spark-jars.sh"]
-    jars = subprocess.run(
-        installer, cwd=REPO, check=True, capture_output=True, text=True
-    ).stdout.split()[-1]
-    spark = (
-        SparkSession.builder.master("local[1]")
-        .config("spark.jars", ",".join(str(p) for p in sorted(Path(jars).glob("*.jar"))))
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_session(1, {"spark.sql.session.timeZone": "UTC"})
     spec = parse_spec(
         spark,
         Format.model_validate({"type": "json", "schema": SCHEMA}),
