@@ -28,7 +28,6 @@ def main() -> int:
     parser.add_argument("--work", type=Path, default=None)
     args = parser.parse_args()
     work = work_dir(args.work, "deltaflow-crash-")
-    work.mkdir(parents=True, exist_ok=True)
     kafka = broker(work)
     try:
         create_topic(kafka.bootstrap_servers, "soak", 4)

@@ -224,7 +224,6 @@ def main() -> int:
     )
     args = parser.parse_args()
     work = work_dir(args.work, "deltaflow-fresh-")
-    work.mkdir(parents=True, exist_ok=True)
     kafka = broker(work)
     where = lake(work, args.object_store)
     modes = {"on": [True], "off": [False], "both": [False, True]}[args.optimize_write]

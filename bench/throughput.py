@@ -207,7 +207,6 @@ def main() -> int:
     )
     args = parser.parse_args()
     work = work_dir(args.work, "deltaflow-bench-")
-    work.mkdir(parents=True, exist_ok=True)
     kafka = broker(work)
     where = lake(work, args.object_store)
     print(f"tables on the {where.kind}", flush=True)

@@ -67,7 +67,6 @@ def main() -> int:
     parser.add_argument("--work", type=Path, default=None)
     args = parser.parse_args()
     work = work_dir(args.work, "deltaflow-trickle-")
-    work.mkdir(parents=True, exist_ok=True)
     kafka = broker(work)
     rows: list[str] = []
     try:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from deltaflow_operator.api import DeltaIngestion
 from deltaflow_runtime import object_store
+from deltaflow_runtime.table import SNAPSHOT_PARTITIONS, UNKNOWN_SIZE_SNAPSHOT_PARTITIONS
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -57,7 +58,7 @@ DEFAULT_CONF = {
     # Tasks of Delta's state reconstruction (its default is 50) for start-up reads and the
     # maintenance jobs; the stream's writer sizes it per table for each commit
     # (table.snapshot_partitions) unless spec.sparkConf sets it.
-    "spark.databricks.delta.snapshotPartitions": "8",
+    SNAPSHOT_PARTITIONS: str(UNKNOWN_SIZE_SNAPSHOT_PARTITIONS),
     "spark.sql.session.timeZone": "UTC",
     "spark.ui.showConsoleProgress": "false",
     # A batch's refused records are cached for the dead-letter pass's count and write and

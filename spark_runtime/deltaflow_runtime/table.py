@@ -26,12 +26,13 @@ WRITTEN_ROWS = "writtenRows"
 
 # Tasks Delta's state reconstruction runs in. A commit with txnAppId reconstructs the whole table
 # state to read the stream's txn (delta-spark 4.4 does not take it from the .crc file), so this
-# is on the critical path of every batch. Measured on 2 cores (bench/README, "Snapshot
-# partitions"): a table of 10k files commits cheapest with 1-2 tasks, 50k with 2-4, 200k with 8;
-# too many tasks cost more than they split.
+# is on the critical path of every batch. Measured on 2 cores (`bash bench/run.sh commit-cost`,
+# bench/README "A commit's fixed cost"): a table of 10k files commits cheapest in 1-2 tasks, 50k
+# in 2-4, 200k in 8-9; more tasks cost more than they split.
 SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
 FILES_PER_SNAPSHOT_PARTITION = 25_000
 MAX_SNAPSHOT_PARTITIONS = 50  # Delta's own default
+# Tables of unknown size, start-up reads and the maintenance jobs (session.DEFAULT_CONF).
 UNKNOWN_SIZE_SNAPSHOT_PARTITIONS = 8
 
 
