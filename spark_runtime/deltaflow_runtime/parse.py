@@ -564,14 +564,18 @@ def _record_key() -> Column:
     return F.xxhash64(F.col("topic"), F.col("partition"), F.col("offset"))
 
 
-def table_pass_columns(expected_refused: int = 0) -> list[Column]:
+def table_pass_columns(expected_refused: int = 0, inline_rows: int = 0) -> list[Column]:
     """Aggregates for ``DataFrame.observe`` on the table pass, kept to what it needs on every row:
     ``rows``, ``valid``, and a Bloom filter of the refused records' keys (``refused_keys``, null
     when none was refused) by which the dead-letter pass finds them again without routing the
     whole batch a second time (:func:`possibly_refused`), sized for about ``expected_refused``
     records and bounded whatever their number. The counts per reason come from the dead-letter
     pass, which sees only refused records (ten per-reason counts on every row cost about 10% CPU
-    per record)."""
+    per record).
+
+    With ``inline_rows`` (see :func:`inline_capacity`), also up to that many refused records
+    themselves (``refused_rows``, those of :data:`INLINE_RECORD_BYTES` or less): when that is
+    all of them, the dead letters need no second read of Kafka."""
     from pyspark.sql import functions as F  # noqa: N812
 
     capacity = max(REFUSED_KEYS_MIN, min(expected_refused, REFUSED_KEYS_MAX))
@@ -580,11 +584,53 @@ def table_pass_columns(expected_refused: int = 0) -> list[Column]:
     aggregate = jvm.org.apache.spark.sql.catalyst.expressions.aggregate.BloomFilterAggregate(
         _expr(keys), _expr(F.lit(capacity).cast("bigint"))
     ).toAggregateExpression()
-    return [
+    columns = [
         F.count(F.lit(1)).alias("rows"),
         F.count_if(F.col(REASON).isNull()).alias("valid"),
         _column(aggregate).alias(REFUSED_KEYS),
     ]
+    if inline_rows > 0:
+        size = sum(F.coalesce(F.length(F.col(c)), F.lit(0)) for c in ("key", "value", DETAIL))
+        small_refused = F.when(
+            F.col(REASON).isNotNull() & (size <= INLINE_RECORD_BYTES),
+            F.struct(*(F.col(c) for c in INLINE_COLUMNS)),
+        )
+        # Spark's bounded collect (a priority queue of at most inline_rows rows per task and
+        # after the merge; nulls, i.e. valid or large records, are not collected): the driver
+        # receives at most tasks x inline_rows x INLINE_RECORD_BYTES, whatever the batch holds.
+        top = jvm.org.apache.spark.sql.catalyst.expressions.aggregate.CollectTopK(
+            _expr(small_refused), inline_rows, False, 0, 0
+        ).toAggregateExpression()
+        columns.append(_column(top).alias(REFUSED_ROWS))
+    return columns
+
+
+# The table pass's refused records themselves, when few and small (see table_pass_columns).
+REFUSED_ROWS = "refused_rows"
+# The columns of a split frame a dead letter is made of (see dead_letter_rows).
+INLINE_COLUMNS = ("topic", "partition", "offset", "timestamp", REASON, "key", "value", DETAIL)
+# A refused record is collected inline if its key, value and detail hold this many bytes or
+# fewer; a larger one sends the batch's dead letters through the second read.
+INLINE_RECORD_BYTES = 4096
+# What the collected records of all a batch's tasks may weigh together (each task sends its own
+# to the driver), and a bound on the rows whatever the tasks.
+INLINE_RESULT_BYTES = 32 * 1024 * 1024
+INLINE_ROW_OVERHEAD = 512  # topic, reason and the row's own layout
+INLINE_ROWS_MAX = 10_000
+
+
+def inline_capacity(tasks: int) -> int:
+    """How many refused records the table pass collects inline when ``tasks`` tasks run it: as
+    many as keep every task's share within :data:`INLINE_RESULT_BYTES` together."""
+    per_task = INLINE_RESULT_BYTES // (max(1, tasks) * (INLINE_RECORD_BYTES + INLINE_ROW_OVERHEAD))
+    return max(0, min(INLINE_ROWS_MAX, per_task))
+
+
+def inline_dead_letters(split_rows: DataFrame, collected: list[Any]) -> DataFrame:
+    """The refused records the table pass collected (``refused_rows``) as a frame shaped like
+    ``split_rows``' refused rows, for :func:`dead_letter_rows`: local data, no Kafka read."""
+    schema = split_rows.select(*INLINE_COLUMNS).schema
+    return split_rows.sparkSession.createDataFrame(collected, schema)
 
 
 def possibly_refused(records: DataFrame, refused_keys: bytes) -> DataFrame:

@@ -25,9 +25,12 @@ from deltaflow_runtime.parse import (
     REASON,
     REASONS,
     REFUSED_KEYS,
+    REFUSED_ROWS,
     ParseSpec,
     count_columns,
     dead_letter_rows,
+    inline_capacity,
+    inline_dead_letters,
     possibly_refused,
     refused,
     route,
@@ -65,6 +68,9 @@ class BatchReport:
     table_version: int | None = None
     end_offsets: TopicOffsets | None = None
     seconds: dict[str, float] = field(default_factory=dict)
+    # Where the dead letters came from: "inline" (collected by the table pass) or "kafka" (read
+    # again); None when the batch had none.
+    dead_letter_source: str | None = None
 
     def to_json(self) -> str:
         """The log line."""
@@ -75,6 +81,7 @@ class BatchReport:
             "rows": self.rows,
             "written": self.written,
             "deadLettered": self.dead_letters,
+            "deadLetterSource": self.dead_letter_source,
             "tableVersion": self.table_version,
             "endOffsets": self.end_offsets,
             "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
@@ -91,6 +98,7 @@ class Counts:
     valid: int
     reasons: dict[str, int]
     refused_keys: bytes | None = None  # the table pass's Bloom filter of refused records' keys
+    refused_rows: tuple[Any, ...] = ()  # the refused records it collected inline (if any)
 
     @classmethod
     def of(cls, observed: Mapping[str, Any]) -> Counts:
@@ -103,12 +111,18 @@ class Counts:
             valid=int(observed["valid"]),
             reasons={k: v for k, v in reasons.items() if v},
             refused_keys=None if keys is None else bytes(keys),
+            refused_rows=tuple(observed.get(REFUSED_ROWS) or ()),
         )
 
     @property
     def refused(self) -> int:
         """Rows with a reason: the batch's dead letters."""
         return self.rows - self.valid
+
+    @property
+    def all_refused_inline(self) -> bool:
+        """Whether the table pass collected every refused record (none too many or too large)."""
+        return 0 < self.refused == len(self.refused_rows)
 
 
 RECENT_REPORTS = 16
@@ -271,14 +285,16 @@ class BatchWriter:
         """Write one micro-batch (Spark calls this; a replayed batch is written at most once).
 
         A new batch is routed in one uncached pass that writes its valid rows to the table and
-        observes its counts and a Bloom filter of its refused records' keys. Only when it
-        refused some does the dead-letter pass read the batch again, route just the records
-        the filter selects (the refused ones and a few false positives), and cross-check their
-        count against the table pass's before committing: the dead letters are exactly the
-        records the table pass refused, or the batch fails loudly. Kafka keeps a record
-        immutable at its offset; what may change between the two reads is only whether it is
-        still there (compaction; retention fails the read itself). The driver never holds
-        per-record state.
+        observes its counts, a Bloom filter of its refused records' keys, and the refused
+        records themselves as long as they are few and small (a bounded collect). When that
+        collect holds all of them, they are the dead letters: no second read. Otherwise the
+        dead-letter pass reads the batch again, routes just the records the filter selects
+        (the refused ones and a few false positives), and cross-checks their count against
+        the table pass's before committing: the dead letters are exactly the records the
+        table pass refused, or the batch fails loudly. Kafka keeps a record immutable at its
+        offset; what may change between the two reads is only whether it is still there
+        (compaction; retention fails the read itself). The driver never holds more than a
+        bounded number of records (``parse.inline_capacity``).
         """
         report = BatchReport(batch_id)
         clock = time.monotonic()
@@ -328,8 +344,9 @@ class BatchWriter:
         # The observation sits between the routing and the filter on its reason: Spark does not
         # push a filter through it, so the value is parsed once (pushed below the parse, the
         # filter would substitute the reason's expression and parse it again).
-        observed = split(route(batch, self.spec), self.spec).observe(
-            observation, *table_pass_columns(2 * self._last_refused)
+        split_rows = split(route(batch, self.spec), self.spec)
+        observed = split_rows.observe(
+            observation, *table_pass_columns(2 * self._last_refused, inline_capacity(reading))
         )
         table_rows = valid_rows(observed, self.spec)
         if tasks is not None:
@@ -351,8 +368,14 @@ class BatchWriter:
         report.seconds["write_table"] = time.monotonic() - clock
 
         clock = time.monotonic()
-        if counts.refused:
+        if counts.all_refused_inline:
+            report.dead_letter_source = "inline"
+            dead = inline_dead_letters(split_rows, list(counts.refused_rows))
+            self._write_dead_letters(dead, batch_id, metadata, counts, report)
+        elif counts.refused:
             from pyspark import StorageLevel
+
+            report.dead_letter_source = "kafka"
 
             if counts.refused_keys is None:
                 raise RuntimeError(

@@ -375,3 +375,32 @@ def test_small_batches_are_written_by_fewer_tasks(
     from deltaflow_runtime.sink import write_tasks
 
     assert write_tasks(planned, read_tasks) == tasks
+
+
+@pytest.mark.parametrize("tasks", [1, 2, 4, 16, 64, 256, 10_000])
+def test_the_inline_dead_letters_a_driver_can_receive_stay_bounded(tasks: int) -> None:
+    """Whatever the tasks, all of them together send the driver at most INLINE_RESULT_BYTES of
+    collected records; few tasks collect up to INLINE_ROWS_MAX, very many collect none."""
+    from deltaflow_runtime.parse import (
+        INLINE_RECORD_BYTES,
+        INLINE_RESULT_BYTES,
+        INLINE_ROW_OVERHEAD,
+        INLINE_ROWS_MAX,
+        inline_capacity,
+    )
+
+    rows = inline_capacity(tasks)
+    assert 0 <= rows <= INLINE_ROWS_MAX
+    assert tasks * rows * (INLINE_RECORD_BYTES + INLINE_ROW_OVERHEAD) <= INLINE_RESULT_BYTES
+    if tasks <= 4:
+        assert rows >= 1_000  # 0.2% of a 500k-record batch
+    if tasks == 10_000:
+        assert rows == 0
+
+
+def test_dead_letters_come_inline_only_when_the_table_pass_collected_every_one() -> None:
+    from deltaflow_runtime.sink import Counts
+
+    assert Counts(rows=10, valid=8, reasons={}, refused_rows=("a", "b")).all_refused_inline
+    assert not Counts(rows=10, valid=7, reasons={}, refused_rows=("a", "b")).all_refused_inline
+    assert not Counts(rows=10, valid=10, reasons={}).all_refused_inline

@@ -1,6 +1,6 @@
-"""The two passes of a batch on real Spark: the table pass parses each value once, and the
-dead-letter pass finds every refused record again through the table pass's Bloom filter without
-routing the whole batch a second time."""
+"""The two passes of a batch on real Spark: the table pass parses each value once and collects few,
+small refused records inline; otherwise the dead-letter pass finds every refused record again
+through the table pass's Bloom filter without routing the whole batch a second time."""
 
 from __future__ import annotations
 
@@ -11,9 +11,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from deltaflow_runtime.parse import (
+    INLINE_RECORD_BYTES,
     REASON,
     REFUSED_KEYS,
+    REFUSED_ROWS,
     ParseSpec,
+    dead_letter_rows,
+    inline_dead_letters,
     possibly_refused,
     refused,
     route,
@@ -72,11 +76,13 @@ def _kafka_rows(spark: SparkSession, bad_every: int) -> DataFrame:
     return spark.createDataFrame(rows, schema).repartition(2)
 
 
-def _table_pass(rows: DataFrame, spec: ParseSpec) -> tuple[DataFrame, Any]:
+def _table_pass(rows: DataFrame, spec: ParseSpec, inline_rows: int = 0) -> tuple[DataFrame, Any]:
     from pyspark.sql import Observation
 
     observation = Observation()
-    observed = split(route(rows, spec), spec).observe(observation, *table_pass_columns())
+    observed = split(route(rows, spec), spec).observe(
+        observation, *table_pass_columns(0, inline_rows)
+    )
     return valid_rows(observed, spec), observation
 
 
@@ -145,6 +151,53 @@ def test_the_dead_letter_pass_finds_exactly_the_refused_records(
         # Far below its capacity, the filter lets through almost nothing else.
         assert candidates.count() < refused_count + 20
     assert found.where(F.col(REASON).isNull()).count() == 0
+
+
+def _dead_letters(frame: DataFrame) -> list[tuple[Any, ...]]:
+    picked = dead_letter_rows(frame, 7).drop("dead_lettered_at").collect()
+    return sorted(tuple(r) for r in picked)
+
+
+def test_few_small_refused_records_are_collected_by_the_table_pass_itself(
+    runtime_spark: SparkSession,
+) -> None:
+    """The inline dead letters are the very rows a second read would give: same records, same
+    bytes, same reasons and details."""
+    spec = _spec()
+    rows = _kafka_rows(runtime_spark, bad_every=500)  # 40 refused
+    table, observation = _table_pass(rows, spec, inline_rows=100)
+    table.write.format("noop").mode("overwrite").save()
+    collected = observation.get[REFUSED_ROWS]
+    assert len(collected) == ROWS - int(observation.get["valid"]) == 40
+
+    everything = split(route(rows, spec), spec)
+    assert _dead_letters(inline_dead_letters(everything, collected)) == _dead_letters(
+        refused(everything)
+    )
+
+
+def test_the_inline_collect_stays_bounded_and_leaves_out_large_records(
+    runtime_spark: SparkSession,
+) -> None:
+    """More refused records than it holds: it keeps its bound and the writer falls back to the
+    second read (the count tells). A refused record over INLINE_RECORD_BYTES is never collected."""
+    spec = _spec()
+    many = _kafka_rows(runtime_spark, bad_every=3)  # 6,667 refused
+    table, observation = _table_pass(many, spec, inline_rows=100)
+    table.write.format("noop").mode("overwrite").save()
+    assert len(observation.get[REFUSED_ROWS]) == 100
+    assert ROWS - int(observation.get["valid"]) == 6667
+
+    big = b'{"id": "' + b"x" * INLINE_RECORD_BYTES + b'"'  # malformed, and too large to collect
+    now = datetime.now(UTC)
+    rows = runtime_spark.createDataFrame(
+        [(b"k", big, "orders", 0, 0, now), (b"k", b"{", "orders", 0, 1, now)],
+        many.schema,
+    )
+    table, observation = _table_pass(rows, spec, inline_rows=100)
+    table.write.format("noop").mode("overwrite").save()
+    assert [int(r["offset"]) for r in observation.get[REFUSED_ROWS]] == [1]
+    assert int(observation.get["valid"]) == 0
 
 
 def test_a_batch_with_nothing_refused_observes_no_keys(runtime_spark: SparkSession) -> None:
