@@ -59,8 +59,9 @@ def check_checkpoint(facts: StreamFacts, config_hint: str = "<ingestion.yaml>") 
     """Raise :class:`CheckpointMismatchError` unless the checkpoint can safely resume the table.
 
     Every batch commits the table first (an empty commit when all its records were refused),
-    then the dead-letter table, then ``commits/<batch>`` in the checkpoint; so the dead-letter
-    table never holds a later batch than the table, nor the checkpoint a later committed batch.
+    then (at once or grouped with later batches) the dead-letter table, then ``commits/<batch>``
+    in the checkpoint; so the dead-letter table never holds a later batch than the table, nor
+    the checkpoint a later committed batch.
     """
     cp, table, dead = facts.checkpoint, facts.table, facts.dead_letter
     batch = table.stream_batch

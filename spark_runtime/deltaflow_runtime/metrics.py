@@ -123,6 +123,12 @@ class RuntimeMetrics:
         )
         for reason in REASONS:
             self.dead_letter_rows.labels(reason=reason.value)
+        self.dead_letters_pending = Gauge(
+            "deltaflow_dead_letters_pending",
+            "Refused records whose table batch is committed and whose dead-letter commit is "
+            "still to come (committed together within a minute, and at stop).",
+            registry=r,
+        )
         self.batches = Counter(
             "deltaflow_batches",
             "Micro-batches by outcome (committed, or replayed after a restart and already in the "

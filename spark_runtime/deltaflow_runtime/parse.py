@@ -529,10 +529,12 @@ def _detail(spec: ParseSpec) -> Column:
     return detail
 
 
-def dead_letter_rows(split_rows: DataFrame, batch_id: int) -> DataFrame:
+def dead_letter_rows(split_rows: DataFrame, batch_id: int | Column) -> DataFrame:
     """The dead-letter rows of a :func:`split` frame: where each refused record came from, its raw
-    bytes and why."""
+    bytes and why; ``batch_id`` is the batch's id, or a column holding each row's."""
     from pyspark.sql import functions as F  # noqa: N812
+
+    batch = F.lit(batch_id) if isinstance(batch_id, int) else batch_id
 
     dead = split_rows.where(F.col(REASON).isNotNull())
     return dead.select(
@@ -541,7 +543,7 @@ def dead_letter_rows(split_rows: DataFrame, batch_id: int) -> DataFrame:
         F.col("value"),
         F.col(REASON).alias("reason"),
         F.col(DETAIL).alias("detail"),
-        F.lit(batch_id).cast("bigint").alias("batch_id"),
+        batch.cast("bigint").alias("batch_id"),
         F.current_timestamp().alias("dead_lettered_at"),
     )
 
@@ -626,11 +628,28 @@ def inline_capacity(tasks: int) -> int:
     return max(0, min(INLINE_ROWS_MAX, per_task))
 
 
-def inline_dead_letters(split_rows: DataFrame, collected: list[Any]) -> DataFrame:
-    """The refused records the table pass collected (``refused_rows``) as a frame shaped like
-    ``split_rows``' refused rows, for :func:`dead_letter_rows`: local data, no Kafka read."""
-    schema = split_rows.select(*INLINE_COLUMNS).schema
-    return split_rows.sparkSession.createDataFrame(collected, schema)
+def inline_schema(split_rows: DataFrame) -> StructType:
+    """The schema of the records the table pass collects inline (``refused_rows``' elements)."""
+    return split_rows.select(*INLINE_COLUMNS).schema
+
+
+# The batch id of each row of a frame holding the dead letters of several batches.
+BATCH = "__deltaflow_batch"
+
+
+def inline_dead_letters(
+    spark: SparkSession, schema: StructType, batches: Sequence[tuple[int, Sequence[Any]]]
+) -> DataFrame:
+    """The refused records table passes collected (``refused_rows``, of :func:`inline_schema`),
+    for each (batch id, records), as one frame shaped like a split frame's refused rows plus
+    each row's batch id in :data:`BATCH`, for :func:`dead_letter_rows`: local data, no Kafka
+    read."""
+    from pyspark.sql.types import LongType, StructField
+    from pyspark.sql.types import StructType as Struct
+
+    with_batch = Struct([*schema.fields, StructField(BATCH, LongType(), False)])
+    data = [(*record, batch) for batch, records in batches for record in records]
+    return spark.createDataFrame(data, with_batch)
 
 
 def possibly_refused(records: DataFrame, refused_keys: bytes) -> DataFrame:

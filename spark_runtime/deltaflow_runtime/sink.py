@@ -4,7 +4,9 @@
 write of a batch therefore carries ``txnAppId`` (stable per stream) and ``txnVersion`` (the batch
 id), the dead-letter write included: Delta commits each at most once per table, and a replayed batch
 finds its writes already there. Order of a batch: table, dead-letter table, then the consumer group
-(monitoring only, after the Delta commits).
+(monitoring only, after the Delta commits). Dead letters collected inline may wait in the driver
+and share a later dead-letter commit, whose ``txnVersion`` is the table's last batch it covers;
+each table commit records what start-up needs to write them should the driver die first.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from deltaflow_runtime.checkpoint import Checkpoint, TopicOffsets
 from deltaflow_runtime.metrics import RuntimeMetrics
 from deltaflow_runtime.offsets import KafkaAdmin
 from deltaflow_runtime.parse import (
+    BATCH,
     REASON,
     REASONS,
     REFUSED_KEYS,
@@ -31,6 +34,7 @@ from deltaflow_runtime.parse import (
     dead_letter_rows,
     inline_capacity,
     inline_dead_letters,
+    inline_schema,
     possibly_refused,
     refused,
     route,
@@ -40,10 +44,13 @@ from deltaflow_runtime.parse import (
     valid_rows,
 )
 from deltaflow_runtime.table import (
+    PENDING_DEAD_LETTERS,
     SNAPSHOT_PARTITIONS,
+    START_OFFSETS,
     WRITTEN_ROWS,
     cached_version,
     commit_metadata,
+    entry_offsets,
     known_files,
     recorded_entry,
     snapshot_partitions,
@@ -51,7 +58,10 @@ from deltaflow_runtime.table import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, Observation, SparkSession
+    from collections.abc import Callable
+
+    from pyspark.sql import Column, DataFrame, Observation, SparkSession
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger("deltaflow.sink")
 
@@ -71,6 +81,8 @@ class BatchReport:
     # Where the dead letters came from: "inline" (collected by the table pass) or "kafka" (read
     # again); None when the batch had none.
     dead_letter_source: str | None = None
+    # Dead letters of this batch left waiting in the driver for a later dead-letter commit.
+    dead_letters_pending: int = 0
 
     def to_json(self) -> str:
         """The log line."""
@@ -82,6 +94,7 @@ class BatchReport:
             "written": self.written,
             "deadLettered": self.dead_letters,
             "deadLetterSource": self.dead_letter_source,
+            "deadLettersPending": self.dead_letters_pending,
             "tableVersion": self.table_version,
             "endOffsets": self.end_offsets,
             "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
@@ -127,6 +140,12 @@ class Counts:
 
 RECENT_REPORTS = 16
 
+# Dead letters collected inline wait in the driver and are committed together, at most this
+# long after the first of them (and at stop): a dead-letter commit per batch cost more than the
+# rest of a 500k-record batch's own work over the minimal job (bench/README). The rows waiting
+# are bounded like one batch's inline collect (parse.inline_capacity(1)).
+DEAD_LETTER_FLUSH_SECONDS = 60.0
+
 # A batch writes one file per write task and table partition. Small batches (the steady state)
 # are written by fewer tasks, about this many records each, so a batch of 25k records over 4 Kafka
 # partitions writes 1 file per table partition instead of 4; large batches (catch-up) keep the
@@ -149,12 +168,42 @@ def write_tasks(planned_records: int | None, read_tasks: int) -> int | None:
     return tasks if tasks < read_tasks else None
 
 
+def batch_start(previous_end: TopicOffsets, end: TopicOffsets | None) -> TopicOffsets | None:
+    """Where the batch ending at ``end`` starts: the previous batch's end (or where the run
+    resumed) for each of its partitions; None when any of them is not known there (the first
+    batch of a new stream, a partition added since)."""
+    if end is None or not previous_end:
+        return None
+    start: TopicOffsets = {}
+    for topic, parts in end.items():
+        for partition in parts:
+            begin = previous_end.get(topic, {}).get(partition)
+            if begin is None:
+                return None
+            start.setdefault(topic, {})[partition] = begin
+    return start
+
+
 class DuplicateWriterError(RuntimeError):
     """Another process committed this stream's batch: two drivers run the same stream."""
 
 
 class RoutingChangedError(RuntimeError):
     """A replayed batch's table rows were routed by another spec (or runtime) than this one."""
+
+
+@dataclass(frozen=True)
+class PendingDeadLetters:
+    """One batch's dead letters, collected inline, whose table commit is done and whose
+    dead-letter commit is not."""
+
+    batch_id: int
+    records: tuple[Any, ...]
+
+
+class DeadLettersLostError(RuntimeError):
+    """Dead letters a stopped driver left uncommitted cannot be read again (their table commit
+    no longer records where they are)."""
 
 
 class BatchMismatchError(RuntimeError):
@@ -200,6 +249,7 @@ class BatchWriter:
         min_partitions: int | None = None,
         observation_timeout: float = 60.0,
         size_snapshot_partitions: bool = True,
+        dead_letter_flush_seconds: float | None = None,
     ) -> None:
         self.spark = spark
         self.stream = stream
@@ -227,6 +277,18 @@ class BatchWriter:
         # Refused records of the last batch: the next table pass sizes its filter of refused
         # keys for twice as many (refused records come in runs: a bad producer, a wrong schema).
         self._last_refused = 0
+        # Inline dead letters waiting for their commit (see flush_dead_letters). The lock makes
+        # "the table holds batch N" and "N's dead letters are pending" one step, so a flush
+        # never marks a batch done whose dead letters it does not hold.
+        self.dead_letter_flush_seconds = (
+            DEAD_LETTER_FLUSH_SECONDS
+            if dead_letter_flush_seconds is None
+            else dead_letter_flush_seconds
+        )
+        self._pending: list[PendingDeadLetters] = []
+        self._pending_since: float | None = None
+        self._inline_schema: StructType | None = None
+        self._flush_lock = threading.RLock()
 
     @property
     def committed_offsets(self) -> TopicOffsets:
@@ -299,8 +361,16 @@ class BatchWriter:
         report = BatchReport(batch_id)
         clock = time.monotonic()
         report.end_offsets = self.checkpoint.end_offsets(batch_id)
+        start = self._start_offsets(report.end_offsets)
+        with self._flush_lock:
+            pending = [p.batch_id for p in self._pending]
         metadata = commit_metadata(
-            self.stream.txn_app_id, batch_id, report.end_offsets, self.routing
+            self.stream.txn_app_id,
+            batch_id,
+            report.end_offsets,
+            self.routing,
+            start_offsets=start,
+            pending_dead_letters=pending,
         )
         report.seconds["prepare"] = time.monotonic() - clock
         if batch_id <= self.table_batch:
@@ -311,7 +381,7 @@ class BatchWriter:
                     split(route(batch, self.spec), self.spec), batch_id, metadata, report
                 )
         else:
-            self._write_both(batch, batch_id, metadata, report)
+            self._write_both(batch, batch_id, metadata, report, deferrable=start is not None)
 
         clock = time.monotonic()
         if report.end_offsets is not None:
@@ -323,7 +393,13 @@ class BatchWriter:
         self._record(report)
 
     def _write_both(
-        self, batch: DataFrame, batch_id: int, metadata: str, report: BatchReport
+        self,
+        batch: DataFrame,
+        batch_id: int,
+        metadata: str,
+        report: BatchReport,
+        *,
+        deferrable: bool = False,
     ) -> None:
         """A new batch: its valid rows to the table, then its refused ones to the dead-letter
         table, each counted, and the two counts checked against each other.
@@ -362,7 +438,15 @@ class BatchWriter:
             partition_by=self.partition_by,
             optimize_write=self.optimize_write,
         )
-        self.table_batch = batch_id
+        with self._flush_lock:
+            self.table_batch = batch_id
+            if counts.all_refused_inline:
+                # Waits in the driver; its table commit (metadata) has what start-up needs to
+                # read it again from Kafka should this driver die first.
+                self._inline_schema = self._inline_schema or inline_schema(split_rows)
+                self._pending.append(PendingDeadLetters(batch_id, counts.refused_rows))
+                if self._pending_since is None:
+                    self._pending_since = time.monotonic()
         self._last_refused = counts.refused
         report.rows, report.written = counts.rows, counts.valid
         report.seconds["write_table"] = time.monotonic() - clock
@@ -370,12 +454,15 @@ class BatchWriter:
         clock = time.monotonic()
         if counts.all_refused_inline:
             report.dead_letter_source = "inline"
-            dead = inline_dead_letters(split_rows, list(counts.refused_rows))
-            self._write_dead_letters(dead, batch_id, metadata, counts, report)
+            if not deferrable:
+                self.flush_dead_letters()  # where it started is not recorded: commit it now
+            elif not self.flush_dead_letters(due_only=True):
+                report.dead_letters_pending = counts.refused
         elif counts.refused:
             from pyspark import StorageLevel
 
             report.dead_letter_source = "kafka"
+            self.flush_dead_letters(upto=batch_id - 1)  # the earlier batches' first
 
             if counts.refused_keys is None:
                 raise RuntimeError(
@@ -424,19 +511,187 @@ class BatchWriter:
             )
         report.dead_letters = dead.reasons
 
-    def _append_dead_letters(self, dead_rows: DataFrame, batch_id: int, metadata: str) -> Counts:
-        """Append refused rows to the dead-letter table as this batch's commit, counted."""
+    def _append_dead_letters(
+        self,
+        dead_rows: DataFrame,
+        batch_id: int,
+        metadata: str,
+        *,
+        batch: Column | None = None,
+    ) -> Counts:
+        """Append refused rows to the dead-letter table as the commit of ``batch_id``, counted
+        (``batch``: a column with each row's own batch id, when the commit holds several)."""
         from pyspark.sql import Observation
 
         observation = Observation()
         return self._append(
-            dead_letter_rows(dead_rows.observe(observation, *count_columns()), batch_id),
+            dead_letter_rows(
+                dead_rows.observe(observation, *count_columns()),
+                batch_id if batch is None else batch,
+            ),
             observation,
             self.stream.dead_letter_table_path,
             batch_id=batch_id,
             metadata=metadata,
             partition_by=[],
         )
+
+    @property
+    def pending_dead_letters(self) -> int:
+        """Dead letters waiting in the driver for their commit."""
+        with self._flush_lock:
+            return sum(len(p.records) for p in self._pending)
+
+    def flush_dead_letters(self, *, upto: int | None = None, due_only: bool = False) -> bool:
+        """Commit the waiting dead letters as one dead-letter commit whose ``txnVersion`` is
+        ``upto`` (default: the table's last batch: the dead-letter table then holds every batch
+        up to it). With ``due_only``, only once the oldest has waited
+        ``dead_letter_flush_seconds`` or they weigh as much as one batch's inline collect may.
+        Returns whether it committed."""
+        from pyspark.sql import functions as F  # noqa: N812
+
+        with self._flush_lock:
+            if not self._pending:
+                return False
+            waiting = sum(len(p.records) for p in self._pending)
+            if due_only:
+                age = time.monotonic() - (self._pending_since or time.monotonic())
+                if age < self.dead_letter_flush_seconds and waiting < inline_capacity(1):
+                    return False
+            version = self.table_batch if upto is None else upto
+            assert self._inline_schema is not None
+            assert version >= self._pending[-1].batch_id, "a flush covers its pending batches"
+            clock = time.monotonic()
+            batches = [p.batch_id for p in self._pending]
+            frame = inline_dead_letters(
+                self.spark, self._inline_schema, [(p.batch_id, p.records) for p in self._pending]
+            )
+            metadata = commit_metadata(self.stream.txn_app_id, version, None, self.routing)
+            dead = self._append_dead_letters(frame, version, metadata, batch=F.col(BATCH))
+            if dead.rows != waiting:
+                raise BatchMismatchError(
+                    f"batches {batches} of {self.stream.txn_app_id}: their dead-letter commit "
+                    f"holds {dead.rows} records where {waiting} were waiting"
+                )
+            self._pending.clear()
+            self._pending_since = None
+            self.dead_letter_batch = version
+        for reason, n in dead.reasons.items():
+            self.metrics.dead_letter_rows.labels(reason=reason).inc(n)
+        self.metrics.dead_letters_pending.set(0)
+        log.info(
+            "%s",
+            json.dumps(
+                {
+                    "event": "dead_letters_committed",
+                    "batches": batches,
+                    "txnVersion": version,
+                    "deadLettered": dead.reasons,
+                    "seconds": round(time.monotonic() - clock, 3),
+                },
+                separators=(",", ":"),
+            ),
+        )
+        return True
+
+    def catch_up_dead_letters(
+        self, read_range: Callable[[TopicOffsets, TopicOffsets], DataFrame]
+    ) -> None:
+        """At start, before the query: write the dead letters a stopped driver left waiting.
+
+        The table's last commit lists the batches whose dead letters were waiting when it was
+        made, and records where it started itself; each of those batches' commits records its
+        offsets. They are read again from Kafka (``read_range(start, end)``), routed in full,
+        their valid records checked against the rows their table commits wrote, and their
+        refused records committed as one dead-letter commit. A last batch whose start is not
+        recorded committed its dead letters at once: if they are missing, Spark replays it."""
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F  # noqa: N812
+
+        last, done = (
+            self.table_batch,
+            -1 if self.dead_letter_batch is None else self.dead_letter_batch,
+        )
+        if last < 0 or done >= last:
+            return
+        path = self.stream.table_path
+        latest = cached_version(self.spark, path)
+        entry = recorded_entry(
+            self.spark, path, self.stream.txn_app_id, last, latest_version=latest
+        )
+        if entry is None:
+            return  # not in the log: nothing recorded to go by (Spark's replay still applies)
+        waiting = [int(b) for b in entry.get(PENDING_DEAD_LETTERS) or [] if int(b) > done]
+        version = last - 1
+        if entry_offsets(entry, START_OFFSETS) is not None:
+            waiting.append(last)
+            version = last
+        if not waiting:
+            return
+        clock = time.monotonic()
+        frames: list[DataFrame] = []
+        written: int | None = 0
+        for batch_id in waiting:
+            recorded = (
+                entry
+                if batch_id == last
+                else recorded_entry(
+                    self.spark, path, self.stream.txn_app_id, batch_id, latest_version=latest
+                )
+            )
+            start = None if recorded is None else entry_offsets(recorded, START_OFFSETS)
+            end = None if recorded is None else entry_offsets(recorded, "endOffsets")
+            if recorded is None or start is None or end is None:
+                raise DeadLettersLostError(
+                    f"batch {batch_id} of {self.stream.txn_app_id} left dead letters waiting "
+                    f"when its driver stopped, but the table's log no longer records where it "
+                    "is in Kafka. Its valid rows are in the table; its refused records are not "
+                    "in the dead-letter table. Restore the table's log or accept the loss by "
+                    "writing the dead-letter table's transaction for this stream past it."
+                )
+            rows_written = self._check_routing(batch_id, recorded)
+            written = None if written is None or rows_written is None else written + rows_written
+            frames.append(
+                split(route(read_range(start, end), self.spec), self.spec).withColumn(
+                    BATCH, F.lit(batch_id)
+                )
+            )
+        rows = frames[0]
+        for frame in frames[1:]:
+            rows = rows.unionByName(frame)
+        rows.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            valid = rows.where(F.col(REASON).isNull()).count()
+            if written is not None and valid != written:
+                raise BatchMismatchError(
+                    f"batches {waiting} of {self.stream.txn_app_id}: their table commits hold "
+                    f"{written} rows, but Kafka now gives {valid} valid records for the same "
+                    "offsets (the topic was compacted or truncated since), so their dead "
+                    "letters cannot be told apart. Nothing was written."
+                )
+            metadata = commit_metadata(self.stream.txn_app_id, version, None, self.routing)
+            dead = self._append_dead_letters(refused(rows), version, metadata, batch=F.col(BATCH))
+        finally:
+            rows.unpersist()
+        self.dead_letter_batch = version
+        for reason, n in dead.reasons.items():
+            self.metrics.dead_letter_rows.labels(reason=reason).inc(n)
+        log.info(
+            "%s",
+            json.dumps(
+                {
+                    "event": "dead_letters_recovered",
+                    "batches": waiting,
+                    "txnVersion": version,
+                    "deadLettered": dead.reasons,
+                    "seconds": round(time.monotonic() - clock, 3),
+                },
+                separators=(",", ":"),
+            ),
+        )
+
+    def _start_offsets(self, end: TopicOffsets | None) -> TopicOffsets | None:
+        return batch_start(self.committed_offsets, end)
 
     def _planned_records(self, end: TopicOffsets | None) -> int | None:
         """Records in the batch by its offsets (None when where it starts is not known here)."""
@@ -514,6 +769,12 @@ class BatchWriter:
             batch_id,
             latest_version=cached_version(self.spark, path),
         )
+        return self._check_routing(batch_id, entry)
+
+    def _check_routing(self, batch_id: int, entry: dict[str, Any] | None) -> int | None:
+        """Raise RoutingChangedError unless the table commit ``entry`` of ``batch_id`` was routed
+        as this driver routes; returns the rows it wrote (None if not recorded)."""
+        path = self.stream.table_path
         recorded = None if entry is None else entry.get("routing")
         if recorded == self.routing:
             assert entry is not None
@@ -556,6 +817,7 @@ class BatchWriter:
         for phase, seconds in report.seconds.items():
             m.phase_seconds.labels(phase=phase).set(seconds)
         m.last_batch_id.set(report.batch_id)
+        m.dead_letters_pending.set(self.pending_dead_letters)
         if report.table_version is not None:
             m.table_version.set(report.table_version)
         m.last_commit_time.set(time.time())

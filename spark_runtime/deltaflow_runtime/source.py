@@ -7,12 +7,14 @@ Both clients (Spark's Java consumer and the Python admin client) get the same se
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from deltaflow_operator.api.v1alpha1 import KafkaSource
+from deltaflow_runtime.checkpoint import TopicOffsets
 from deltaflow_runtime.kafka_admin import client_config
 
 if TYPE_CHECKING:
@@ -122,3 +124,39 @@ def librdkafka_config(source: KafkaSource, secrets: KafkaSecrets) -> dict[str, s
 def read_stream(spark: SparkSession, options: Mapping[str, str]) -> DataFrame:
     """The streaming Kafka DataFrame (key, value, topic, partition, offset, timestamp, ...)."""
     return spark.readStream.format("kafka").options(**options).load()
+
+
+def batch_read_options(
+    stream_options: Mapping[str, str], start: TopicOffsets, end: TopicOffsets
+) -> dict[str, str]:
+    """Options for a batch ``spark.read.format("kafka")`` of exactly the records from ``start``
+    (inclusive) to ``end`` (exclusive), with the stream's connection and security settings."""
+    streaming_only = {
+        "subscribe",
+        "subscribePattern",
+        "assign",
+        "startingOffsets",
+        "endingOffsets",
+        "maxOffsetsPerTrigger",
+        "minPartitions",
+    }
+    options = {k: v for k, v in stream_options.items() if k not in streaming_only}
+
+    def render(offsets: TopicOffsets) -> str:
+        return json.dumps(
+            {t: {str(p): o for p, o in sorted(ps.items())} for t, ps in sorted(offsets.items())}
+        )
+
+    options["assign"] = json.dumps({t: sorted(ps) for t, ps in sorted(end.items())})
+    options["startingOffsets"] = render({t: start[t] for t in end})
+    options["endingOffsets"] = render(end)
+    return options
+
+
+def read_range(
+    spark: SparkSession, stream_options: Mapping[str, str], start: TopicOffsets, end: TopicOffsets
+) -> DataFrame:
+    """The Kafka records of one offset range, as a batch DataFrame shaped like the stream's."""
+    return (
+        spark.read.format("kafka").options(**batch_read_options(stream_options, start, end)).load()
+    )

@@ -31,6 +31,7 @@ from deltaflow_runtime.sink import BatchWriter, read_tasks
 from deltaflow_runtime.source import (
     KafkaSecrets,
     librdkafka_config,
+    read_range,
     read_stream,
     spark_kafka_options,
 )
@@ -173,6 +174,10 @@ class StreamRunner:
         if self.options.metrics_port is not None:
             self.metrics.serve(self.options.metrics_port)
         options = spark_kafka_options(ingestion.spec.source, self.secrets, min_partitions=tasks)
+        # Dead letters a stopped driver left waiting, before any new batch.
+        self.writer.catch_up_dead_letters(
+            lambda start, end: read_range(self.spark, options, start, end)
+        )
         writer = (
             read_stream(self.spark, options)
             .writeStream.foreachBatch(self.writer)
@@ -253,7 +258,19 @@ class StreamRunner:
                 log.warning("polling Kafka offsets failed: %s", error)
                 if self.scaling is not None:
                     self.scaling.kafka_failed(time.time(), str(error) or type(error).__name__)
+            self._flush_due()
             self._done.wait(self.options.poll_seconds)
+
+    def _flush_due(self) -> None:
+        """Commit waiting dead letters once due, also when no batch comes to do it (an idle
+        stream). A failure leaves them waiting: the next batch, the stop or the next start
+        commits them."""
+        if self.writer is None:
+            return
+        try:
+            self.writer.flush_dead_letters(due_only=True)
+        except Exception:
+            log.exception("committing the waiting dead letters failed (retried later)")
 
     def request_stop(self, signum: int = 0, frame: FrameType | None = None) -> None:
         """Ask for a graceful stop (signal handler)."""
@@ -333,7 +350,20 @@ class StreamRunner:
                         self.query.stop()
         finally:
             self._done.set()
+            self._commit_waiting_dead_letters()
             self._drain_progress()
+
+    def _commit_waiting_dead_letters(self) -> None:
+        """At stop: the dead letters still waiting in the driver, committed. Should that fail,
+        the next start reads them again from Kafka (their table commits say where)."""
+        if self.writer is None:
+            return
+        try:
+            self.writer.flush_dead_letters()
+        except Exception:
+            log.exception(
+                "committing the waiting dead letters at stop failed (the next start does)"
+            )
 
     def _drain_progress(self, timeout: float = 5.0) -> None:
         """Remove the listener once it has seen the last batch (Spark's listener bus delivers

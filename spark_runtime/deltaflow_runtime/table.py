@@ -90,19 +90,51 @@ def known_files(spark: SparkSession, path: str) -> int | None:
     return int(checksum.get().numFiles()) if checksum.isDefined() else None
 
 
+# Keys of the stream's entry in a table commit: where the batch started (when the writer knew),
+# and the earlier batches whose dead letters were still waiting in the driver when it committed
+# (see sink.BatchWriter): after a crash, start-up reads those batches again from Kafka.
+START_OFFSETS = "startOffsets"
+PENDING_DEAD_LETTERS = "pendingDeadLetters"
+
+
+def _render(offsets: TopicOffsets) -> dict[str, dict[str, int]]:
+    return {t: {str(p): o for p, o in sorted(ps.items())} for t, ps in sorted(offsets.items())}
+
+
 def commit_metadata(
-    txn_app_id: str, batch_id: int, end_offsets: TopicOffsets | None, routing: str | None = None
+    txn_app_id: str,
+    batch_id: int,
+    end_offsets: TopicOffsets | None,
+    routing: str | None = None,
+    *,
+    start_offsets: TopicOffsets | None = None,
+    pending_dead_letters: list[int] | None = None,
 ) -> str:
-    """The userMetadata the stream writes with each commit: which batch, where it ended, and the
-    fingerprint of the routing that split it between the table and the dead-letter table."""
+    """The userMetadata the stream writes with each commit: which batch, where it started and
+    ended, the fingerprint of the routing that split it between the table and the dead-letter
+    table, and which earlier batches' dead letters were not yet committed."""
     entry: dict[str, Any] = {"txnAppId": txn_app_id, "batchId": batch_id}
     if routing is not None:
         entry["routing"] = routing
     if end_offsets is not None:
-        entry["endOffsets"] = {
-            t: {str(p): o for p, o in sorted(ps.items())} for t, ps in sorted(end_offsets.items())
-        }
+        entry["endOffsets"] = _render(end_offsets)
+    if start_offsets is not None:
+        entry[START_OFFSETS] = _render(start_offsets)
+    if pending_dead_letters:
+        entry[PENDING_DEAD_LETTERS] = sorted(pending_dead_letters)
     return json.dumps({METADATA_KEY: entry}, separators=(",", ":"), sort_keys=True)
+
+
+def entry_offsets(entry: dict[str, Any], key: str) -> TopicOffsets | None:
+    """Offsets recorded in a stream's commit entry under ``key`` (``endOffsets`` or
+    :data:`START_OFFSETS`); None when not recorded or not readable."""
+    recorded = entry.get(key)
+    if not isinstance(recorded, dict):
+        return None
+    try:
+        return {str(t): {int(p): int(o) for p, o in ps.items()} for t, ps in recorded.items()}
+    except (ValueError, TypeError, AttributeError):
+        return None
 
 
 def parse_commit_metadata(user_metadata: str | None) -> tuple[str, int, TopicOffsets | None] | None:

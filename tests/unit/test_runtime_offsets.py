@@ -125,3 +125,32 @@ def test_only_the_kafka_source_s_data_loss_failure_is_explained_as_data_loss() -
     assert mentions_data_loss(spark_says)
     assert not mentions_data_loss("[STREAM_FAILED] java.lang.OutOfMemoryError: Java heap space")
     assert not mentions_data_loss("RoutingChangedError: batch 3 of deltaflow/data/orders ...")
+
+
+def test_a_commit_records_where_its_batch_started_and_which_dead_letters_wait() -> None:
+    import json as _json
+
+    from deltaflow_runtime.table import (
+        METADATA_KEY,
+        PENDING_DEAD_LETTERS,
+        START_OFFSETS,
+        commit_metadata,
+        entry_offsets,
+    )
+
+    text = commit_metadata(
+        "app",
+        9,
+        {"t": {0: 12, 1: 30}},
+        "r1",
+        start_offsets={"t": {0: 10, 1: 25}},
+        pending_dead_letters=[8, 6],
+    )
+    entry = _json.loads(text)[METADATA_KEY]
+    assert entry_offsets(entry, START_OFFSETS) == {"t": {0: 10, 1: 25}}
+    assert entry_offsets(entry, "endOffsets") == {"t": {0: 12, 1: 30}}
+    assert entry[PENDING_DEAD_LETTERS] == [6, 8]
+    plain = _json.loads(commit_metadata("app", 9, None))[METADATA_KEY]
+    assert entry_offsets(plain, START_OFFSETS) is None
+    assert PENDING_DEAD_LETTERS not in plain
+    assert entry_offsets({START_OFFSETS: {"t": {"0": "x"}}}, START_OFFSETS) is None

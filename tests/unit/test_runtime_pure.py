@@ -404,3 +404,36 @@ def test_dead_letters_come_inline_only_when_the_table_pass_collected_every_one()
     assert Counts(rows=10, valid=8, reasons={}, refused_rows=("a", "b")).all_refused_inline
     assert not Counts(rows=10, valid=7, reasons={}, refused_rows=("a", "b")).all_refused_inline
     assert not Counts(rows=10, valid=10, reasons={}).all_refused_inline
+
+
+def test_a_batch_starts_where_the_previous_one_ended_when_every_partition_is_known() -> None:
+    from deltaflow_runtime.sink import batch_start
+
+    previous = {"a": {0: 10, 1: 20}, "b": {0: 5}}
+    assert batch_start(previous, {"a": {0: 15, 1: 20}}) == {"a": {0: 10, 1: 20}}
+    assert batch_start(previous, {"a": {0: 15, 2: 3}}) is None  # partition 2 is new
+    assert batch_start(previous, {"c": {0: 1}}) is None
+    assert batch_start({}, {"a": {0: 15}}) is None  # a new stream's first batch
+    assert batch_start(previous, None) is None
+
+
+def test_a_batch_read_takes_exactly_the_recorded_range_with_the_stream_s_connection() -> None:
+    from deltaflow_runtime.source import batch_read_options
+
+    stream = {
+        "kafka.bootstrap.servers": "k:9092",
+        "kafka.security.protocol": "SASL_SSL",
+        "subscribePattern": "orders.*",
+        "startingOffsets": "earliest",
+        "maxOffsetsPerTrigger": "1000",
+        "minPartitions": "8",
+        "failOnDataLoss": "true",
+    }
+    options = batch_read_options(stream, {"o1": {0: 5, 1: 7}, "x": {0: 1}}, {"o1": {1: 9, 0: 6}})
+    assert json.loads(options["assign"]) == {"o1": [0, 1]}
+    assert json.loads(options["startingOffsets"]) == {"o1": {"0": 5, "1": 7}}
+    assert json.loads(options["endingOffsets"]) == {"o1": {"0": 6, "1": 9}}
+    assert options["kafka.security.protocol"] == "SASL_SSL"
+    assert options["failOnDataLoss"] == "true"
+    for streaming in ("subscribePattern", "maxOffsetsPerTrigger", "minPartitions"):
+        assert streaming not in options

@@ -18,6 +18,7 @@ from deltaflow_runtime.parse import (
     ParseSpec,
     dead_letter_rows,
     inline_dead_letters,
+    inline_schema,
     possibly_refused,
     refused,
     route,
@@ -171,9 +172,8 @@ def test_few_small_refused_records_are_collected_by_the_table_pass_itself(
     assert len(collected) == ROWS - int(observation.get["valid"]) == 40
 
     everything = split(route(rows, spec), spec)
-    assert _dead_letters(inline_dead_letters(everything, collected)) == _dead_letters(
-        refused(everything)
-    )
+    inline = inline_dead_letters(runtime_spark, inline_schema(everything), [(7, collected)])
+    assert _dead_letters(inline) == _dead_letters(refused(everything))
 
 
 def test_the_inline_collect_stays_bounded_and_leaves_out_large_records(

@@ -267,6 +267,7 @@ def _check_metrics(
         n = sum(1 for r in dead if r["reason"] == reason)
         assert metric("deltaflow_dead_letter_rows_total", f'{{reason="{reason}"}}') == n
     assert metric("deltaflow_last_committed_batch_id") >= 3  # several batches (30k each)
+    assert metric("deltaflow_dead_letters_pending") == 0  # committed at the stop at the latest
     # Every batch's progress report reached the metrics (a listener, not a poll that misses some)
     assert metric("deltaflow_batch_duration_seconds_count") == metric(
         "deltaflow_batches_total", '{outcome="committed"}'
@@ -529,6 +530,60 @@ def test_a_half_written_batch_is_finished_only_by_the_routing_that_started_it(
     assert sorted(tpos(table) + tpos(dead)) == sorted(s.tpo for s in sent)
     assert [r["value"] for r in dead] == [b"x"]
     assert _versions(ident.table_path) == table_version
+
+
+def test_dead_letters_of_many_batches_commit_together_and_survive_a_stop_before_their_commit(
+    kafka: KafkaBroker, runtime_spark: SparkSession, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Dead letters collected inline wait in the driver and are committed together: fewer
+    dead-letter commits than batches. A driver that dies before committing them (simulated: no
+    commit at stop, none when due) leaves them recorded in the table's commits; the next start
+    reads those batches again from Kafka and commits them, each record exactly once."""
+    bootstrap = kafka.bootstrap_servers
+    topic = unique("waiting")
+    create_topic(bootstrap, topic, partitions=2)
+    records = [(b"%d" % i, b"{" if i % 50 == 7 else order(i)) for i in range(1200)]
+    sent = produce(bootstrap, topic, records[:600])
+    doc = manifest(
+        unique("waiting"), topic, bootstrap, tmp_path, source={"maxOffsetsPerTrigger": 100}
+    )
+    ident = pipeline(doc).identity
+    runner = drain(runtime_spark, doc)
+    assert runner.writer is not None
+    first_run = runner.writer.table_batch
+    assert first_run >= 5
+    dead = read_table(ident.dead_letter_table_path)
+    table = read_table(ident.table_path)
+    assert sorted(tpos(table) + tpos(dead)) == sorted(s.tpo for s in sent)
+    assert sorted(r["value"] for r in dead) == [b"{"] * 12
+    # Batch 0 of a new stream commits its own (where it started is not recorded); the five or
+    # more after it wait and go in one commit at the end of the drain.
+    assert _versions(ident.dead_letter_table_path) + 1 < first_run
+    # One commit, each row with its own batch.
+    assert len({r["batch_id"] for r in dead}) > 2
+    assert max(r["batch_id"] for r in dead) <= first_run
+
+    # The next run dies before it commits its waiting dead letters.
+    more = produce(bootstrap, topic, records[600:])
+    monkeypatch.setattr(StreamRunner, "_commit_waiting_dead_letters", lambda self: None)
+    monkeypatch.setattr(StreamRunner, "_flush_due", lambda self: None)
+    monkeypatch.setattr("deltaflow_runtime.sink.DEAD_LETTER_FLUSH_SECONDS", 3600.0)
+    before = _versions(ident.dead_letter_table_path)
+    stopped = drain(runtime_spark, doc)
+    assert stopped.writer is not None
+    assert stopped.writer.pending_dead_letters == 12
+    assert _versions(ident.dead_letter_table_path) == before
+    monkeypatch.undo()
+
+    # The next start finds them in the table's commits, reads them again and commits them.
+    drain(runtime_spark, doc)
+    assert _versions(ident.dead_letter_table_path) == before + 1
+    dead = read_table(ident.dead_letter_table_path)
+    table = read_table(ident.table_path)
+    assert duplicates(tpos(table) + tpos(dead)) == []
+    assert sorted(tpos(table) + tpos(dead)) == sorted(s.tpo for s in sent + more)
+    assert sorted(r["value"] for r in dead) == [b"{"] * 24
+    assert len([r for r in dead if r["batch_id"] > first_run]) == 12
 
 
 def test_lost_or_replaced_checkpoint_is_refused_and_recoverable(
