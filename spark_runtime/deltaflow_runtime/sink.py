@@ -576,22 +576,8 @@ class BatchWriter:
             self._pending.clear()
             self._pending_since = None
             self.dead_letter_batch = version
-        for reason, n in dead.reasons.items():
-            self.metrics.dead_letter_rows.labels(reason=reason).inc(n)
         self.metrics.dead_letters_pending.set(0)
-        log.info(
-            "%s",
-            json.dumps(
-                {
-                    "event": "dead_letters_committed",
-                    "batches": batches,
-                    "txnVersion": version,
-                    "deadLettered": dead.reasons,
-                    "seconds": round(time.monotonic() - clock, 3),
-                },
-                separators=(",", ":"),
-            ),
-        )
+        self._dead_letters_done("dead_letters_committed", batches, version, dead, clock)
         return True
 
     def catch_up_dead_letters(
@@ -674,21 +660,22 @@ class BatchWriter:
         finally:
             rows.unpersist()
         self.dead_letter_batch = version
+        self._dead_letters_done("dead_letters_recovered", waiting, version, dead, clock)
+
+    def _dead_letters_done(
+        self, event: str, batches: list[int], version: int, dead: Counts, since: float
+    ) -> None:
+        """Count and log a dead-letter commit that covers several batches."""
         for reason, n in dead.reasons.items():
             self.metrics.dead_letter_rows.labels(reason=reason).inc(n)
-        log.info(
-            "%s",
-            json.dumps(
-                {
-                    "event": "dead_letters_recovered",
-                    "batches": waiting,
-                    "txnVersion": version,
-                    "deadLettered": dead.reasons,
-                    "seconds": round(time.monotonic() - clock, 3),
-                },
-                separators=(",", ":"),
-            ),
-        )
+        line = {
+            "event": event,
+            "batches": batches,
+            "txnVersion": version,
+            "deadLettered": dead.reasons,
+            "seconds": round(time.monotonic() - since, 3),
+        }
+        log.info("%s", json.dumps(line, separators=(",", ":")))
 
     def _start_offsets(self, end: TopicOffsets | None) -> TopicOffsets | None:
         return batch_start(self.committed_offsets, end)
