@@ -192,6 +192,16 @@ class RoutingChangedError(RuntimeError):
     """A replayed batch's table rows were routed by another spec (or runtime) than this one."""
 
 
+def records_between(start: TopicOffsets, end: TopicOffsets) -> int:
+    """Offsets from ``start`` (inclusive) to ``end`` (exclusive) over all partitions: the most
+    records the range can hold (fewer after compaction or with transaction markers)."""
+    return sum(
+        max(0, offset - start.get(topic, {}).get(partition, offset))
+        for topic, parts in end.items()
+        for partition, offset in parts.items()
+    )
+
+
 @dataclass(frozen=True)
 class PendingDeadLetters:
     """One batch's dead letters, collected inline, whose table commit is done and whose
@@ -609,9 +619,14 @@ class BatchWriter:
             return  # not in the log: nothing recorded to go by (Spark's replay still applies)
         waiting = [int(b) for b in entry.get(PENDING_DEAD_LETTERS) or [] if int(b) > done]
         version = last - 1
-        if entry_offsets(entry, START_OFFSETS) is not None:
-            waiting.append(last)
+        start, end = entry_offsets(entry, START_OFFSETS), entry_offsets(entry, "endOffsets")
+        if start is not None and end is not None:
             version = last
+            # Its own dead letters were unknown when it committed; none when it wrote a row
+            # for every offset of its range (the usual case: a clean stream's dead-letter table
+            # lags its table, and this spares reading its last batch again at every start).
+            if entry.get(WRITTEN_ROWS) != records_between(start, end):
+                waiting.append(last)
         if not waiting:
             return
         clock = time.monotonic()

@@ -437,3 +437,13 @@ def test_a_batch_read_takes_exactly_the_recorded_range_with_the_stream_s_connect
     assert options["failOnDataLoss"] == "true"
     for streaming in ("subscribePattern", "maxOffsetsPerTrigger", "minPartitions"):
         assert streaming not in options
+
+
+def test_a_range_holds_at_most_one_record_per_offset() -> None:
+    from deltaflow_runtime.sink import records_between
+
+    start = {"a": {0: 10, 1: 20}}
+    assert records_between(start, {"a": {0: 15, 1: 20}}) == 5
+    assert records_between(start, {"a": {0: 15, 1: 27}}) == 12
+    assert records_between(start, {"a": {0: 10}}) == 0
+    assert records_between(start, {"a": {2: 9}}) == 0  # no start known: nothing counted
