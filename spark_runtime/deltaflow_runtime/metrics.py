@@ -126,7 +126,7 @@ class RuntimeMetrics:
         self.dead_letters_pending = Gauge(
             "deltaflow_dead_letters_pending",
             "Refused records whose table batch is committed and whose dead-letter commit is "
-            "still to come (committed together within a minute, and at stop).",
+            "still to come (committed together within a minute, once caught up, and at stop).",
             registry=r,
         )
         self.batches = Counter(

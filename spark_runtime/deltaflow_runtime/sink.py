@@ -141,7 +141,8 @@ class Counts:
 RECENT_REPORTS = 16
 
 # Dead letters collected inline wait in the driver and are committed together, at most this
-# long after the first of them (and at stop): a dead-letter commit per batch cost more than the
+# long after the first of them (sooner once the stream has caught up with Kafka, and at stop;
+# see stream.StreamRunner._flush_due): a dead-letter commit per batch cost more than the
 # rest of a 500k-record batch's own work over the minimal job (bench/README). The rows waiting
 # are bounded like one batch's inline collect (parse.inline_capacity(1)).
 DEAD_LETTER_FLUSH_SECONDS = 60.0

@@ -98,6 +98,16 @@ def gather_facts(spark: SparkSession, pipeline: Pipeline, checkpoint: Checkpoint
     )
 
 
+def unread_records(committed: TopicOffsets, latest: TopicOffsets) -> int:
+    """Records Kafka holds past the stream's committed offsets (a partition not read yet counts
+    from offset 0)."""
+    return sum(
+        max(0, end - committed.get(topic, {}).get(partition, 0))
+        for topic, parts in latest.items()
+        for partition, end in parts.items()
+    )
+
+
 def check_retention(
     admin: KafkaAdmin, resume: TopicOffsets | None, fail_on_data_loss: bool
 ) -> None:
@@ -234,8 +244,8 @@ class StreamRunner:
             return [source.topic]
         return self.admin.topics_matching(str(source.topic_pattern))
 
-    def poll_kafka_once(self) -> None:
-        """Refresh lag and retention headroom from Kafka."""
+    def poll_kafka_once(self) -> int:
+        """Refresh lag and retention headroom from Kafka; returns the records not yet read."""
         assert self.writer is not None
         tps = self.admin.partitions(self._topics())
         self._partitions = len(tps)
@@ -249,26 +259,28 @@ class StreamRunner:
             log.error(
                 "%s", describe_gaps(gaps, self.pipeline.ingestion.spec.source.fail_on_data_loss)
             )
+        return unread_records(committed, latest)
 
     def _poll_kafka(self) -> None:
         while not self._done.is_set():
+            lag: int | None = None
             try:
-                self.poll_kafka_once()
+                lag = self.poll_kafka_once()
             except Exception as error:  # a Kafka hiccup must not stop the stream
                 log.warning("polling Kafka offsets failed: %s", error)
                 if self.scaling is not None:
                     self.scaling.kafka_failed(time.time(), str(error) or type(error).__name__)
-            self._flush_due()
+            self._flush_due(caught_up=lag == 0)
             self._done.wait(self.options.poll_seconds)
 
-    def _flush_due(self) -> None:
-        """Commit waiting dead letters once due, also when no batch comes to do it (an idle
-        stream). A failure leaves them waiting: the next batch, the stop or the next start
-        commits them."""
+    def _flush_due(self, caught_up: bool = False) -> None:
+        """Commit waiting dead letters once due, or at once when the stream has read all Kafka
+        holds (no batch is coming to share the commit with). A failure leaves them waiting: the
+        next batch, the stop or the next start commits them."""
         if self.writer is None:
             return
         try:
-            self.writer.flush_dead_letters(due_only=True)
+            self.writer.flush_dead_letters(due_only=not caught_up)
         except Exception:
             log.exception("committing the waiting dead letters failed (retried later)")
 

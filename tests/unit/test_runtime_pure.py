@@ -447,3 +447,13 @@ def test_a_range_holds_at_most_one_record_per_offset() -> None:
     assert records_between(start, {"a": {0: 15, 1: 27}}) == 12
     assert records_between(start, {"a": {0: 10}}) == 0
     assert records_between(start, {"a": {2: 9}}) == 0  # no start known: nothing counted
+
+
+def test_a_stream_has_caught_up_when_no_partition_holds_unread_records() -> None:
+    from deltaflow_runtime.stream import unread_records
+
+    latest = {"a": {0: 10, 1: 0}}
+    assert unread_records({"a": {0: 10}}, latest) == 0  # partition 1 is empty
+    assert unread_records({"a": {0: 7}}, latest) == 3
+    assert unread_records({}, {"a": {0: 4}, "b": {2: 5}}) == 9  # nothing read yet
+    assert unread_records({"a": {0: 12}}, latest) == 0  # committed past a truncated log

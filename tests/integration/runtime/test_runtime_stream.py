@@ -566,7 +566,7 @@ def test_dead_letters_of_many_batches_commit_together_and_survive_a_stop_before_
     # The next run dies before it commits its waiting dead letters.
     more = produce(bootstrap, topic, records[600:])
     monkeypatch.setattr(StreamRunner, "_commit_waiting_dead_letters", lambda self: None)
-    monkeypatch.setattr(StreamRunner, "_flush_due", lambda self: None)
+    monkeypatch.setattr(StreamRunner, "_flush_due", lambda self, caught_up=False: None)
     monkeypatch.setattr("deltaflow_runtime.sink.DEAD_LETTER_FLUSH_SECONDS", 3600.0)
     before = _versions(ident.dead_letter_table_path)
     stopped = drain(runtime_spark, doc)
