@@ -7,6 +7,7 @@ through the same StreamRunner the driver pod runs.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 import threading
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
+from crash_kit import Driver, TableWatch
 from runtime_kit import (
     Sent,
     create_topic,
@@ -532,17 +534,17 @@ def test_a_half_written_batch_is_finished_only_by_the_routing_that_started_it(
     assert _versions(ident.table_path) == table_version
 
 
-def test_dead_letters_of_many_batches_commit_together_and_survive_a_stop_before_their_commit(
-    kafka: KafkaBroker, runtime_spark: SparkSession, tmp_path: Path, monkeypatch: Any
+def test_dead_letters_of_many_batches_commit_together_and_survive_a_kill_before_their_commit(
+    kafka: KafkaBroker, runtime_spark: SparkSession, tmp_path: Path, caplog: Any
 ) -> None:
     """Dead letters collected inline wait in the driver and are committed together: fewer
-    dead-letter commits than batches. A driver that dies before committing them (simulated: no
-    commit at stop, none when due) leaves them recorded in the table's commits; the next start
-    reads those batches again from Kafka and commits them, each record exactly once."""
+    dead-letter commits than batches. A driver process SIGKILLed while some wait leaves them
+    recorded in the table's commits; the next start reads those batches again from Kafka and
+    commits them, each record exactly once."""
     bootstrap = kafka.bootstrap_servers
     topic = unique("waiting")
     create_topic(bootstrap, topic, partitions=2)
-    records = [(b"%d" % i, b"{" if i % 50 == 7 else order(i)) for i in range(1200)]
+    records = [(b"%d" % i, b"{" if i % 50 == 7 else order(i)) for i in range(3600)]
     sent = produce(bootstrap, topic, records[:600])
     doc = manifest(
         unique("waiting"), topic, bootstrap, tmp_path, source={"maxOffsetsPerTrigger": 100}
@@ -563,27 +565,46 @@ def test_dead_letters_of_many_batches_commit_together_and_survive_a_stop_before_
     assert len({r["batch_id"] for r in dead}) > 2
     assert max(r["batch_id"] for r in dead) <= first_run
 
-    # The next run dies before it commits its waiting dead letters.
+    # A driver process reads a backlog and is SIGKILLed while dead letters of several of its
+    # batches wait (a backlog is not caught up, so none is committed before a minute).
     more = produce(bootstrap, topic, records[600:])
-    monkeypatch.setattr(StreamRunner, "_commit_waiting_dead_letters", lambda self: None)
-    monkeypatch.setattr(StreamRunner, "_flush_due", lambda self, caught_up=False: None)
-    monkeypatch.setattr("deltaflow_runtime.sink.DEAD_LETTER_FLUSH_SECONDS", 3600.0)
-    before = _versions(ident.dead_letter_table_path)
-    stopped = drain(runtime_spark, doc)
-    assert stopped.writer is not None
-    assert stopped.writer.pending_dead_letters == 12
-    assert _versions(ident.dead_letter_table_path) == before
-    monkeypatch.undo()
+    config = tmp_path / "waiting.yaml"
+    config.write_text(json.dumps(doc))
+    local = ident.table_path.removeprefix("file://")
+    checkpoint = ident.checkpoint_path.removeprefix("file://")
+    table_watch = TableWatch(local, checkpoint)
+    dead_watch = TableWatch(local + "_dead_letter", checkpoint)
+    driver = Driver(config, tmp_path / "driver-work", tmp_path / "driver.log")
+    try:
+        wait_for(
+            lambda: table_watch.last_batch() >= max(dead_watch.last_batch(), first_run) + 3,
+            300,
+            "three batches' dead letters waiting",
+            interval=0.05,
+        )
+    finally:
+        driver.kill()
+    killed_at = table_watch.last_batch()
+    waiting_since = dead_watch.last_batch()
+    assert waiting_since < killed_at, "the kill came after a dead-letter commit"
 
-    # The next start finds them in the table's commits, reads them again and commits them.
-    drain(runtime_spark, doc)
-    assert _versions(ident.dead_letter_table_path) == before + 1
+    # The next start finds them in the table's commits, reads them again and commits them
+    # before its first batch.
+    with caplog.at_level(logging.INFO, logger="deltaflow.sink"):
+        drain(runtime_spark, doc)
+    recovered = [
+        json.loads(r.getMessage())
+        for r in caplog.records
+        if r.getMessage().startswith('{"event":"dead_letters_recovered"')
+    ]
+    assert len(recovered) == 1
+    assert recovered[0]["txnVersion"] == killed_at
+    assert all(waiting_since < b <= killed_at for b in recovered[0]["batches"])
     dead = read_table(ident.dead_letter_table_path)
     table = read_table(ident.table_path)
     assert duplicates(tpos(table) + tpos(dead)) == []
     assert sorted(tpos(table) + tpos(dead)) == sorted(s.tpo for s in sent + more)
-    assert sorted(r["value"] for r in dead) == [b"{"] * 24
-    assert len([r for r in dead if r["batch_id"] > first_run]) == 12
+    assert sorted(r["value"] for r in dead) == [b"{"] * 72
 
 
 def test_lost_or_replaced_checkpoint_is_refused_and_recoverable(
