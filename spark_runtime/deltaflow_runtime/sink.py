@@ -372,7 +372,7 @@ class BatchWriter:
         report = BatchReport(batch_id)
         clock = time.monotonic()
         report.end_offsets = self.checkpoint.end_offsets(batch_id)
-        start = self._start_offsets(report.end_offsets)
+        start = batch_start(self.committed_offsets, report.end_offsets)
         with self._flush_lock:
             pending = [p.batch_id for p in self._pending]
         metadata = commit_metadata(
@@ -392,7 +392,7 @@ class BatchWriter:
                     split(route(batch, self.spec), self.spec), batch_id, metadata, report
                 )
         else:
-            self._write_both(batch, batch_id, metadata, report, deferrable=start is not None)
+            self._write_both(batch, batch_id, metadata, report, start)
 
         clock = time.monotonic()
         if report.end_offsets is not None:
@@ -409,8 +409,7 @@ class BatchWriter:
         batch_id: int,
         metadata: str,
         report: BatchReport,
-        *,
-        deferrable: bool = False,
+        start: TopicOffsets | None,
     ) -> None:
         """A new batch: its valid rows to the table, then its refused ones to the dead-letter
         table, each counted, and the two counts checked against each other.
@@ -426,7 +425,7 @@ class BatchWriter:
         # The Kafka source reads each Kafka partition in one Spark partition, or splits them into
         # about minPartitions (never fewer than one per Kafka partition).
         reading = read_tasks(sum(len(ps) for ps in end.values()), self.min_partitions)
-        tasks = write_tasks(self._planned_records(end), reading)
+        tasks = write_tasks(None if start is None else records_between(start, end), reading)
         observation = Observation()
         # The observation sits between the routing and the filter on its reason: Spark does not
         # push a filter through it, so the value is parsed once (pushed below the parse, the
@@ -465,7 +464,7 @@ class BatchWriter:
         clock = time.monotonic()
         if counts.all_refused_inline:
             report.dead_letter_source = "inline"
-            if not deferrable:
+            if start is None:
                 self.flush_dead_letters()  # where it started is not recorded: commit it now
             elif not self.flush_dead_letters(due_only=True):
                 report.dead_letters_pending = counts.refused
@@ -692,23 +691,6 @@ class BatchWriter:
             "seconds": round(time.monotonic() - since, 3),
         }
         log.info("%s", json.dumps(line, separators=(",", ":")))
-
-    def _start_offsets(self, end: TopicOffsets | None) -> TopicOffsets | None:
-        return batch_start(self.committed_offsets, end)
-
-    def _planned_records(self, end: TopicOffsets | None) -> int | None:
-        """Records in the batch by its offsets (None when where it starts is not known here)."""
-        start = self.committed_offsets
-        if end is None or not start:
-            return None
-        total = 0
-        for topic, parts in end.items():
-            for partition, offset in parts.items():
-                begin = start.get(topic, {}).get(partition)
-                if begin is None:
-                    return None
-                total += max(0, offset - begin)
-        return total
 
     def _finish_replay(
         self, rows: DataFrame, batch_id: int, metadata: str, report: BatchReport
