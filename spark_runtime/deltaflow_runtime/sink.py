@@ -169,6 +169,17 @@ def write_tasks(planned_records: int | None, read_tasks: int) -> int | None:
     return tasks if tasks < read_tasks else None
 
 
+def inline_rows(last_refused: int, tasks: int) -> int:
+    """How many refused records the table pass of a batch read by ``tasks`` tasks collects
+    inline (see :func:`deltaflow_runtime.parse.inline_capacity`): none when the last batch
+    refused more than that. Refused records come in runs (a bad producer, a wrong schema), and
+    a collect that cannot hold them all is thrown away for the second read: its bounded heap
+    in every task would be spent for nothing. The batch after one with few refused collects
+    again."""
+    capacity = inline_capacity(tasks)
+    return 0 if last_refused > capacity else capacity
+
+
 def batch_start(previous_end: TopicOffsets, end: TopicOffsets | None) -> TopicOffsets | None:
     """Where the batch ending at ``end`` starts: the previous batch's end (or where the run
     resumed) for each of its partitions; None when any of them is not known there (the first
@@ -432,7 +443,8 @@ class BatchWriter:
         # filter would substitute the reason's expression and parse it again).
         split_rows = split(route(batch, self.spec), self.spec)
         observed = split_rows.observe(
-            observation, *table_pass_columns(2 * self._last_refused, inline_capacity(reading))
+            observation,
+            *table_pass_columns(2 * self._last_refused, inline_rows(self._last_refused, reading)),
         )
         table_rows = valid_rows(observed, self.spec)
         if tasks is not None:

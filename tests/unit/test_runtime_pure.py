@@ -398,6 +398,22 @@ def test_the_inline_dead_letters_a_driver_can_receive_stay_bounded(tasks: int) -
         assert rows == 0
 
 
+@pytest.mark.parametrize("tasks", [1, 4, 64])
+def test_a_batch_after_one_with_more_refused_than_the_collect_holds_does_not_collect(
+    tasks: int,
+) -> None:
+    """Refused records come in runs: after a batch whose refused records overflowed the inline
+    collect, the next one goes straight to the second read; after a batch with few, it collects."""
+    from deltaflow_runtime.parse import inline_capacity
+    from deltaflow_runtime.sink import inline_rows
+
+    capacity = inline_capacity(tasks)
+    assert inline_rows(0, tasks) == capacity
+    assert inline_rows(capacity, tasks) == capacity
+    assert inline_rows(capacity + 1, tasks) == 0
+    assert inline_rows(25_000, tasks) == 0  # 5% of a 500k-record batch
+
+
 def test_dead_letters_come_inline_only_when_the_table_pass_collected_every_one() -> None:
     from deltaflow_runtime.sink import Counts
 
