@@ -7,6 +7,7 @@
 #   bash bench/run.sh trickle    [--rate 10] [--seconds 120] [--trigger 1s]
 #   bash bench/run.sh crash      [--records 1000000] [--kills 10]
 #   bash bench/run.sh json-check [--records 2000000] [--repeat 3]   (Spark only, ~1 min)
+#   bash bench/run.sh plan-cost  [--batches 200] [--fields 4]   (Spark only: building a batch's plan)
 #   bash bench/run.sh commit-cost [--files 0,10000,50000,200000] [--partitions 1,2,8]
 #                                (Spark only: one small commit by table size and tasks, ~10 min)
 #   bash bench/run.sh autoscale  [--calibration FILE] [--traces step,ramp,sine,bursts,hot]
@@ -20,12 +21,13 @@
 #                                 latency, CPU, memory, API requests; root, ~10 min)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-what=${1:?usage: bash bench/run.sh throughput|freshness|trickle|crash|json-check|commit-cost|autoscale|autoscale-node|control-plane [args...]}
+what=${1:?usage: bash bench/run.sh throughput|freshness|trickle|crash|json-check|plan-cost|commit-cost|autoscale|autoscale-node|control-plane [args...]}
 shift
 case "$what" in
   throughput | freshness | trickle) script="bench/$what.py" ;;
   crash) script="bench/crash_soak.py" ;;
   json-check) script="bench/json_check.py" ;;
+  plan-cost) script="bench/plan_cost.py" ;;
   commit-cost) script="bench/commit_cost.py" ;;
   autoscale) script="bench/autoscale.py" ;;
   autoscale-node) script="bench/autoscale_node.py" ;;

@@ -270,26 +270,43 @@ def _field(name: str) -> Column:
     return F.col(PARSED).getField(name)
 
 
+KAFKA_COLUMNS: tuple[str, ...] = ("key", "value", "topic", "partition", "offset", "timestamp")
+
+
 def route(records: DataFrame, spec: ParseSpec) -> DataFrame:
     """Kafka rows -> the same rows plus the parsed value and the refusal reason (null if valid).
 
     Parsing runs once per record, in its own projection, and only on records that passed the
     cheap checks (null value, size, key, UTF-8): an oversized record is never parsed.
     """
+    return _apply(records, _route_stages(spec))
+
+
+def _apply(records: DataFrame, stages: Sequence[tuple[str, Column]]) -> DataFrame:
+    """The Kafka rows with each stage's column added in order (a later stage may use, or
+    replace, an earlier one's)."""
+    staged = records.select(*KAFKA_COLUMNS)
+    for name, column in stages:
+        staged = staged.withColumn(name, column)
+    return staged
+
+
+def _route_stages(spec: ParseSpec) -> list[tuple[str, Column]]:
+    """The columns :func:`route` adds, in order: they depend on the spec alone."""
     from pyspark.sql import functions as F  # noqa: N812
     from pyspark.sql.avro.functions import from_avro
     from pyspark.sql.types import StringType, StructField, StructType
 
-    base = records.select("key", "value", "topic", "partition", "offset", "timestamp")
+    stages: list[tuple[str, Column]] = []
     if spec.format == "raw":
-        staged = base.withColumn(TEXT, F.col("value").cast("string"))
-        return staged.withColumn(REASON, _pre_reason(spec, check_utf8=True)).withColumn(
-            PARSED, F.lit(None)
-        )
+        stages.append((TEXT, F.col("value").cast("string")))
+        stages.append((REASON, _pre_reason(spec, check_utf8=True)))
+        stages.append((PARSED, F.lit(None)))
+        return stages
     assert spec.value_schema is not None
     if spec.format == "json":
-        staged = base.withColumn(TEXT, F.col("value").cast("string"))
-        staged = staged.withColumn(PRE_REASON, _pre_reason(spec, check_utf8=True))
+        stages.append((TEXT, F.col("value").cast("string")))
+        stages.append((PRE_REASON, _pre_reason(spec, check_utf8=True)))
         # The strict check first (trailing data, duplicate keys, numbers for timestamps, ...:
         # what from_json would read differently from what was sent), from_json only on what
         # it accepted.
@@ -301,7 +318,7 @@ def route(records: DataFrame, spec: ParseSpec) -> DataFrame:
             F.lit(spec.value_schema.json()),
         )
         check = F.nullif(check, F.lit(""))  # "" is its "fine"
-        staged = staged.withColumn(CHECK, F.when(F.col(PRE_REASON).isNull(), check))
+        stages.append((CHECK, F.when(F.col(PRE_REASON).isNull(), check)))
         with_corrupt = StructType([*spec.value_schema.fields, StructField(CORRUPT, StringType())])
         options = {
             "mode": "PERMISSIVE",
@@ -312,7 +329,7 @@ def route(records: DataFrame, spec: ParseSpec) -> DataFrame:
             F.col(PRE_REASON).isNull() & F.col(CHECK).isNull(),
             F.from_json(F.col(TEXT), with_corrupt, options),
         )
-        staged = staged.withColumn(PARSED, parsed)
+        stages.append((PARSED, parsed))
         reason = (
             F.when(F.col(PRE_REASON).isNotNull(), F.col(PRE_REASON))
             .when(F.col(CHECK).isNotNull(), F.substring_index(F.col(CHECK), "\t", 1))
@@ -322,14 +339,12 @@ def route(records: DataFrame, spec: ParseSpec) -> DataFrame:
             .when(_field(CORRUPT).isNotNull(), _lit_reason(Reason.SCHEMA_MISMATCH))
         )
     else:
-        staged = base.withColumn(PRE_REASON, _pre_reason(spec, check_utf8=False))
+        stages.append((PRE_REASON, _pre_reason(spec, check_utf8=False)))
         body, frame = _avro_body(spec)
         # CHECK holds "malformed_avro\t<detail>" for a framing problem, then for bytes left over.
-        staged = staged.withColumn(CHECK, F.when(F.col(PRE_REASON).isNull(), frame))
+        stages.append((CHECK, F.when(F.col(PRE_REASON).isNull(), frame)))
         decoded = from_avro(body, str(spec.avro_schema), {"mode": "PERMISSIVE"})
-        staged = staged.withColumn(
-            PARSED, F.when(F.col(PRE_REASON).isNull() & F.col(CHECK).isNull(), decoded)
-        )
+        stages.append((PARSED, F.when(F.col(PRE_REASON).isNull() & F.col(CHECK).isNull(), decoded)))
         names = spec.value_schema.fieldNames()
         all_null = F.lit(True)
         for name in names:
@@ -350,12 +365,17 @@ def route(records: DataFrame, spec: ParseSpec) -> DataFrame:
             F.base64(body),
             F.lit(str(spec.avro_schema)),
         )
-        staged = staged.withColumn(
-            CHECK,
-            F.when(F.col(CHECK).isNotNull(), F.col(CHECK)).when(
-                F.col(PRE_REASON).isNull() & ~malformed,
-                F.concat(F.lit(f"{Reason.MALFORMED_AVRO.value}\t"), F.nullif(left_over, F.lit(""))),
-            ),
+        # Replaces the framing check's column: the framing problem, else the bytes left over.
+        stages.append(
+            (
+                CHECK,
+                F.when(F.col(CHECK).isNotNull(), F.col(CHECK)).when(
+                    F.col(PRE_REASON).isNull() & ~malformed,
+                    F.concat(
+                        F.lit(f"{Reason.MALFORMED_AVRO.value}\t"), F.nullif(left_over, F.lit(""))
+                    ),
+                ),
+            )
         )
         reason = (
             F.when(F.col(PRE_REASON).isNotNull(), F.col(PRE_REASON))
@@ -367,7 +387,8 @@ def route(records: DataFrame, spec: ParseSpec) -> DataFrame:
         for name in spec.required:
             missing = missing | _field(name).isNull()
         reason = reason.when(missing, _lit_reason(Reason.MISSING_REQUIRED_FIELD))
-    return staged.withColumn(REASON, reason)
+    stages.append((REASON, reason))
+    return stages
 
 
 def _avro_body(spec: ParseSpec) -> tuple[Column, Column]:
@@ -424,6 +445,11 @@ def split(routed: DataFrame, spec: ParseSpec) -> DataFrame:
     table pass observes and filters it; the dead-letter pass caches its refused rows for a
     count and the write.
     """
+    return routed.select(*_split_columns(spec))
+
+
+def _split_columns(spec: ParseSpec) -> list[Column]:
+    """The columns of :func:`split`."""
     from pyspark.sql import functions as F  # noqa: N812
 
     refused = F.col(REASON).isNotNull()
@@ -446,7 +472,7 @@ def split(routed: DataFrame, spec: ParseSpec) -> DataFrame:
             F.when(~refused, _field(name)).alias(_value_column(i))
             for i, name in enumerate(spec.value_schema.fieldNames())
         )
-    return routed.select(*columns)
+    return columns
 
 
 def _value_column(index: int) -> str:
@@ -459,7 +485,13 @@ def valid_rows(split_rows: DataFrame, spec: ParseSpec) -> DataFrame:
     """The table rows of a :func:`split` frame: value columns then the Kafka metadata columns."""
     from pyspark.sql import functions as F  # noqa: N812
 
-    valid = split_rows.where(F.col(REASON).isNull())
+    return split_rows.where(F.col(REASON).isNull()).select(*_valid_columns(spec))
+
+
+def _valid_columns(spec: ParseSpec) -> list[Column]:
+    """The columns of :func:`valid_rows`."""
+    from pyspark.sql import functions as F  # noqa: N812
+
     if spec.format == "raw":
         columns = [F.col("key"), F.col(TEXT).alias("value")]
     else:
@@ -468,7 +500,7 @@ def valid_rows(split_rows: DataFrame, spec: ParseSpec) -> DataFrame:
             F.col(_value_column(i)).alias(name)
             for i, name in enumerate(spec.value_schema.fieldNames())
         ]
-    return valid.select(*columns, *(_metadata() if spec.metadata_columns else []))
+    return [*columns, *(_metadata() if spec.metadata_columns else [])]
 
 
 def _detail(spec: ParseSpec) -> Column:
@@ -566,6 +598,11 @@ def _record_key() -> Column:
     return F.xxhash64(F.col("topic"), F.col("partition"), F.col("offset"))
 
 
+def _filter_capacity(expected_refused: int) -> int:
+    """The refused records the table pass's Bloom filter is sized for."""
+    return max(REFUSED_KEYS_MIN, min(expected_refused, REFUSED_KEYS_MAX))
+
+
 def table_pass_columns(expected_refused: int = 0, inline_rows: int = 0) -> list[Column]:
     """Aggregates for ``DataFrame.observe`` on the table pass, kept to what it needs on every row:
     ``rows``, ``valid``, and a Bloom filter of the refused records' keys (``refused_keys``, null
@@ -580,7 +617,7 @@ def table_pass_columns(expected_refused: int = 0, inline_rows: int = 0) -> list[
     all of them, the dead letters need no second read of Kafka."""
     from pyspark.sql import functions as F  # noqa: N812
 
-    capacity = max(REFUSED_KEYS_MIN, min(expected_refused, REFUSED_KEYS_MAX))
+    capacity = _filter_capacity(expected_refused)
     jvm: Any = _jvm()
     keys = F.when(F.col(REASON).isNotNull(), _record_key())
     aggregate = jvm.org.apache.spark.sql.catalyst.expressions.aggregate.BloomFilterAggregate(
@@ -705,3 +742,47 @@ def count_columns() -> list[Column]:
         F.count_if(reason.isNull()).alias("valid"),
         *(F.count_if(reason == F.lit(r.value)).alias(r.value) for r in REASONS),
     ]
+
+
+class Router:
+    """One spec's routing with its column expressions built once, for a stream's every batch.
+
+    Each expression of a plan is a py4j round trip from Python to the JVM (hundreds for a schema
+    of a few fields: the route, the split with its detail, the valid rows, the table pass's
+    aggregates). Rebuilt for every batch they were ~40% of the driver's Python CPU at 500k
+    records a batch (bench/README); they depend on the spec alone, so a stream builds them once
+    (in its SparkContext: a Router outlives no session) and each batch only applies them.
+    """
+
+    def __init__(self, spec: ParseSpec) -> None:
+        from pyspark.sql import functions as F  # noqa: N812
+
+        self.spec = spec
+        self._stages = _route_stages(spec)
+        self._split = _split_columns(spec)
+        self._valid = _valid_columns(spec)
+        self._is_valid = F.col(REASON).isNull()
+        self._is_refused = F.col(REASON).isNotNull()
+        # The table pass's aggregates of the last (expected refused, inline rows) asked for:
+        # the same from batch to batch while a stream's mix of refused records holds.
+        self._table_pass: tuple[tuple[int, int], list[Column]] | None = None
+
+    def split(self, records: DataFrame) -> DataFrame:
+        """Kafka rows routed and split: ``split(route(records, spec), spec)``."""
+        return _apply(records, self._stages).select(*self._split)
+
+    def valid_rows(self, split_rows: DataFrame) -> DataFrame:
+        """The table rows of a split frame (:func:`valid_rows`)."""
+        return split_rows.where(self._is_valid).select(*self._valid)
+
+    def refused(self, split_rows: DataFrame) -> DataFrame:
+        """The refused rows of a split frame (:func:`refused`)."""
+        return split_rows.where(self._is_refused)
+
+    def table_pass_columns(self, expected_refused: int, inline_rows: int) -> list[Column]:
+        """:func:`table_pass_columns`, built again only when its sizes change."""
+        capacity = _filter_capacity(expected_refused)
+        key = (capacity, inline_rows)
+        if self._table_pass is None or self._table_pass[0] != key:
+            self._table_pass = (key, table_pass_columns(capacity, inline_rows))
+        return self._table_pass[1]

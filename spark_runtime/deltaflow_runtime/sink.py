@@ -30,18 +30,14 @@ from deltaflow_runtime.parse import (
     REFUSED_KEYS,
     REFUSED_ROWS,
     ParseSpec,
+    Router,
     count_columns,
     dead_letter_rows,
     inline_capacity,
     inline_dead_letters,
     inline_schema,
     possibly_refused,
-    refused,
-    route,
     routing_fingerprint,
-    split,
-    table_pass_columns,
-    valid_rows,
 )
 from deltaflow_runtime.table import (
     PENDING_DEAD_LETTERS,
@@ -296,6 +292,7 @@ class BatchWriter:
         # The last few batches' reports, for the progress listener (which runs behind).
         self.recent_reports: dict[int, BatchReport] = {}
         self.routing = routing_fingerprint(spec)
+        self.router = Router(spec)  # the routing's columns, built once for every batch
         # Refused records of the last batch: the next table pass sizes its filter of refused
         # keys for twice as many (refused records come in runs: a bad producer, a wrong schema).
         self._last_refused = 0
@@ -399,9 +396,7 @@ class BatchWriter:
             # Replay after a crash between a Delta commit and the checkpoint commit.
             report.outcome = "replayed"
             if not self._dead_letters_hold(batch_id):
-                self._finish_replay(
-                    split(route(batch, self.spec), self.spec), batch_id, metadata, report
-                )
+                self._finish_replay(self.router.split(batch), batch_id, metadata, report)
         else:
             self._write_both(batch, batch_id, metadata, report, start)
 
@@ -441,12 +436,14 @@ class BatchWriter:
         # The observation sits between the routing and the filter on its reason: Spark does not
         # push a filter through it, so the value is parsed once (pushed below the parse, the
         # filter would substitute the reason's expression and parse it again).
-        split_rows = split(route(batch, self.spec), self.spec)
+        split_rows = self.router.split(batch)
         observed = split_rows.observe(
             observation,
-            *table_pass_columns(2 * self._last_refused, inline_rows(self._last_refused, reading)),
+            *self.router.table_pass_columns(
+                2 * self._last_refused, inline_rows(self._last_refused, reading)
+            ),
         )
-        table_rows = valid_rows(observed, self.spec)
+        table_rows = self.router.valid_rows(observed)
         if tasks is not None:
             # A small batch: fewer, larger files. The whole pass (read, parse, write) runs in
             # these tasks; at this size the parse is a small part of the write.
@@ -493,7 +490,7 @@ class BatchWriter:
                 )
             candidates = possibly_refused(batch, counts.refused_keys)
             # Cached (only the refused records): the count and the write read it once.
-            dead_rows = refused(split(route(candidates, self.spec), self.spec)).persist(
+            dead_rows = self.router.refused(self.router.split(candidates)).persist(
                 StorageLevel.MEMORY_AND_DISK
             )
             try:
@@ -665,9 +662,7 @@ class BatchWriter:
             rows_written = self._check_routing(batch_id, recorded)
             written = None if written is None or rows_written is None else written + rows_written
             frames.append(
-                split(route(read_range(start, end), self.spec), self.spec).withColumn(
-                    BATCH, F.lit(batch_id)
-                )
+                self.router.split(read_range(start, end)).withColumn(BATCH, F.lit(batch_id))
             )
         rows = frames[0]
         for frame in frames[1:]:
@@ -683,7 +678,9 @@ class BatchWriter:
                     "letters cannot be told apart. Nothing was written."
                 )
             metadata = commit_metadata(self.stream.txn_app_id, version, None, self.routing)
-            dead = self._append_dead_letters(refused(rows), version, metadata, batch=F.col(BATCH))
+            dead = self._append_dead_letters(
+                self.router.refused(rows), version, metadata, batch=F.col(BATCH)
+            )
         finally:
             rows.unpersist()
         self.dead_letter_batch = version
@@ -726,7 +723,7 @@ class BatchWriter:
                     "it), so its dead letters cannot be told apart. Nothing was written; compare "
                     "the offsets in the table's commit metadata of this batch with the topic."
                 )
-            dead = self._append_dead_letters(refused(rows), batch_id, metadata)
+            dead = self._append_dead_letters(self.router.refused(rows), batch_id, metadata)
         finally:
             rows.unpersist()
         if dead.rows != sum(by_reason.values()):

@@ -16,6 +16,7 @@ from deltaflow_runtime.parse import (
     REFUSED_KEYS,
     REFUSED_ROWS,
     ParseSpec,
+    Router,
     dead_letter_rows,
     inline_dead_letters,
     inline_schema,
@@ -23,7 +24,6 @@ from deltaflow_runtime.parse import (
     refused,
     route,
     split,
-    table_pass_columns,
     valid_rows,
 )
 from deltaflow_runtime.table import known_files, table_state
@@ -77,14 +77,16 @@ def _kafka_rows(spark: SparkSession, bad_every: int) -> DataFrame:
     return spark.createDataFrame(rows, schema).repartition(2)
 
 
-def _table_pass(rows: DataFrame, spec: ParseSpec, inline_rows: int = 0) -> tuple[DataFrame, Any]:
+def _table_pass(
+    rows: DataFrame, spec: ParseSpec, inline_rows: int = 0, router: Router | None = None
+) -> tuple[DataFrame, Any]:
+    """The writer's table pass: a stream's Router (built once) applied to one batch."""
     from pyspark.sql import Observation
 
+    router = router or Router(spec)
     observation = Observation()
-    observed = split(route(rows, spec), spec).observe(
-        observation, *table_pass_columns(0, inline_rows)
-    )
-    return valid_rows(observed, spec), observation
+    observed = router.split(rows).observe(observation, *router.table_pass_columns(0, inline_rows))
+    return router.valid_rows(observed), observation
 
 
 def _from_json_calls(frame: DataFrame) -> int:
@@ -207,6 +209,35 @@ def test_a_batch_with_nothing_refused_observes_no_keys(runtime_spark: SparkSessi
     table.write.format("noop").mode("overwrite").save()
     assert int(observation.get["valid"]) == int(observation.get["rows"])
     assert observation.get[REFUSED_KEYS] is None
+
+
+def _landed(table: DataFrame) -> set[tuple[str, int, int]]:
+    picked = table.select("_kafka_topic", "_kafka_partition", "_kafka_offset").collect()
+    return {(r[0], int(r[1]), int(r[2])) for r in picked}
+
+
+def test_one_router_serves_every_batch_of_a_stream(runtime_spark: SparkSession) -> None:
+    """A stream builds its routing's columns once and applies them to each batch: every batch,
+    whatever its mix, gets its own rows, counts and inline dead letters, the same as a plan
+    built for that batch alone."""
+    spec = _spec()
+    router = Router(spec)
+    for bad_every in (500, 3, ROWS + 1, 500):
+        rows = _kafka_rows(runtime_spark, bad_every=bad_every)
+        table, observation = _table_pass(rows, spec, inline_rows=100, router=router)
+        landed = _landed(table)
+        observed = observation.get
+        refused_count = len(range(0, ROWS, bad_every))
+        assert int(observed["rows"]) == ROWS
+        assert int(observed["valid"]) == len(landed) == ROWS - refused_count
+        assert len(observed[REFUSED_ROWS] or []) == min(refused_count, 100)
+
+        alone = split(route(rows, spec), spec)
+        assert landed == _landed(valid_rows(alone, spec))
+        if refused_count <= 100:
+            collected = observed[REFUSED_ROWS] or []
+            inline = inline_dead_letters(runtime_spark, inline_schema(alone), [(7, collected)])
+            assert _dead_letters(inline) == _dead_letters(refused(alone))
 
 
 def test_the_writer_knows_a_table_s_file_count_without_replaying_its_log(
