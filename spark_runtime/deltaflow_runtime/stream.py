@@ -124,6 +124,24 @@ def check_retention(
     log.warning("%s", message)
 
 
+# How many batch ids the progress listener remembers to report each batch once.
+SEEN_BATCHES_KEPT = 1024
+
+
+def first_report(seen: set[int], batch_id: int) -> bool:
+    """Whether ``batch_id``'s progress is reported for the first time (then remembered in
+    ``seen``). A stream runs for months: only the recent ids are kept (a batch's report comes
+    shortly after it; the listener bus is never hundreds of batches behind)."""
+    if batch_id in seen:
+        return False
+    seen.add(batch_id)
+    if len(seen) > SEEN_BATCHES_KEPT:
+        newest = max(seen)
+        for old in [b for b in seen if b <= newest - SEEN_BATCHES_KEPT // 2]:
+            seen.discard(old)
+    return True
+
+
 class StreamRunner:
     """One running stream: the query, its writer, the Kafka poll and the signal handling."""
 
@@ -293,9 +311,8 @@ class StreamRunner:
         """One batch's progress report (from the query listener, every batch exactly once)."""
         sample = progress_sample(raw)
         with self._progress_lock:
-            if sample.batch_id in self._seen_batches:
+            if not first_report(self._seen_batches, sample.batch_id):
                 return
-            self._seen_batches.add(sample.batch_id)
         report = self.writer.recent_reports.get(sample.batch_id) if self.writer else None
         if report is not None and report.rows:
             # Rates are per record, counted by the writer (Spark's own count depends on how

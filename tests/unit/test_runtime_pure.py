@@ -473,3 +473,16 @@ def test_a_stream_has_caught_up_when_no_partition_holds_unread_records() -> None
     assert unread_records({"a": {0: 7}}, latest) == 3
     assert unread_records({}, {"a": {0: 4}, "b": {2: 5}}) == 9  # nothing read yet
     assert unread_records({"a": {0: 12}}, latest) == 0  # committed past a truncated log
+
+
+def test_each_batch_s_progress_is_reported_once_and_the_memory_of_it_stays_bounded() -> None:
+    from deltaflow_runtime.stream import SEEN_BATCHES_KEPT, first_report
+
+    seen: set[int] = set()
+    assert first_report(seen, 0)
+    assert not first_report(seen, 0)  # the listener delivered it twice
+    for batch in range(1, 100_000):
+        assert first_report(seen, batch)
+        assert len(seen) <= SEEN_BATCHES_KEPT
+    # A late duplicate of a recent batch is still recognized.
+    assert not first_report(seen, 99_990)
