@@ -1,4 +1,4 @@
-"""Exactly once across crashes: SIGKILL a real driver process 10 times while records arrive.
+"""Exactly once across crashes: SIGKILL a real driver process 8 times while records arrive.
 
 CI size: >= 60k records at ~300/s for the whole kill phase (~1% hostile: eight kinds of bad
 record, so every batch has dead letters), then a last life drains and stops on SIGTERM (exit 0).
@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 
 @pytest.mark.timeout(1500)
-def test_sigkill_the_driver_ten_times_loses_and_duplicates_nothing(
+def test_sigkill_the_driver_eight_times_loses_and_duplicates_nothing(
     kafka: KafkaBroker,
     runtime_spark: SparkSession,
     tmp_path: Path,
@@ -38,7 +38,9 @@ def test_sigkill_the_driver_ten_times_loses_and_duplicates_nothing(
         topic,
         tmp_path / "soak",
         records=60_000,
-        kills=10,
+        # Two rotations of the four kill strategies (the full-size soak, bench/run.sh crash,
+        # kills ten times over a million records).
+        kills=8,
         rate=300,
         max_offsets=5_000,
     )
@@ -46,7 +48,7 @@ def test_sigkill_the_driver_ten_times_loses_and_duplicates_nothing(
     for restart in result.restarts:
         record_property(f"recovery_seconds_{restart.number}", round(restart.recovery_seconds, 1))
 
-    assert len(result.restarts) == 10
+    assert len(result.restarts) == 8
     assert result.duplicates == 0
     assert result.lost == 0
     assert result.unexpected == 0

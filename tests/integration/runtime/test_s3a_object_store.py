@@ -237,7 +237,7 @@ def test_wrong_credentials_a_missing_bucket_or_no_endpoint_fail_naming_what_to_f
 
 
 @pytest.mark.timeout(1200)
-def test_sigkill_the_driver_five_times_with_everything_on_the_object_store(
+def test_sigkill_the_driver_four_times_with_everything_on_the_object_store(
     kafka: KafkaBroker,
     object_store: ObjectStore,
     tmp_path: Path,
@@ -250,7 +250,7 @@ def test_sigkill_the_driver_five_times_with_everything_on_the_object_store(
         topic,
         tmp_path / "soak",
         records=15_000,
-        kills=5,
+        kills=4,  # one rotation of the four kill strategies
         rate=300,
         max_offsets=3_000,
         store=object_store,
@@ -258,7 +258,7 @@ def test_sigkill_the_driver_five_times_with_everything_on_the_object_store(
     print(result.summary())
     for restart in result.restarts:
         record_property(f"recovery_seconds_{restart.number}", round(restart.recovery_seconds, 1))
-    assert len(result.restarts) == 5
+    assert len(result.restarts) == 4
     assert result.duplicates == 0
     assert result.lost == 0
     assert result.unexpected == 0
@@ -294,7 +294,7 @@ def test_optimize_and_vacuum_in_their_own_processes_while_the_stream_appends_on_
     driver = Driver(config, tmp_path, tmp_path / "driver.log", env=env)
     feeder.start()
     try:
-        wait_for(lambda: len(_delta_log(object_store, table)) >= 6, 240, "six stream commits")
+        wait_for(lambda: len(_delta_log(object_store, table)) >= 4, 240, "four stream commits")
         # Two maintenance jobs, each its own JVM, commit while the stream keeps committing.
         jobs: dict[str, Any] = {}
 
@@ -323,7 +323,7 @@ def test_optimize_and_vacuum_in_their_own_processes_while_the_stream_appends_on_
         assert events[0]["reason"] == "OptimizeCompleted", events
         after_maintenance = max(_delta_log(object_store, table))
         wait_for(
-            lambda: max(_delta_log(object_store, table)) >= after_maintenance + 3,
+            lambda: max(_delta_log(object_store, table)) >= after_maintenance + 2,
             120,
             "the stream to keep committing after the maintenance jobs",
         )
