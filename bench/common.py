@@ -212,6 +212,44 @@ def spark_args(work: Path) -> list[str]:
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
+@dataclass(frozen=True)
+class ProcessCpu:
+    """One process's parent, process group and CPU seconds (user + system), from /proc."""
+
+    ppid: int
+    pgrp: int
+    seconds: float
+
+
+def processes() -> dict[int, ProcessCpu]:
+    """Every process now running, by pid."""
+    found: dict[int, ProcessCpu] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # after "pid (comm)": state ppid pgrp session ... utime(11) stime(12) (0-based)
+        seconds = (int(fields[11]) + int(fields[12])) / _TICK
+        found[int(entry)] = ProcessCpu(int(fields[1]), int(fields[2]), seconds)
+    return found
+
+
+def json_parse_spec(spark: Any, schema: str) -> Any:
+    """The runtime's ParseSpec of a JSON format with ``schema`` (Spark DDL)."""
+    from deltaflow_operator.api.v1alpha1 import DeltaSink, Format
+    from deltaflow_runtime.parse import parse_spec
+
+    return parse_spec(
+        spark,
+        Format.model_validate({"type": "json", "schema": schema}),
+        DeltaSink.model_validate({"tablePath": "/tmp/unused"}),
+    )
+
+
 class CpuSampler:
     """CPU seconds (user + system) of every process in a process group, sampled from /proc.
 
@@ -227,19 +265,9 @@ class CpuSampler:
         self._thread.start()
 
     def _sample(self) -> None:
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            # after "pid (comm)": state ppid pgrp session ... utime(11) stime(12) (0-based)
-            if int(fields[2]) == self.pgid:
-                seconds = (int(fields[11]) + int(fields[12])) / _TICK
-                pid = int(entry)
-                self.per_pid[pid] = max(self.per_pid.get(pid, 0.0), seconds)
+        for pid, process in processes().items():
+            if process.pgrp == self.pgid:
+                self.per_pid[pid] = max(self.per_pid.get(pid, 0.0), process.seconds)
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from common import local_session, record_value
+from common import json_parse_spec, local_session, record_value
 
 SCHEMA = "id BIGINT NOT NULL, amount DOUBLE, ts TIMESTAMP, country STRING"
 
@@ -40,10 +40,8 @@ def main() -> None:
     from pyspark.sql import Column
     from pyspark.sql import functions as F  # noqa: N812
 
-    from deltaflow_operator.api.v1alpha1 import DeltaSink, Format
     from deltaflow_runtime.parse import (
         STRICT_JSON_CLASS,
-        parse_spec,
         route,
         split,
         table_pass_columns,
@@ -51,11 +49,7 @@ def main() -> None:
     )
 
     spark = local_session(1, {"spark.sql.session.timeZone": "UTC"})
-    spec = parse_spec(
-        spark,
-        Format.model_validate({"type": "json", "schema": SCHEMA}),
-        DeltaSink.model_validate({"tablePath": "/tmp/unused"}),
-    )
+    spec = json_parse_spec(spark, SCHEMA)
     assert spec.value_schema is not None
     values = [(record_value(i),) for i in range(10_000)]
     records = (

@@ -24,34 +24,21 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from common import local_session
-
-_TICK = os.sysconf("SC_CLK_TCK")
+from common import json_parse_spec, local_session, processes
 
 
 def _tree_cpu_seconds(root: int) -> float:
     """CPU seconds of ``root`` and every process below it (the JVM is the driver's child)."""
-    parents: dict[int, int] = {}
-    cpu: dict[int, float] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parents[int(entry)] = int(fields[1])
-        cpu[int(entry)] = (int(fields[11]) + int(fields[12])) / _TICK
+    table = processes()
 
     def below(pid: int) -> bool:
         while pid > 1:
             if pid == root:
                 return True
-            pid = parents.get(pid, 0)
+            pid = table[pid].ppid if pid in table else 0
         return False
 
-    return sum(seconds for pid, seconds in cpu.items() if below(pid))
+    return sum(p.seconds for pid, p in table.items() if below(pid))
 
 
 def main() -> None:
@@ -63,11 +50,9 @@ def main() -> None:
     import py4j.clientserver
     from pyspark.sql import DataFrame, Observation
 
-    from deltaflow_operator.api.v1alpha1 import DeltaSink, Format
     from deltaflow_runtime.parse import (
         Router,
         inline_capacity,
-        parse_spec,
         route,
         split,
         table_pass_columns,
@@ -79,11 +64,7 @@ def main() -> None:
         ["id BIGINT NOT NULL", "amount DOUBLE", "ts TIMESTAMP", "country STRING"][: args.fields]
         + [f"extra_{i} STRING" for i in range(max(0, args.fields - 4))]
     )
-    spec = parse_spec(
-        spark,
-        Format.model_validate({"type": "json", "schema": schema}),
-        DeltaSink.model_validate({"tablePath": "/tmp/unused"}),
-    )
+    spec = json_parse_spec(spark, schema)
     kafka = "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, "
     kafka += "timestamp TIMESTAMP"
     batch = spark.createDataFrame([], kafka)
