@@ -757,7 +757,7 @@ class Router:
     def __init__(self, spec: ParseSpec) -> None:
         from pyspark.sql import functions as F  # noqa: N812
 
-        self.spec = spec
+        self.spec = spec  # what the columns were built from
         self._stages = _route_stages(spec)
         self._split = _split_columns(spec)
         self._valid = _valid_columns(spec)

@@ -271,7 +271,6 @@ class BatchWriter:
     ) -> None:
         self.spark = spark
         self.stream = stream
-        self.spec = spec
         self.partition_by = partition_by
         self.optimize_write = optimize_write
         self.checkpoint = checkpoint
