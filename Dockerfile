@@ -92,7 +92,8 @@ RUN --mount=type=cache,id=deltaflow-maven,target=/root/.m2 \
       -DoutputDirectory=/jars -DincludeScope=runtime -DexcludeTransitive=false \
  && mvn -B -q -Dstyle.color=never -f /build/jvm/pom.xml -Dbuild.dir=/tmp/jvm \
       -Ddelta.version="$DELTA_VERSION" -Dhadoop.version="$HADOOP_VERSION" \
-      -Djackson.version="$JACKSON_VERSION" -Davro.version="$AVRO_VERSION" package \
+      -Djackson.version="$JACKSON_VERSION" -Davro.version="$AVRO_VERSION" \
+      -Dspark.version="$SPARK_VERSION" -Dscala.binary="$SCALA_BINARY" package \
  && cp /tmp/jvm/deltaflow-jvm-*.jar /jars/
 
 # --- Runtime ------------------------------------------------------------------------------------

@@ -5,11 +5,13 @@ Spark's ``noop`` sink in local[1], best of ``--repeat`` runs, in nanoseconds per
 
 - ``read``: the cached values only (the floor);
 - ``from_json``: what the hand-written job does (``from_json`` with the schema);
-- ``strict check``: ``io.deltaflow.json.StrictJson`` through ``java_method`` alone;
+- ``strict check``: ``io.deltaflow.json.StrictJson`` alone (the Java UDF over the raw bytes the
+  runtime applies);
 - ``java_method``: ``java.util.Objects.toString(value, "x")`` through ``java_method``: what any
   per-record JVM call that way costs (reflection, the value decoded to a Java String);
 - ``+ schema arg``: the same with the schema's JSON as the second argument, as the strict check
-  passes it: a literal is converted to a Java String again for every record;
+  passed it before it became a UDF: a literal is converted to a Java String again for every
+  record;
 - ``table pass``: the runtime's table pass as it runs (``deltaflow_runtime.parse.route`` +
   ``split``: cheap checks, the strict check, ``from_json``, the reason; observed with
   ``table_pass_columns``, then ``valid_rows``). The observation keeps Spark from pushing the
@@ -41,9 +43,9 @@ def main() -> None:
     from pyspark.sql import functions as F  # noqa: N812
 
     from deltaflow_runtime.parse import (
-        STRICT_JSON_CLASS,
         route,
         split,
+        strict_json,
         table_pass_columns,
         valid_rows,
     )
@@ -67,13 +69,7 @@ def main() -> None:
     )
     count = records.count()
     text = F.col("value").cast("string")
-    check = F.call_function(
-        "java_method",
-        F.lit(STRICT_JSON_CLASS),
-        F.lit("check"),
-        text,
-        F.lit(spec.value_schema.json()),
-    )
+    check = strict_json(spec.value_schema)
 
     def call(second: str) -> Column:
         return F.call_function(

@@ -64,8 +64,6 @@ CORRUPT = "__deltaflow_corrupt_record"
 DETAIL = "__deltaflow_detail"
 CHECK = "__deltaflow_check"  # StrictJson's refusal, "<reason>\t<detail>"; null when fine
 
-# spark_runtime/jvm: is a value exactly one strict JSON object that from_json reads as meant?
-STRICT_JSON_CLASS = "io.deltaflow.json.StrictJson"
 # Spark's own JSON options, as strict as the check (belt and braces: the check runs first).
 STRICT_JSON_OPTIONS = {"allowSingleQuotes": "false", "allowNonNumericNumbers": "false"}
 # spark_runtime/jvm: does an Avro body hold exactly one record (from_avro ignores what follows)?
@@ -310,14 +308,7 @@ def _route_stages(spec: ParseSpec) -> list[tuple[str, Column]]:
         # The strict check first (trailing data, duplicate keys, numbers for timestamps, ...:
         # what from_json would read differently from what was sent), from_json only on what
         # it accepted.
-        check = F.call_function(
-            "java_method",
-            F.lit(STRICT_JSON_CLASS),
-            F.lit("check"),
-            F.col(TEXT),
-            F.lit(spec.value_schema.json()),
-        )
-        check = F.nullif(check, F.lit(""))  # "" is its "fine"
+        check = strict_json(spec.value_schema)
         stages.append((CHECK, F.when(F.col(PRE_REASON).isNull(), check)))
         with_corrupt = StructType([*spec.value_schema.fields, StructField(CORRUPT, StringType())])
         options = {
@@ -389,6 +380,26 @@ def _route_stages(spec: ParseSpec) -> list[tuple[str, Column]]:
         reason = reason.when(missing, _lit_reason(Reason.MISSING_REQUIRED_FIELD))
     stages.append((REASON, reason))
     return stages
+
+
+def strict_json(schema: StructType) -> Column:
+    """The strict check's verdict on the raw value (spark_runtime/jvm's
+    ``io.deltaflow.json.StrictJson``): null when it is one strict JSON object that fits
+    ``schema``, else "<reason>\t<detail>". A Java UDF over the bytes (one instance per plan,
+    holding the schema), not ``java_method`` over the text: no reflective call and no decoding
+    of the value into a Java String for every record."""
+    from pyspark import SparkContext
+    from pyspark.sql import Column
+    from pyspark.sql.classic.column import _to_java_column, _to_seq
+
+    context = SparkContext._active_spark_context
+    assert context is not None, "no active SparkContext"
+    jvm: Any = context._jvm
+    udf = jvm.org.apache.spark.sql.functions.udf(
+        jvm.io.deltaflow.json.StrictJson(schema.json()),
+        jvm.org.apache.spark.sql.types.DataTypes.StringType,
+    ).withName("deltaflow_strict_json")
+    return Column(udf.apply(_to_seq(context, ["value"], _to_java_column)))
 
 
 def _avro_body(spec: ParseSpec) -> tuple[Column, Column]:

@@ -90,8 +90,13 @@ def _table_pass(
 
 
 def _from_json_calls(frame: DataFrame) -> int:
+    return _calls(frame, "from_json(")
+
+
+def _calls(frame: DataFrame, function: str) -> int:
+    """How many times ``function`` appears in the frame's optimized plan."""
     plan: str = frame._jdf.queryExecution().optimizedPlan().toString()
-    return plan.count("from_json(")
+    return plan.count(function)
 
 
 def _identities(frame: DataFrame) -> set[tuple[str, int, int]]:
@@ -99,12 +104,14 @@ def _identities(frame: DataFrame) -> set[tuple[str, int, int]]:
     return {(r[0], int(r[1]), int(r[2])) for r in picked}
 
 
-def test_the_table_pass_parses_each_value_once(runtime_spark: SparkSession) -> None:
-    """The observation keeps Spark from pushing the table's filter below the parse."""
+def test_the_table_pass_parses_and_checks_each_value_once(runtime_spark: SparkSession) -> None:
+    """The observation keeps Spark from pushing the table's filter below the parse; the strict
+    check, read by the reason, the parse's guard and the detail, is not repeated for each."""
     spec = _spec()
     rows = _kafka_rows(runtime_spark, bad_every=100)
     table, _ = _table_pass(rows, spec)
     assert _from_json_calls(table) == 1
+    assert _calls(table, "deltaflow_strict_json(") == 1
 
     # Without the observation in between, the filter on the reason is pushed below the parse and
     # the reason's expression substituted into it: the value is parsed several times a record.

@@ -91,6 +91,10 @@ BAD: list[tuple[str, bytes | None, bytes | None]] = [
     ("malformed_json", b"k", b'{"id": 30,}'),  # trailing comma
     ("malformed_json", b"k", b'{"id": 31 /* comment */}'),
     ("malformed_json", b"k", b'\xef\xbb\xbf{"id": 32}'),  # byte order mark
+    ("malformed_json", b"k", '{"id": 37}'.encode("utf-16-le")),  # valid UTF-8 bytes, NULs
+    ("malformed_json", b"k", '{"id": 38}'.encode("utf-16-be")),
+    ("malformed_json", b"k", '{"id": 39}'.encode("utf-32-le")),
+    ("malformed_json", b"k", b'{"id": 47, "country": "a\x00b"}'),  # a raw NUL in a string
     ("malformed_json", b"k", b'{"id": 33}\xc2\xa0'),  # no-break space is not JSON whitespace
     ("malformed_json", b"k", b'{"id": 34}\x0b'),  # nor is vertical tab
     ("malformed_json", b"k", b'{"id": 35, "country": "a\tb"}'),  # raw control character

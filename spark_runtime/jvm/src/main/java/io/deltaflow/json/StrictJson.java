@@ -13,6 +13,7 @@ import java.math.BigDecimal;
 import java.util.LinkedHashMap;
 import java.util.Locale;
 import java.util.Map;
+import org.apache.spark.sql.api.java.UDF1;
 
 /**
  * The strict half of JSON routing: is a record's value exactly one JSON object (RFC 8259), and
@@ -20,9 +21,12 @@ import java.util.Map;
  *
  * <p>Spark's from_json stops after the first object (a second one after it is dropped), accepts
  * single quotes and NaN, takes the last of duplicate keys and reads a number given for a
- * TIMESTAMP as epoch seconds (epoch milliseconds land in year 55,800). The runtime calls
- * {@link #check} through Spark's {@code java_method} on every JSON record that passed the cheap
- * checks and routes on its answer; from_json then only converts what this accepted.
+ * TIMESTAMP as epoch seconds (epoch milliseconds land in year 55,800). The runtime applies one
+ * instance (built with the table's schema) as a Spark UDF to the raw bytes of every JSON record
+ * that passed the cheap checks, and routes on its answer; from_json then only converts what this
+ * accepted. A UDF over the bytes, rather than {@code java_method} over the value as text, spares
+ * each record a reflective call and a UTF-8 decoding into a Java String (the cheap checks have
+ * already refused invalid UTF-8).
  *
  * <p>Jackson's defaults are RFC 8259: no comments, single quotes, unquoted names, NaN/Infinity,
  * leading zeros, trailing commas or raw control characters; whitespace is space, tab, LF, CR.
@@ -30,40 +34,56 @@ import java.util.Map;
  * StructType JSON) only to find numbers at TIMESTAMP and DATE positions and to see whether any
  * top-level field of the schema is present; every other type question is from_json's.
  */
-public final class StrictJson {
+public final class StrictJson implements UDF1<byte[], String> {
+  private static final long serialVersionUID = 1L;
+
   /** Reason prefixes, as the runtime's Reason enum spells them. */
   public static final String MALFORMED = "malformed_json";
 
   public static final String MISMATCH = "schema_mismatch";
 
-  /** The answer for a value that may be parsed. */
-  public static final String OK = "";
-
   private static final JsonFactory FACTORY =
-      JsonFactory.builder()
-          .enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION)
-          .enable(StreamReadFeature.INCLUDE_SOURCE_IN_LOCATION)
-          .build();
+      JsonFactory.builder().enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION).build();
   private static final ObjectMapper MAPPER = new ObjectMapper();
-  // The schema literal is the same text on every row (a new String each time): the last one
-  // parsed is kept, and an equals() finds it without hashing the text on every row.
-  private static volatile Schema last;
 
-  private record Schema(String json, Node root) {}
-
-  private StrictJson() {}
+  private final String schemaJson;
+  // Built from schemaJson where the UDF runs (executors receive the text, not the tree).
+  private transient Node root;
 
   /**
-   * The empty string when {@code text} is one strict JSON object that fits (java_method turns a
-   * null result into the text "null"); otherwise {@code "<reason>\t<detail>"}, the reason being
+   * The check for values of one table schema ({@code schemaJson}: Spark's StructType JSON).
+   *
+   * @throws IllegalArgumentException if the schema is not Spark's JSON of a type
+   */
+  public StrictJson(String schemaJson) {
+    this.schemaJson = schemaJson;
+    this.root = parseSchema(schemaJson);
+  }
+
+  /**
+   * Null when {@code value} (UTF-8) is one strict JSON object that fits, or is null (tombstones
+   * are the cheap checks' concern); otherwise {@code "<reason>\t<detail>"}, the reason being
    * malformed_json or schema_mismatch.
    */
-  public static String check(String text, String schemaJson) {
-    if (text == null) {
-      return OK; // tombstones are the cheap checks' concern
+  @Override
+  public String call(byte[] value) {
+    if (value == null) {
+      return null;
     }
-    Node root = schema(schemaJson);
-    try (JsonParser parser = FACTORY.createParser(text)) {
+    Node schema = root;
+    if (schema == null) {
+      schema = parseSchema(schemaJson);
+      root = schema;
+    }
+    return check(value, schema);
+  }
+
+  private static String check(byte[] value, Node root) {
+    String encoding = notUtf8Text(value);
+    if (encoding != null) {
+      return MALFORMED + "\t" + encoding;
+    }
+    try (JsonParser parser = FACTORY.createParser(value)) {
       JsonToken first = parser.nextToken();
       if (first == null) {
         return MALFORMED + "\tvalue is empty or whitespace only";
@@ -71,13 +91,13 @@ public final class StrictJson {
       if (first != JsonToken.START_OBJECT) {
         return MALFORMED + "\tvalue is a JSON " + kind(first) + ", not an object";
       }
-      Walk walk = new Walk(text.indexOf("\\u") >= 0);
-      int known = walk.object(parser, root, "");
+      Walk walk = new Walk(hasUnicodeEscape(value));
+      int known = walk.object(parser, root, null);
       JsonToken after = parser.nextToken();
       if (after != null) {
         return MALFORMED
             + "\ttrailing data after the object at character "
-            + (parser.currentTokenLocation().getCharOffset() + 1)
+            + (characters(value, parser.currentTokenLocation().getByteOffset()) + 1)
             + " (one record must hold exactly one JSON object)";
       }
       if (walk.problem != null) {
@@ -89,15 +109,62 @@ public final class StrictJson {
             + String.join(", ", root.fields.keySet())
             + "): wrong topic or wrong spec.format.schema?";
       }
-      return OK;
+      return null;
     } catch (JsonProcessingException error) {
-      return MALFORMED + "\t" + describe(error);
+      return MALFORMED + "\t" + describe(error, value);
     } catch (IOException error) {
       return MALFORMED + "\t" + error.getMessage();
     }
   }
 
-  private static String describe(JsonProcessingException error) {
+  /**
+   * Why a value is no JSON text in UTF-8 where Jackson's byte reader would read it anyway (it
+   * skips a UTF-8 byte order mark and reads NUL bytes at the start as UTF-16 or UTF-32), or
+   * null. from_json reads the value as UTF-8 text, where neither is JSON.
+   */
+  private static String notUtf8Text(byte[] value) {
+    if (value.length >= 3
+        && (value[0] & 0xFF) == 0xEF
+        && (value[1] & 0xFF) == 0xBB
+        && (value[2] & 0xFF) == 0xBF) {
+      return "value starts with a byte order mark (U+FEFF), which is not JSON whitespace";
+    }
+    for (int i = 0; i < Math.min(4, value.length); i++) {
+      if (value[i] == 0) {
+        return "byte " + (i + 1) + " is NUL: the value is not JSON text in UTF-8 (UTF-16 or"
+            + " UTF-32?)";
+      }
+    }
+    return null;
+  }
+
+  /** Whether the value holds a {@code \\u} escape: only such a value can hold a lone surrogate. */
+  private static boolean hasUnicodeEscape(byte[] value) {
+    for (int i = 0; i + 1 < value.length; i++) {
+      if (value[i] == '\\') {
+        if (value[i + 1] == 'u') {
+          return true;
+        }
+        i++; // an escaped backslash cannot start another escape
+      }
+    }
+    return false;
+  }
+
+  /** The characters (UTF-16 units, as a Java String counts them) in the first {@code bytes} of
+   * a UTF-8 value: a position a reader of the record can find. */
+  private static long characters(byte[] value, long bytes) {
+    long count = 0;
+    for (int i = 0; i < Math.min(bytes, value.length); i++) {
+      int b = value[i] & 0xFF;
+      if ((b & 0xC0) != 0x80) {
+        count += (b & 0xF8) == 0xF0 ? 2 : 1; // a 4-byte sequence is a surrogate pair
+      }
+    }
+    return count;
+  }
+
+  private static String describe(JsonProcessingException error, byte[] value) {
     String message = error.getOriginalMessage();
     if (message == null) {
       message = String.valueOf(error.getMessage());
@@ -105,7 +172,8 @@ public final class StrictJson {
     int cut = message.indexOf('\n');
     message = cut >= 0 ? message.substring(0, cut) : message;
     if (error.getLocation() != null && error instanceof JsonParseException) {
-      message += " (at character " + (error.getLocation().getCharOffset() + 1) + ")";
+      long at = characters(value, error.getLocation().getByteOffset());
+      message += " (at character " + (at + 1) + ")";
     }
     return message;
   }
@@ -129,17 +197,25 @@ public final class StrictJson {
     }
   }
 
-  private static Node schema(String schemaJson) {
-    Schema known = last;
-    if (known != null && known.json().equals(schemaJson)) {
-      return known.root();
-    }
+  private static Node parseSchema(String schemaJson) {
     try {
-      Node root = Node.of(MAPPER.readTree(schemaJson));
-      last = new Schema(schemaJson, root);
-      return root;
+      return Node.of(MAPPER.readTree(schemaJson));
     } catch (JsonProcessingException error) {
       throw new IllegalArgumentException("not a Spark schema: " + error.getMessage(), error);
+    }
+  }
+
+  /** Where a value sits in the record ("a.b[]"): a chain of names and "[]", made text only
+   * when a problem names it. */
+  private record Path(Path parent, String part) {
+    static final String ELEMENT = "[]";
+
+    @Override
+    public String toString() {
+      if (parent == null) {
+        return part;
+      }
+      return parent + (part.equals(ELEMENT) ? "" : ".") + part;
     }
   }
 
@@ -221,13 +297,13 @@ public final class StrictJson {
     }
 
     /** Walks an object whose START_OBJECT was read; returns how many schema fields it holds. */
-    int object(JsonParser parser, Node type, String path) throws IOException {
+    int object(JsonParser parser, Node type, Path path) throws IOException {
       int known = 0;
       for (JsonToken token = parser.nextToken();
           token != JsonToken.END_OBJECT;
           token = parser.nextToken()) {
         String name = parser.currentName();
-        surrogates(name, "");
+        surrogates(name, null);
         Node child = Node.OTHER;
         if (type.kind == Node.Kind.STRUCT) {
           Node field = type.fields.get(name);
@@ -238,12 +314,12 @@ public final class StrictJson {
         } else if (type.kind == Node.Kind.MAP) {
           child = type.element;
         }
-        value(parser, parser.nextToken(), child, path + name);
+        value(parser, parser.nextToken(), child, new Path(path, name));
       }
       return known;
     }
 
-    void value(JsonParser parser, JsonToken token, Node type, String path) throws IOException {
+    void value(JsonParser parser, JsonToken token, Node type, Path path) throws IOException {
       if (type.kind == Node.Kind.TEMPORAL
           && (token == JsonToken.VALUE_NUMBER_INT || token == JsonToken.VALUE_NUMBER_FLOAT)) {
         note(
@@ -265,12 +341,12 @@ public final class StrictJson {
       }
       switch (token) {
         case START_OBJECT:
-          object(parser, type, path + ".");
+          object(parser, type, path);
           break;
         case START_ARRAY:
           Node element = type.kind == Node.Kind.ARRAY ? type.element : Node.OTHER;
           for (JsonToken t = parser.nextToken(); t != JsonToken.END_ARRAY; t = parser.nextToken()) {
-            value(parser, t, element, path + "[]");
+            value(parser, t, element, new Path(path, Path.ELEMENT));
           }
           break;
         case VALUE_STRING:
@@ -283,7 +359,7 @@ public final class StrictJson {
 
     /** Numbers Spark would change silently: rounded to a DECIMAL's scale, or overflowing to
      * Infinity in a DOUBLE or FLOAT. */
-    void number(JsonParser parser, Node type, String path) throws IOException {
+    void number(JsonParser parser, Node type, Path path) throws IOException {
       if (type.kind == Node.Kind.DECIMAL) {
         BigDecimal value = parser.getDecimalValue().stripTrailingZeros();
         if (value.scale() > type.scale) {
@@ -298,7 +374,8 @@ public final class StrictJson {
                   + ": more digits after the point than the column keeps, and rounding would"
                   + " change the value");
         }
-      } else if (type.kind == Node.Kind.DOUBLE || type.kind == Node.Kind.FLOAT) {
+      } else if ((type.kind == Node.Kind.DOUBLE || type.kind == Node.Kind.FLOAT)
+          && mayOverflow(parser)) {
         double value = parser.getDoubleValue();
         boolean overflow =
             type.kind == Node.Kind.DOUBLE
@@ -318,13 +395,30 @@ public final class StrictJson {
       }
     }
 
-    void surrogates(JsonParser parser, String path) throws IOException {
+    /** Whether a number's text can be beyond a FLOAT's range (about 3.4e38), without parsing
+     * it: only one with an exponent or more than 38 characters can. */
+    static boolean mayOverflow(JsonParser parser) throws IOException {
+      int length = parser.getTextLength();
+      if (length > 38) {
+        return true;
+      }
+      char[] text = parser.getTextCharacters();
+      int end = parser.getTextOffset() + length;
+      for (int i = parser.getTextOffset(); i < end; i++) {
+        if (text[i] == 'e' || text[i] == 'E') {
+          return true;
+        }
+      }
+      return false;
+    }
+
+    void surrogates(JsonParser parser, Path path) throws IOException {
       if (escapes) {
         surrogates(parser.getText(), path);
       }
     }
 
-    void surrogates(String text, String path) {
+    void surrogates(String text, Path path) {
       if (!escapes || text == null) {
         return;
       }
@@ -338,7 +432,7 @@ public final class StrictJson {
           note(
               MALFORMED
                   + "\ta \\u escape in "
-                  + (path.isEmpty() ? "a field name" : path)
+                  + (path == null ? "a field name" : path)
                   + " is half of a UTF-16 surrogate pair: it is no character and cannot be"
                   + " stored as UTF-8");
           return;
