@@ -395,11 +395,24 @@ def strict_json(schema: StructType) -> Column:
     context = SparkContext._active_spark_context
     assert context is not None, "no active SparkContext"
     jvm: Any = context._jvm
-    udf = jvm.org.apache.spark.sql.functions.udf(
-        jvm.io.deltaflow.json.StrictJson(schema.json()),
-        jvm.org.apache.spark.sql.types.DataTypes.StringType,
-    ).withName("deltaflow_strict_json")
+    gateway: Any = context._gateway
+    # functions.udf(UDF1, DataType), chosen by its signature: left to py4j, the overload is
+    # picked at run time among those that fit, sometimes the untyped udf(Object, DataType),
+    # which Spark refuses (UNTYPED_SCALA_UDF).
+    classes = gateway.new_array(jvm.java.lang.Class, 2)
+    classes[0] = _java_class("org.apache.spark.sql.api.java.UDF1")
+    classes[1] = _java_class("org.apache.spark.sql.types.DataType")
+    typed_udf = _java_class("org.apache.spark.sql.functions").getMethod("udf", classes)
+    arguments = gateway.new_array(jvm.java.lang.Object, 2)
+    arguments[0] = jvm.io.deltaflow.json.StrictJson(schema.json())
+    arguments[1] = jvm.org.apache.spark.sql.types.DataTypes.StringType
+    udf = typed_udf.invoke(None, arguments).withName("deltaflow_strict_json")
     return Column(udf.apply(_to_seq(context, ["value"], _to_java_column)))
+
+
+def _java_class(name: str) -> Any:
+    """The java.lang.Class of ``name`` (py4j)."""
+    return _jvm().py4j.reflection.ReflectionUtil.classForName(name)
 
 
 def _avro_body(spec: ParseSpec) -> tuple[Column, Column]:
