@@ -84,7 +84,13 @@ def produce_orders(
             "ts": "2026-11-22T12:00:00Z",
             "country": rng.choice(COUNTRIES),
         }
-        producer.produce(topic, key=str(i).encode(), value=json.dumps(order).encode())
+        encoded = json.dumps(order).encode()
+        while True:
+            try:
+                producer.produce(topic, key=str(i).encode(), value=encoded)
+                break
+            except BufferError:  # the client's queue is full (a slow broker): let it send
+                producer.poll(0.5)
         if i % 5000 == 0:
             producer.poll(0)
     if broken:
