@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from deltaflow_operator.api.v1alpha1 import DeltaSink, Format
 
 if TYPE_CHECKING:
+    from pyspark import SparkContext
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -388,12 +389,10 @@ def strict_json(schema: StructType) -> Column:
     ``schema``, else "<reason>\t<detail>". A Java UDF over the bytes (one instance per plan,
     holding the schema), not ``java_method`` over the text: no reflective call and no decoding
     of the value into a Java String for every record."""
-    from pyspark import SparkContext
     from pyspark.sql import Column
     from pyspark.sql.classic.column import _to_java_column, _to_seq
 
-    context = SparkContext._active_spark_context
-    assert context is not None, "no active SparkContext"
+    context = _context()
     jvm: Any = context._jvm
     gateway: Any = context._gateway
     # functions.udf(UDF1, DataType), chosen by its signature: left to py4j, the overload is
@@ -726,12 +725,16 @@ def possibly_refused(records: DataFrame, refused_keys: bytes) -> DataFrame:
     return records.where(_column(might_contain))
 
 
-def _jvm() -> Any:
+def _context() -> SparkContext:
     from pyspark import SparkContext
 
     context = SparkContext._active_spark_context
     assert context is not None, "no active SparkContext"
-    return context._jvm
+    return context
+
+
+def _jvm() -> Any:
+    return _context()._jvm
 
 
 # Spark's internal Bloom filter expressions (those of its runtime join filters) have no function
