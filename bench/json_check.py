@@ -1,10 +1,12 @@
 """What the JSON routing costs per record, in Spark itself, without Kafka or Delta.
 
-Three projections over the same cached ~300-byte orders (``common.record_value``), each written to
+Projections over the same cached ~300-byte orders (``common.record_value``), each written to
 Spark's ``noop`` sink in local[1], best of ``--repeat`` runs, in nanoseconds per record:
 
 - ``read``: the cached values only (the floor);
 - ``from_json``: what the hand-written job does (``from_json`` with the schema);
+- ``from_json bytes``: the same parser over the value's bytes, as the runtime runs it
+  (``io.deltaflow.json.FromJsonBytes``, with the runtime's options and corrupt-record column);
 - ``strict check``: ``io.deltaflow.json.StrictJson`` alone (the Java UDF over the raw bytes the
   runtime applies);
 - ``java_method``: ``java.util.Objects.toString(value, "x")`` through ``java_method``: what any
@@ -41,8 +43,12 @@ def main() -> None:
 
     from pyspark.sql import Column
     from pyspark.sql import functions as F  # noqa: N812
+    from pyspark.sql.types import StringType, StructField, StructType
 
     from deltaflow_runtime.parse import (
+        CORRUPT,
+        STRICT_JSON_OPTIONS,
+        from_json_bytes,
         route,
         split,
         strict_json,
@@ -76,9 +82,12 @@ def main() -> None:
             "java_method", F.lit("java.util.Objects"), F.lit("toString"), text, F.lit(second)
         )
 
+    with_corrupt = StructType([*spec.value_schema.fields, StructField(CORRUPT, StringType())])
+    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT, **STRICT_JSON_OPTIONS}
     jobs = {
         "read": records.select(F.col("value")),
         "from_json": records.select(F.from_json(text, spec.value_schema).alias("v")),
+        "from_json bytes": records.select(from_json_bytes(with_corrupt, options).alias("v")),
         "strict check": records.select(check.alias("c")),
         "java_method": records.select(call("x").alias("c")),
         "+ schema arg": records.select(call(spec.value_schema.json()).alias("c")),
@@ -94,13 +103,20 @@ def main() -> None:
             frame.write.format("noop").mode("overwrite").save()
             best = min(best, time.perf_counter() - start)
         cost[name] = best * 1e9 / count
-        print(f"{name:13s} {cost[name]:7.0f} ns per record", flush=True)
+        print(f"{name:15s} {cost[name]:7.0f} ns per record", flush=True)
     parse = cost["from_json"] - cost["read"]
     check_cost = cost["strict check"] - cost["read"]
     route_cost = cost["table pass"] - cost["read"]
     print(f"\n{count:,} records of ~300 B, local[1], best of {args.repeat}")
     calls = {name: cost[name] - cost["read"] for name in ("java_method", "+ schema arg")}
-    for name, extra in (("strict check", check_cost), ("table pass", route_cost), *calls.items()):
+    bytes_cost = cost["from_json bytes"] - cost["read"]
+    pairs = (
+        ("from_json bytes", bytes_cost),
+        ("strict check", check_cost),
+        ("table pass", route_cost),
+        *calls.items(),
+    )
+    for name, extra in pairs:
         print(f"{name} / from_json: {extra / parse:.2f} ({extra:.0f} vs {parse:.0f} ns)")
     spark.stop()
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Resolves the Delta, Kafka-connector, Avro and s3a jars for Spark from Maven Central into the
-# cache, and builds the project's JVM jar (spark_runtime/jvm: the s3a:// LogStore, strict JSON). Jars that the
+# cache, and builds the project's JVM jar (spark_runtime/jvm: the s3a:// LogStore, strict JSON, from_json over bytes). Jars that the
 # pyspark install already ships (Spark itself, Scala, Jackson, Hadoop's client, netty, ...) are left
 # out, so the classpath holds one copy of each library.
 STEP_NAME=spark-jars
@@ -10,7 +10,7 @@ source "$(dirname "$0")/lib.sh"
 POM="$INSTALL_DIR/maven/spark-jars.pom.xml"
 JVM_SRC="$REPO_ROOT/spark_runtime/jvm"
 SPARK_MINOR=$(cut -d. -f1,2 <<<"$SPARK_VERSION")
-DEST="$(cache_entry spark-jars "spark$SPARK_VERSION-delta$DELTA_VERSION-$(recipe_hash "$0" "$POM" "$JVM_SRC/pom.xml" "$JVM_SRC"/src/main/java/io/deltaflow/*/*.java "avro$SPARK_AVRO_VERSION-hadoop$HADOOP_VERSION-sdk$AWS_SDK_VERSION-jackson$JACKSON_VERSION-avro$AVRO_VERSION")")"
+DEST="$(cache_entry spark-jars "spark$SPARK_VERSION-delta$DELTA_VERSION-$(recipe_hash "$0" "$POM" "$JVM_SRC/pom.xml" "$JVM_SRC"/src/main/java/io/deltaflow/*/*.java "avro$SPARK_AVRO_VERSION-hadoop$HADOOP_VERSION-sdk$AWS_SDK_VERSION-jackson$JACKSON_VERSION-avro$AVRO_VERSION-scala$SCALA_VERSION")")"
 PYSPARK_JARS="${PYSPARK_JARS:-$REPO_ROOT/.venv/lib/python3.11/site-packages/pyspark/jars}"
 
 build() {
@@ -22,6 +22,10 @@ build() {
   }
   [ -f "$PYSPARK_JARS/jackson-databind-$JACKSON_VERSION.jar" ] || {
     log "pyspark does not ship Jackson $JACKSON_VERSION ($(ls "$PYSPARK_JARS" | grep jackson-databind)): set JACKSON_VERSION in versions.env to match"
+    return 1
+  }
+  [ -f "$PYSPARK_JARS/scala-library-$SCALA_VERSION.jar" ] || {
+    log "pyspark does not ship Scala $SCALA_VERSION ($(ls "$PYSPARK_JARS" | grep scala-library)): set SCALA_VERSION in versions.env to match"
     return 1
   }
   [ -f "$PYSPARK_JARS/avro-$AVRO_VERSION.jar" ] || {
@@ -45,10 +49,10 @@ build() {
     fi
   done
   rm -rf "$out/all"
-  log "building the runtime's JVM jar (spark_runtime/jvm: s3a:// LogStore, strict JSON, Avro body check)"
+  log "building the runtime's JVM jar (spark_runtime/jvm: s3a:// LogStore, strict JSON, from_json over bytes, Avro body check)"
   mvn -B -q -Dstyle.color=never -f "$JVM_SRC/pom.xml" -Dmaven.repo.local="$MAVEN_REPO" \
     -Dbuild.dir="$out/jvm-build" -Ddelta.version="$DELTA_VERSION" -Djackson.version="$JACKSON_VERSION" -Davro.version="$AVRO_VERSION" \
-    -Dhadoop.version="$HADOOP_VERSION" -Dspark.version="$SPARK_VERSION" -Dscala.binary="$SCALA_BINARY" package >&2 || return 1
+    -Dhadoop.version="$HADOOP_VERSION" -Dspark.version="$SPARK_VERSION" -Dscala.binary="$SCALA_BINARY" -Dscala.version="$SCALA_VERSION" package >&2 || return 1
   mv "$out"/jvm-build/deltaflow-jvm-*.jar "$out/jars/"
   rm -rf "$out/jvm-build"
   log "kept $kept jars, left out $skipped that pyspark already ships"

@@ -9,11 +9,15 @@ import com.fasterxml.jackson.core.StreamReadFeature;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.IOException;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
 import java.math.BigDecimal;
+import java.nio.ByteOrder;
 import java.util.LinkedHashMap;
 import java.util.Locale;
 import java.util.Map;
 import org.apache.spark.sql.api.java.UDF1;
+import org.apache.spark.unsafe.types.UTF8String;
 
 /**
  * The strict half of JSON routing: is a record's value exactly one JSON object (RFC 8259), and
@@ -25,8 +29,12 @@ import org.apache.spark.sql.api.java.UDF1;
  * instance (built with the table's schema) as a Spark UDF to the raw bytes of every JSON record
  * that passed the cheap checks, and routes on its answer; from_json then only converts what this
  * accepted. A UDF over the bytes, rather than {@code java_method} over the value as text, spares
- * each record a reflective call and a UTF-8 decoding into a Java String (the cheap checks have
- * already refused invalid UTF-8).
+ * each record a reflective call and a UTF-8 decoding into a Java String.
+ *
+ * <p>It first refuses a value that is not valid UTF-8 ({@code invalid_utf8}, by Spark's own
+ * definition, {@code UTF8String.isValid}): an all-ASCII value, the common case, is recognized
+ * eight bytes at a time, cheaper than Spark's byte-by-byte {@code is_valid_utf8} the routing ran
+ * before this.
  *
  * <p>Jackson's defaults are RFC 8259: no comments, single quotes, unquoted names, NaN/Infinity,
  * leading zeros, trailing commas or raw control characters; whitespace is space, tab, LF, CR.
@@ -41,6 +49,12 @@ public final class StrictJson implements UDF1<byte[], String> {
   public static final String MALFORMED = "malformed_json";
 
   public static final String MISMATCH = "schema_mismatch";
+
+  public static final String INVALID_UTF8 = "invalid_utf8";
+
+  private static final VarHandle LONGS =
+      MethodHandles.byteArrayViewVarHandle(long[].class, ByteOrder.LITTLE_ENDIAN);
+  private static final long HIGH_BITS = 0x8080808080808080L;
 
   private static final JsonFactory FACTORY =
       JsonFactory.builder().enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION).build();
@@ -63,7 +77,7 @@ public final class StrictJson implements UDF1<byte[], String> {
   /**
    * Null when {@code value} (UTF-8) is one strict JSON object that fits, or is null (tombstones
    * are the cheap checks' concern); otherwise {@code "<reason>\t<detail>"}, the reason being
-   * malformed_json or schema_mismatch.
+   * invalid_utf8, malformed_json or schema_mismatch.
    */
   @Override
   public String call(byte[] value) {
@@ -79,6 +93,9 @@ public final class StrictJson implements UDF1<byte[], String> {
   }
 
   private static String check(byte[] value, Node root) {
+    if (!isAscii(value) && !UTF8String.fromBytes(value).isValid()) {
+      return INVALID_UTF8 + "\tvalue is not valid UTF-8";
+    }
     String encoding = notUtf8Text(value);
     if (encoding != null) {
       return MALFORMED + "\t" + encoding;
@@ -136,6 +153,22 @@ public final class StrictJson implements UDF1<byte[], String> {
       }
     }
     return null;
+  }
+
+  /** Whether every byte is ASCII (then it is valid UTF-8), read eight bytes at a time. */
+  static boolean isAscii(byte[] value) {
+    int i = 0;
+    for (int end = value.length - 7; i < end; i += 8) {
+      if (((long) LONGS.get(value, i) & HIGH_BITS) != 0) {
+        return false;
+      }
+    }
+    for (; i < value.length; i++) {
+      if (value[i] < 0) {
+        return false;
+      }
+    }
+    return true;
   }
 
   /** Whether the value holds a {@code \\u} escape: only such a value can hold a lone surrogate. */
