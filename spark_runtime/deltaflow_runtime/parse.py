@@ -429,14 +429,15 @@ def from_json_bytes(schema: StructType, options: dict[str, str]) -> Column:
     for name, value in options.items():
         java_options.put(name, value)
     time_zone = SparkSession.active().conf.get("spark.sql.session.timeZone")
-    parser = jvm.io.deltaflow.json.FromJsonBytes(schema.json(), java_options, time_zone)
+    schema_json = schema.json()
+    parser = jvm.io.deltaflow.json.FromJsonBytes(schema_json, java_options, time_zone)
     expressions = jvm.org.apache.spark.sql.catalyst.expressions
     types = jvm.org.apache.spark.sql.types
     target = expressions.Literal(parser, types.ObjectType(parser.getClass()))
     converters = jvm.scala.jdk.javaapi.CollectionConverters
     arguments = converters.asScala(jvm.java.util.List.of(_expr(F.col("value")))).toList()
     no_casts = converters.asScala(jvm.java.util.ArrayList()).toList()
-    data_type = types.DataType.fromJson(schema.json())
+    data_type = types.DataType.fromJson(schema_json)
     # Invoke(target, method, type, arguments, input types, propagateNull, returnNullable,
     # deterministic): a null value is null without a call.
     invoke = expressions.objects.Invoke(
