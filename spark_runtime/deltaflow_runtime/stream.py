@@ -13,9 +13,10 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from deltaflow_operator.api.failures import FailureReason
 from deltaflow_runtime.checkpoint import Checkpoint, TopicOffsets, render_offsets
@@ -431,23 +432,65 @@ class StreamRunner:
             log.warning("could not check Kafka retention after the failure: %s", probe)
 
 
+_STREAMING = "org.apache.spark.sql.streaming"
+
+
+class _ProgressJson:
+    """Spark's Java listener interface for Python (``PythonStreamingQueryListener``, called over
+    py4j) handing on one query's progress as its JSON text only.
+
+    PySpark's own ``StreamingQueryListener`` converts every event into Python objects first:
+    dozens of py4j calls per batch, and each observed metric's row pickled through a class
+    looked up by its short name (a failed class-path search per imported package). The driver
+    spent a third of its Python CPU there at 500k records a batch (bench/README); the runner
+    reads nothing but the JSON.
+    """
+
+    def __init__(self, name: str | None, handle: Callable[[dict[str, Any]], None]) -> None:
+        self._name = name
+        self._handle = handle
+
+    def onQueryStarted(self, event: Any) -> None:  # noqa: N802 (Spark's name)
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:  # noqa: N802 (Spark's name)
+        try:
+            progress = event.progress()
+            if progress.name() == self._name:
+                self._handle(json.loads(progress.json()))
+        except Exception:  # monitoring must never fail the listener bus
+            log.exception("handling a progress report failed")
+
+    def onQueryIdle(self, event: Any) -> None:  # noqa: N802 (Spark's name)
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802 (Spark's name)
+        pass
+
+    class Java:
+        implements: ClassVar[list[str]] = [f"{_STREAMING}.PythonStreamingQueryListener"]
+
+
 def _progress_listener(runner: StreamRunner) -> StreamingQueryListener:
     """A query listener handing the runner every progress report of its own query (Spark posts
-    one per batch; polling ``lastProgress`` missed batches shorter than the poll)."""
+    one per batch; polling ``lastProgress`` missed batches shorter than the poll), as
+    :class:`_ProgressJson` sees them: ``spark.streams.addListener`` registers its Java side."""
+    from pyspark import SparkContext
     from pyspark.sql.streaming.listener import StreamingQueryListener
 
-    name = runner.query_name
-
     class ProgressListener(StreamingQueryListener):
+        def __init__(self) -> None:
+            jvm: Any = SparkContext._jvm
+            # By its full name: one class look-up, not one per imported package.
+            wrapper = getattr(jvm, f"{_STREAMING}.PythonStreamingQueryListenerWrapper")
+            self._jlistenerobj = wrapper(_ProgressJson(runner.query_name, runner.on_progress))
+
+        # The callbacks PySpark would convert events for; Spark calls _ProgressJson's instead.
         def onQueryStarted(self, event: Any) -> None:  # noqa: N802 (Spark's name)
             pass
 
         def onQueryProgress(self, event: Any) -> None:  # noqa: N802 (Spark's name)
-            if event.progress.name == name:
-                try:
-                    runner.on_progress(json.loads(event.progress.json))
-                except Exception:  # monitoring must never fail the listener bus
-                    log.exception("handling a progress report failed")
+            pass
 
         def onQueryIdle(self, event: Any) -> None:  # noqa: N802 (Spark's name)
             pass
