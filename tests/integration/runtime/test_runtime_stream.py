@@ -87,6 +87,17 @@ BAD: list[tuple[str, bytes | None, bytes | None]] = [
     ("malformed_json", b"k", b'{"id": 25, "amount": -Infinity}'),
     ("malformed_json", b"k", b'{"id": 26, "id": 27}'),  # duplicate key: Spark keeps the last
     ("malformed_json", b"k", b'{"id": 28, "x": {"a": 1, "a": 2}}'),  # duplicate, nested
+    # duplicates past the first eight keys of an object (the check's hash set), nested and not
+    (
+        "malformed_json",
+        b"k",
+        b'{"id": 48, "x": {%s, "k0": 1}}' % b", ".join(b'"k%d": 0' % i for i in range(9)),
+    ),
+    (
+        "malformed_json",
+        b"k",
+        b'{%s, "id": 49, "k8": 1}' % b", ".join(b'"k%d": 0' % i for i in range(9)),
+    ),
     ("malformed_json", b"k", b'{"id": 029}'),  # leading zero
     ("malformed_json", b"k", b'{"id": 30,}'),  # trailing comma
     ("malformed_json", b"k", b'{"id": 31 /* comment */}'),
@@ -136,6 +147,15 @@ GOOD_ODD: list[tuple[bytes, dict[str, Any]]] = [
     (b'{"id": 900008, "amount": null, "country": null}', {"amount": None, "country": None}),
     (b'{"id": 900009, "amount": 1E2}', {"amount": 100.0}),
     (b'{"id": 900010, "country": "\\u00e9t\xc3\xa9"}', {"country": "\u00e9t\u00e9"}),
+    # more than eight keys, none twice; escapes other than \u, a backslash at each 8-byte phase
+    (b'{%s, "id": 900011}' % b", ".join(b'"k%d": 0' % i for i in range(12)), {"amount": None}),
+    *(
+        (
+            b'{"id": %d, "country": "%s\\n\\"x"}' % (900012 + n, b"a" * n),
+            {"country": "a" * n + '\n"x'},
+        )
+        for n in range(8)
+    ),
 ]
 
 

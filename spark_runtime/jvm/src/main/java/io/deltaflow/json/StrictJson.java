@@ -5,7 +5,6 @@ import com.fasterxml.jackson.core.JsonParseException;
 import com.fasterxml.jackson.core.JsonParser;
 import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.core.JsonToken;
-import com.fasterxml.jackson.core.StreamReadFeature;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.IOException;
@@ -13,9 +12,11 @@ import java.lang.invoke.MethodHandles;
 import java.lang.invoke.VarHandle;
 import java.math.BigDecimal;
 import java.nio.ByteOrder;
+import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.Locale;
 import java.util.Map;
+import java.util.Set;
 import org.apache.spark.sql.api.java.UDF1;
 import org.apache.spark.unsafe.types.UTF8String;
 
@@ -34,11 +35,13 @@ import org.apache.spark.unsafe.types.UTF8String;
  * <p>It first refuses a value that is not valid UTF-8 ({@code invalid_utf8}, by Spark's own
  * definition, {@code UTF8String.isValid}): an all-ASCII value, the common case, is recognized
  * eight bytes at a time, cheaper than Spark's byte-by-byte {@code is_valid_utf8} the routing ran
- * before this.
+ * before this; the same pass looks for a backslash (only a value with a {@code \\u} escape can
+ * hold a lone surrogate, which the walk then looks for).
  *
  * <p>Jackson's defaults are RFC 8259: no comments, single quotes, unquoted names, NaN/Infinity,
  * leading zeros, trailing commas or raw control characters; whitespace is space, tab, LF, CR.
- * Duplicate keys are refused at every depth. The walk follows the table's schema (Spark's
+ * Duplicate keys are refused at every depth (the walk's own detection: Jackson's builds a hash
+ * set for every object, a fifth of this check's time on a record of a few fields). The walk follows the table's schema (Spark's
  * StructType JSON) only to find numbers at TIMESTAMP and DATE positions and to see whether any
  * top-level field of the schema is present; every other type question is from_json's.
  */
@@ -55,9 +58,15 @@ public final class StrictJson implements UDF1<byte[], String> {
   private static final VarHandle LONGS =
       MethodHandles.byteArrayViewVarHandle(long[].class, ByteOrder.LITTLE_ENDIAN);
   private static final long HIGH_BITS = 0x8080808080808080L;
+  private static final long LOW_BITS = 0x0101010101010101L;
+  private static final long BACKSLASHES = 0x5C5C5C5C5C5C5C5CL;
 
-  private static final JsonFactory FACTORY =
-      JsonFactory.builder().enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION).build();
+  /** What {@link #scan} found: a byte outside ASCII, a backslash. */
+  public static final int NON_ASCII = 1;
+
+  public static final int BACKSLASH = 2;
+
+  private static final JsonFactory FACTORY = new JsonFactory();
   private static final ObjectMapper MAPPER = new ObjectMapper();
 
   private final String schemaJson;
@@ -93,7 +102,8 @@ public final class StrictJson implements UDF1<byte[], String> {
   }
 
   private static String check(byte[] value, Node root) {
-    if (!isAscii(value) && !UTF8String.fromBytes(value).isValid()) {
+    int found = scan(value);
+    if ((found & NON_ASCII) != 0 && !UTF8String.fromBytes(value).isValid()) {
       return INVALID_UTF8 + "\tvalue is not valid UTF-8";
     }
     String encoding = notUtf8Text(value);
@@ -108,7 +118,7 @@ public final class StrictJson implements UDF1<byte[], String> {
       if (first != JsonToken.START_OBJECT) {
         return MALFORMED + "\tvalue is a JSON " + kind(first) + ", not an object";
       }
-      Walk walk = new Walk(hasUnicodeEscape(value));
+      Walk walk = new Walk((found & BACKSLASH) != 0 && hasUnicodeEscape(value));
       int known = walk.object(parser, root, null);
       JsonToken after = parser.nextToken();
       if (after != null) {
@@ -155,20 +165,32 @@ public final class StrictJson implements UDF1<byte[], String> {
     return null;
   }
 
-  /** Whether every byte is ASCII (then it is valid UTF-8), read eight bytes at a time. */
-  static boolean isAscii(byte[] value) {
+  /**
+   * Whether the value holds a byte outside ASCII ({@link #NON_ASCII}: only then can it be invalid
+   * UTF-8) and whether it holds a backslash ({@link #BACKSLASH}), read eight bytes at a time.
+   */
+  public static int scan(byte[] value) {
+    long high = 0;
+    long backslash = 0;
     int i = 0;
     for (int end = value.length - 7; i < end; i += 8) {
-      if (((long) LONGS.get(value, i) & HIGH_BITS) != 0) {
-        return false;
-      }
+      long word = (long) LONGS.get(value, i);
+      high |= word;
+      long x = word ^ BACKSLASHES; // a zero byte where the value has a backslash
+      backslash |= (x - LOW_BITS) & ~x; // a zero byte's high bit is set (exact for "any zero")
+    }
+    int found = (high & HIGH_BITS) != 0 ? NON_ASCII : 0;
+    if ((backslash & HIGH_BITS) != 0) {
+      found |= BACKSLASH;
     }
     for (; i < value.length; i++) {
       if (value[i] < 0) {
-        return false;
+        found |= NON_ASCII;
+      } else if (value[i] == '\\') {
+        found |= BACKSLASH;
       }
     }
-    return true;
+    return found;
   }
 
   /** Whether the value holds a {@code \\u} escape: only such a value can hold a lone surrogate. */
@@ -320,6 +342,39 @@ public final class StrictJson implements UDF1<byte[], String> {
     }
   }
 
+  /** The keys of one object so far: a short list compared in turn (most objects hold a few), a
+   * hash set past {@link #LIST}. */
+  private static final class Names {
+    static final int LIST = 8;
+    private String[] list;
+    private int size;
+    private Set<String> set;
+
+    /** False if {@code name} was added before. */
+    boolean add(String name) {
+      if (set != null) {
+        return set.add(name);
+      }
+      if (list == null) {
+        list = new String[LIST];
+      }
+      for (int i = 0; i < size; i++) {
+        if (list[i].equals(name)) {
+          return false;
+        }
+      }
+      if (size < LIST) {
+        list[size++] = name;
+        return true;
+      }
+      set = new HashSet<>();
+      for (String known : list) {
+        set.add(known);
+      }
+      return set.add(name);
+    }
+  }
+
   /** One record's walk; remembers the first problem that is not a parse error. */
   private static final class Walk {
     final boolean escapes; // only a value with \\u escapes can hold a lone surrogate
@@ -329,13 +384,21 @@ public final class StrictJson implements UDF1<byte[], String> {
       this.escapes = escapes;
     }
 
-    /** Walks an object whose START_OBJECT was read; returns how many schema fields it holds. */
+    /**
+     * Walks an object whose START_OBJECT was read; returns how many schema fields it holds.
+     *
+     * @throws JsonParseException at a key the object already holds
+     */
     int object(JsonParser parser, Node type, Path path) throws IOException {
       int known = 0;
+      Names names = new Names();
       for (JsonToken token = parser.nextToken();
           token != JsonToken.END_OBJECT;
           token = parser.nextToken()) {
         String name = parser.currentName();
+        if (!names.add(name)) {
+          throw new JsonParseException(parser, "Duplicate field '" + name + "'");
+        }
         surrogates(name, null);
         Node child = Node.OTHER;
         if (type.kind == Node.Kind.STRUCT) {
