@@ -41,9 +41,10 @@ import org.apache.spark.unsafe.types.UTF8String;
  * <p>Jackson's defaults are RFC 8259: no comments, single quotes, unquoted names, NaN/Infinity,
  * leading zeros, trailing commas or raw control characters; whitespace is space, tab, LF, CR.
  * Duplicate keys are refused at every depth (the walk's own detection: Jackson's builds a hash
- * set for every object, a fifth of this check's time on a record of a few fields). The walk follows the table's schema (Spark's
- * StructType JSON) only to find numbers at TIMESTAMP and DATE positions and to see whether any
- * top-level field of the schema is present; every other type question is from_json's.
+ * set for every object, a fifth of this check's time on a record of a few fields). The walk
+ * follows the table's schema (Spark's StructType JSON) only to find numbers at TIMESTAMP and DATE
+ * positions and to see whether any top-level field of the schema is present; every other type
+ * question is from_json's.
  */
 public final class StrictJson implements UDF1<byte[], String> {
   private static final long serialVersionUID = 1L;
