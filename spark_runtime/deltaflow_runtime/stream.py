@@ -483,16 +483,16 @@ def _progress_listener(runner: StreamRunner) -> StreamingQueryListener:
             jvm: Any = SparkContext._jvm
             # By its full name: one class look-up, not one per imported package.
             wrapper = getattr(jvm, f"{_STREAMING}.PythonStreamingQueryListenerWrapper")
+            # What PySpark's _jlistener hands addListener/removeListener when already set
+            # (a test of the listener fails should a PySpark upgrade change that).
             self._jlistenerobj = wrapper(_ProgressJson(runner.query_name, runner.on_progress))
 
-        # The callbacks PySpark would convert events for; Spark calls _ProgressJson's instead.
+        # PySpark's abstract callbacks, which it would convert events for: Spark calls
+        # _ProgressJson's instead.
         def onQueryStarted(self, event: Any) -> None:  # noqa: N802 (Spark's name)
             pass
 
         def onQueryProgress(self, event: Any) -> None:  # noqa: N802 (Spark's name)
-            pass
-
-        def onQueryIdle(self, event: Any) -> None:  # noqa: N802 (Spark's name)
             pass
 
         def onQueryTerminated(self, event: Any) -> None:  # noqa: N802 (Spark's name)
