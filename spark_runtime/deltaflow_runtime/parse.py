@@ -67,8 +67,6 @@ CHECK = "__deltaflow_check"  # StrictJson's refusal, "<reason>\t<detail>"; null 
 
 # Spark's own JSON options, as strict as the check (belt and braces: the check runs first).
 STRICT_JSON_OPTIONS = {"allowSingleQuotes": "false", "allowNonNumericNumbers": "false"}
-# spark_runtime/jvm: does an Avro body hold exactly one record (from_avro ignores what follows)?
-AVRO_BODY_CLASS = "io.deltaflow.avro.AvroBody"
 # Confluent's wire format: magic byte 0, the schema id (4 bytes, big-endian), the Avro record.
 CONFLUENT_HEADER_BYTES = 5
 
@@ -76,7 +74,7 @@ CONFLUENT_HEADER_BYTES = 5
 # Bumped whenever the runtime routes the same value under the same spec differently (2: the
 # strict JSON and Avro body checks): a batch half written by the old routing must not be
 # finished by the new one (see routing_fingerprint).
-ROUTING_VERSION = 2
+ROUTING_VERSION = 3
 
 
 def routing_fingerprint(spec: ParseSpec) -> str:
@@ -338,42 +336,29 @@ def _route_stages(spec: ParseSpec) -> list[tuple[str, Column]]:
     else:
         stages.append((PRE_REASON, _pre_reason(spec, check_utf8=False)))
         body, frame = _avro_body(spec)
-        # CHECK holds "malformed_avro\t<detail>" for a framing problem, then for bytes left over.
-        stages.append((CHECK, F.when(F.col(PRE_REASON).isNull(), frame)))
+        # CHECK holds "malformed_avro\t<detail>": the framing problem, else why the body is not
+        # exactly one record with every length bounded by its bytes. from_avro decodes only
+        # bodies that passed: its decoder allocates what a length prefix declares (a 5-byte value
+        # can ask for gigabytes) and ignores bytes after the record.
+        body_problem = F.concat(
+            F.lit(f"{Reason.MALFORMED_AVRO.value}\t"), avro_body_check(str(spec.avro_schema), body)
+        )
+        stages.append((CHECK, F.when(F.col(PRE_REASON).isNull(), F.coalesce(frame, body_problem))))
         decoded = from_avro(body, str(spec.avro_schema), {"mode": "PERMISSIVE"})
         stages.append((PARSED, F.when(F.col(PRE_REASON).isNull() & F.col(CHECK).isNull(), decoded)))
         names = spec.value_schema.fieldNames()
         all_null = F.lit(True)
         for name in names:
             all_null = all_null & _field(name).isNull()
-        # PERMISSIVE decoding yields a struct of nulls for a corrupt record: tell it from a valid
-        # all-null record by its exact encoding.
+        # PERMISSIVE decoding yields a struct of nulls for a record it cannot decode (the walk
+        # checks the layout, not every value): tell it from a valid all-null record by its exact
+        # encoding.
         all_null_valid = (
             body == F.lit(spec.avro_all_null) if spec.avro_all_null is not None else F.lit(False)
         )
         malformed = F.col(PARSED).isNull() | (all_null & ~all_null_valid)
         for name in spec.required:
             malformed = malformed | _field(name).isNull()
-        # from_avro reads one record from the start and ignores what follows it.
-        left_over = F.call_function(
-            "java_method",
-            F.lit(AVRO_BODY_CLASS),
-            F.lit("check"),
-            F.base64(body),
-            F.lit(str(spec.avro_schema)),
-        )
-        # Replaces the framing check's column: the framing problem, else the bytes left over.
-        stages.append(
-            (
-                CHECK,
-                F.when(F.col(CHECK).isNotNull(), F.col(CHECK)).when(
-                    F.col(PRE_REASON).isNull() & ~malformed,
-                    F.concat(
-                        F.lit(f"{Reason.MALFORMED_AVRO.value}\t"), F.nullif(left_over, F.lit(""))
-                    ),
-                ),
-            )
-        )
         reason = (
             F.when(F.col(PRE_REASON).isNotNull(), F.col(PRE_REASON))
             .when(F.col(CHECK).isNotNull(), _lit_reason(Reason.MALFORMED_AVRO))
@@ -391,9 +376,25 @@ def _route_stages(spec: ParseSpec) -> list[tuple[str, Column]]:
 def strict_json(schema: StructType) -> Column:
     """The strict check's verdict on the raw value (spark_runtime/jvm's
     ``io.deltaflow.json.StrictJson``): null when it is valid UTF-8 holding one strict JSON
-    object that fits ``schema``, else "<reason>\t<detail>". A Java UDF over the bytes (one
-    instance per plan, holding the schema), not ``java_method`` over the text: no reflective
-    call and no decoding of the value into a Java String for every record."""
+    object that fits ``schema``, else "<reason>\t<detail>"."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    check = _jvm().io.deltaflow.json.StrictJson(schema.json())
+    return _java_udf(check, "deltaflow_strict_json", F.col("value"))
+
+
+def avro_body_check(avro_schema: str, body: Column) -> Column:
+    """Null when ``body`` is exactly one record of ``avro_schema`` with every length and count
+    bounded by the bytes that remain, else why not (spark_runtime/jvm's
+    ``io.deltaflow.avro.AvroBody``): run before from_avro, whose decoder allocates what a length
+    prefix declares, and which ignores bytes after the record."""
+    check = _jvm().io.deltaflow.avro.AvroBody(avro_schema)
+    return _java_udf(check, "deltaflow_avro_body", body)
+
+
+def _java_udf(instance: Any, name: str, argument: Column) -> Column:
+    """A Java ``UDF1`` instance over one column, returning a string. A UDF rather than
+    ``java_method``: no reflective call per record, and bytes need no conversion to text."""
     from pyspark.sql import Column
     from pyspark.sql.classic.column import _to_java_column, _to_seq
 
@@ -408,10 +409,10 @@ def strict_json(schema: StructType) -> Column:
     classes[1] = _java_class("org.apache.spark.sql.types.DataType")
     typed_udf = _java_class("org.apache.spark.sql.functions").getMethod("udf", classes)
     arguments = gateway.new_array(jvm.java.lang.Object, 2)
-    arguments[0] = jvm.io.deltaflow.json.StrictJson(schema.json())
+    arguments[0] = instance
     arguments[1] = jvm.org.apache.spark.sql.types.DataTypes.StringType
-    udf = typed_udf.invoke(None, arguments).withName("deltaflow_strict_json")
-    return Column(udf.apply(_to_seq(context, ["value"], _to_java_column)))
+    udf = typed_udf.invoke(None, arguments).withName(name)
+    return Column(udf.apply(_to_seq(context, [argument], _to_java_column)))
 
 
 def from_json_bytes(schema: StructType, options: dict[str, str]) -> Column:

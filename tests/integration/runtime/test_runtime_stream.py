@@ -13,6 +13,8 @@ import shutil
 import threading
 import time
 import urllib.request
+from datetime import date
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -123,6 +125,26 @@ BAD: list[tuple[str, bytes | None, bytes | None]] = [
     ("schema_mismatch", b"k", b'{"id": 45, "ts": "yesterday"}'),
     ("schema_mismatch", b"k", b"{}"),  # none of the schema's fields
     ("schema_mismatch", b"k", b'{"ID": 46, "Country": "DE"}'),  # names are case-sensitive
+    # Poison pills and silent reinterpretations: each is refused alone, the batch goes on.
+    ("schema_mismatch", b"k", b'{"id": 50, "price": 100E+2147483647}'),  # BigDecimal overflow
+    ("schema_mismatch", b"k", b'{"id": 51, "price": 1E-2147483647}'),
+    ("schema_mismatch", b"k", b'{"id": 52, "price": 1.0E-2147483647}'),  # no BigDecimal at all
+    ("schema_mismatch", b"k", b'{"id": 53, "price": "1.005"}'),  # a string Spark would round
+    ("schema_mismatch", b"k", b'{"id": 54, "price": "1,000.5"}'),  # grouping, read loosely
+    ("schema_mismatch", b"k", b'{"id": 55, "price": 1.005}'),
+    ("schema_mismatch", b"k", b'{"id": 56, "price": 123456789.5}'),  # beyond DECIMAL(10,2)
+    ("schema_mismatch", b"k", b'{"id": 57, "price": " 12"}'),
+    ("schema_mismatch", b"k", b'{"id": 58, "price": "1e99999999999"}'),
+    ("schema_mismatch", b"k", b'{"id": 59, "day": "2026-02-30"}'),  # no such day
+    ("schema_mismatch", b"k", b'{"id": 60, "day": "2026-01-31T10:00"}'),  # time dropped
+    ("schema_mismatch", b"k", b'{"id": 61, "day": "2026"}'),  # would be 2026-01-01
+    ("schema_mismatch", b"k", b'{"id": 62, "ts": "2026-01"}'),
+    ("schema_mismatch", b"k", b'{"id": 63, "ts": "2026-01-31T12:00:00+25:00"}'),  # no such offset
+    ("schema_mismatch", b"k", b'{"id": 64, "ts": "2026-01-31T24:00:00Z"}'),
+    ("schema_mismatch", b"k", b'{"id": 65, "ts": "2026-01-31T12:00:00.123456789Z"}'),  # nanos
+    ("schema_mismatch", b"k", b'{"id": 66, "ratio": 1e-50}'),  # FLOAT underflow: 0
+    ("schema_mismatch", b"k", b'{"id": 67, "amount": 1e-400}'),  # DOUBLE underflow: 0
+    ("schema_mismatch", b"k", b'{"id": 68, "ratio": 3.5e38}'),  # FLOAT overflow: Infinity
     ("missing_required_field", b"k", b'{"amount": 1.0, "country": "DE"}'),
     ("missing_required_field", b"k", b'{"id": null, "amount": 1.0}'),
     ("tombstone", b"k", None),
@@ -147,6 +169,15 @@ GOOD_ODD: list[tuple[bytes, dict[str, Any]]] = [
     (b'{"id": 900008, "amount": null, "country": null}', {"amount": None, "country": None}),
     (b'{"id": 900009, "amount": 1E2}', {"amount": 100.0}),
     (b'{"id": 900010, "country": "\\u00e9t\xc3\xa9"}', {"country": "\u00e9t\u00e9"}),
+    # DECIMAL, DATE, FLOAT values taken exactly as written
+    (b'{"id": 900020, "price": "1.50"}', {"price": Decimal("1.50")}),
+    (b'{"id": 900021, "price": 1e3}', {"price": Decimal("1000.00")}),
+    (b'{"id": 900022, "price": 0.0100}', {"price": Decimal("0.01")}),  # zeros are no rounding
+    (b'{"id": 900023, "price": "-0.5"}', {"price": Decimal("-0.50")}),
+    (b'{"id": 900024, "price": 99999999.99}', {"price": Decimal("99999999.99")}),
+    (b'{"id": 900025, "day": "2024-02-29"}', {"day": date(2024, 2, 29)}),
+    (b'{"id": 900026, "ratio": 0e-50}', {"ratio": 0.0}),
+    (b'{"id": 900027, "ts": "2026-01-31T12:00:00.1234560Z"}', {"ts": "2026-01-31 12:00:00"}),
     # more than eight keys, none twice; escapes other than \u, a backslash at each 8-byte phase
     (b'{%s, "id": 900011}' % b", ".join(b'"k%d": 0' % i for i in range(12)), {"amount": None}),
     *(
@@ -191,7 +222,8 @@ def test_mixed_stream_lands_every_record_exactly_once(
         tmp_path,
         format_={
             "type": "json",
-            "schema": "id BIGINT NOT NULL, amount DOUBLE, ts TIMESTAMP, country STRING",
+            "schema": "id BIGINT NOT NULL, amount DOUBLE, ts TIMESTAMP, country STRING, "
+            "price DECIMAL(10,2), day DATE, ratio FLOAT",
             "keyRequired": True,
             "maxRecordBytes": MAX_BYTES,
         },
@@ -384,6 +416,37 @@ def test_avro_and_raw_formats(
     assert len(rows) + len(dead) == len(raw_sent)
 
 
+BASKET_SCHEMA = json.dumps(
+    {
+        "type": "record",
+        "name": "Basket",
+        "fields": [
+            {"name": "id", "type": "long"},
+            {"name": "tags", "type": {"type": "array", "items": "string"}},
+            {"name": "prices", "type": {"type": "map", "values": "long"}},
+            {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["A", "B"]}},
+        ],
+    }
+)
+
+
+def _avro_string(text: bytes) -> bytes:
+    return _varint(len(text)) + text
+
+
+def avro_basket(i: int, tags: list[bytes], prices: dict[bytes, int], kind: int = 0) -> bytes:
+    """Avro binary of BASKET_SCHEMA, by hand: arrays and maps as one block and the 0 count."""
+    body = _varint(i)
+    if tags:
+        body += _varint(len(tags)) + b"".join(_avro_string(t) for t in tags)
+    body += _varint(0)
+    if prices:
+        body += _varint(len(prices))
+        body += b"".join(_avro_string(k) + _varint(v) for k, v in prices.items())
+    body += _varint(0)
+    return body + _varint(kind)
+
+
 def _confluent(schema_id: int, body: bytes) -> bytes:
     """A value in the Confluent wire format: magic byte 0, the schema id, the Avro record."""
     return b"\x00" + schema_id.to_bytes(4, "big") + body
@@ -400,6 +463,11 @@ def test_avro_values_hold_exactly_one_record_in_the_framing_the_spec_names(
         avro_order(301, "DE") + avro_order(302, "FR"): "bytes left after the record",
         # Confluent-framed, read as plain: it decoded as {id: 0, country: null} before.
         _confluent(7, avro_order(303, "DE")): "bytes left after the record",
+        # Length prefixes the decoder would allocate before reading: refused, not an OOM.
+        _varint(304) + _varint(1) + _varint(1 << 30): "declares 1073741824 bytes",
+        _varint(305) + _varint(1) + _varint(1 << 62) + b"x": "declares 4611686018427387904",
+        _varint(306) + _varint(1) + _varint(-3) + b"abc": "negative length",
+        _varint(307) + _varint(2) + b"DE": "union index 2",
     }
     # Confluent framing with the ids the schema was registered under.
     framed_good = [_confluent(7, avro_order(i, "FR")) for i in range(1000, 1050)]
@@ -412,8 +480,26 @@ def test_avro_values_hold_exactly_one_record_in_the_framing_the_spec_names(
         _confluent(7, avro_order(403, "DE") + b"\xff"): "bytes left after the record",
         _confluent(7, b"\x80"): "does not decode",  # a varint that never ends
     }
+    # Arrays, maps and enums: counts bounded by the bytes that follow them.
+    basket_good = [
+        avro_basket(1, [b"a", b"b"], {b"x": 1}),
+        avro_basket(2, [], {}, kind=1),
+        avro_basket(3, [b""] * 40, {b"k%d" % n: n for n in range(20)}),
+    ]
+    basket_bad = {
+        _varint(10) + _varint(1 << 30): "declares 1073741824 items",  # 2^30 tags, 5 bytes
+        _varint(11) + _varint(0) + _varint(1 << 30) + b"x": "declares 1073741824 items",
+        _varint(12) + _varint(-(1 << 30)) + _varint(4) + b"abcd": "declares 1073741824 items",
+        _varint(13) + _varint(-1) + _varint(1 << 40): "block declares 1099511627776 bytes",
+        _varint(14) + _varint(1) + _varint(1 << 30) + _varint(0) + _varint(0) + _varint(0): (
+            "declares 1073741824 bytes"
+        ),
+        avro_basket(15, [b"a"], {}, kind=2): "enum Kind index 2",
+        avro_basket(16, [b"a"], {})[:-2]: "the value ends inside",
+    }
     cases = [
         ({"type": "avro", "schema": AVRO_SCHEMA}, plain_good, plain_bad),
+        ({"type": "avro", "schema": BASKET_SCHEMA}, basket_good, basket_bad),
         (
             {
                 "type": "avro",

@@ -11,12 +11,15 @@ import java.io.IOException;
 import java.lang.invoke.MethodHandles;
 import java.lang.invoke.VarHandle;
 import java.math.BigDecimal;
+import java.math.BigInteger;
 import java.nio.ByteOrder;
 import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import org.apache.spark.sql.api.java.UDF1;
 import org.apache.spark.unsafe.types.UTF8String;
 
@@ -66,6 +69,13 @@ public final class StrictJson implements UDF1<byte[], String> {
   public static final int NON_ASCII = 1;
 
   public static final int BACKSLASH = 2;
+
+  // What Spark's from_json reads as written (anything else it reads loosely or not at all).
+  private static final Pattern PLAIN_DECIMAL =
+      Pattern.compile("[+-]?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([eE][+-]?[0-9]+)?");
+  private static final Pattern PARTIAL_DATE = Pattern.compile("[+-]?[0-9]{4,}(-[0-9]{1,2})?");
+  private static final Pattern FULL_DATE = Pattern.compile("[+-]?[0-9]{4,}-[0-9]{1,2}-[0-9]{1,2}");
+  private static final Pattern FRACTION = Pattern.compile("[0-9]:[0-9]{2}[.,]([0-9]+)");
 
   private static final JsonFactory FACTORY = new JsonFactory();
   private static final ObjectMapper MAPPER = new ObjectMapper();
@@ -142,6 +152,10 @@ public final class StrictJson implements UDF1<byte[], String> {
       return MALFORMED + "\t" + describe(error, value);
     } catch (IOException error) {
       return MALFORMED + "\t" + error.getMessage();
+    } catch (RuntimeException error) {
+      // A value no rule foresaw must not fail the task: a failed task is retried, fails the
+      // query and fails it again after every restart. Refused, it waits in the dead-letter table.
+      return MALFORMED + "\tthe strict check could not read the value: " + error;
     }
   }
 
@@ -292,6 +306,7 @@ public final class StrictJson implements UDF1<byte[], String> {
 
     final Kind kind;
     final String label; // the SQL type name of a leaf node, for the dead letter's detail
+    int precision; // DECIMAL: digits in all
     int scale; // DECIMAL: digits kept after the point
     final Map<String, Node> fields = new LinkedHashMap<>();
     Node element = OTHER; // array element or map value
@@ -316,6 +331,7 @@ public final class StrictJson implements UDF1<byte[], String> {
         }
         if (name.startsWith("decimal(")) {
           Node node = new Node(Kind.DECIMAL, label);
+          node.precision = Integer.parseInt(name.substring(name.indexOf('(') + 1, name.indexOf(',')));
           node.scale = Integer.parseInt(name.substring(name.indexOf(',') + 1, name.indexOf(')')));
           return node;
         }
@@ -448,46 +464,151 @@ public final class StrictJson implements UDF1<byte[], String> {
           break;
         case VALUE_STRING:
           surrogates(parser, path);
+          if (type.kind == Node.Kind.DECIMAL) {
+            decimalText(parser.getText(), type, path);
+          } else if (type.kind == Node.Kind.TEMPORAL) {
+            temporalText(parser.getText(), type, path);
+          }
           break;
         default:
           break;
       }
     }
 
-    /** Numbers Spark would change silently: rounded to a DECIMAL's scale, or overflowing to
-     * Infinity in a DOUBLE or FLOAT. */
+    /** Numbers Spark would change silently: rounded to a DECIMAL's scale, beyond its precision,
+     * or overflowing to Infinity or underflowing to 0 in a DOUBLE or FLOAT. */
     void number(JsonParser parser, Node type, Path path) throws IOException {
       if (type.kind == Node.Kind.DECIMAL) {
-        BigDecimal value = parser.getDecimalValue().stripTrailingZeros();
-        if (value.scale() > type.scale) {
-          note(
-              MISMATCH
-                  + "\t"
-                  + path
-                  + " ("
-                  + type.label
-                  + ") is "
-                  + parser.getText()
-                  + ": more digits after the point than the column keeps, and rounding would"
-                  + " change the value");
+        BigDecimal value;
+        try {
+          value = parser.getDecimalValue();
+        } catch (NumberFormatException | ArithmeticException error) {
+          // An exponent past an int's range: no BigDecimal, let alone a DECIMAL, holds it.
+          note(mismatch(path, type, parser.getText(), "beyond any " + type.label));
+          return;
         }
+        decimal(value, parser.getText(), type, path);
       } else if ((type.kind == Node.Kind.DOUBLE || type.kind == Node.Kind.FLOAT)
           && mayOverflow(parser)) {
         double value = parser.getDoubleValue();
-        boolean overflow =
-            type.kind == Node.Kind.DOUBLE
-                ? Double.isInfinite(value)
-                : Float.isInfinite((float) value);
-        if (overflow) {
+        boolean single = type.kind == Node.Kind.FLOAT;
+        if (single ? Float.isInfinite((float) value) : Double.isInfinite(value)) {
           note(
-              MISMATCH
-                  + "\t"
-                  + path
-                  + " ("
-                  + type.label
-                  + ") is "
-                  + parser.getText()
-                  + ": beyond the column's range, it would be stored as Infinity");
+              mismatch(
+                  path,
+                  type,
+                  parser.getText(),
+                  "beyond the column's range, it would be stored as Infinity"));
+        } else if ((single ? (float) value == 0 : value == 0) && nonZeroDigits(parser)) {
+          note(
+              mismatch(
+                  path,
+                  type,
+                  parser.getText(),
+                  "closer to zero than the column can tell apart, it would be stored as 0"));
+        }
+      }
+    }
+
+    /** A DECIMAL that Spark would round to the column's scale or find beyond its precision,
+     * judged without building digits an exponent only implies (1E-2147483647 has one digit). */
+    void decimal(BigDecimal value, String text, Node type, Path path) {
+      if (value.signum() == 0) {
+        return;
+      }
+      long integerDigits = (long) value.precision() - value.scale();
+      int kept = type.precision - type.scale;
+      if (integerDigits > kept) {
+        note(
+            mismatch(
+                path,
+                type,
+                text,
+                "more digits before the point than the column keeps (" + kept + ")"));
+        return;
+      }
+      long dropped = (long) value.scale() - type.scale;
+      if (dropped > 0
+          && (dropped >= value.precision()
+              || value.unscaledValue().mod(BigInteger.TEN.pow((int) dropped)).signum() != 0)) {
+        note(
+            mismatch(
+                path,
+                type,
+                text,
+                "more digits after the point than the column keeps, and rounding would change"
+                    + " the value"));
+      }
+    }
+
+    /** A DECIMAL given as a string: Spark reads it with a locale's number format (grouping
+     * separators, then rounding), so only a plain decimal number is taken, and judged as one. */
+    void decimalText(String text, Node type, Path path) {
+      if (!PLAIN_DECIMAL.matcher(text).matches()) {
+        note(
+            mismatch(
+                path,
+                type,
+                quoted(text),
+                "not a plain decimal number (digits, one '.', an optional exponent): Spark would"
+                    + " read grouping separators and other forms loosely"));
+        return;
+      }
+      BigDecimal value;
+      try {
+        value = new BigDecimal(text);
+      } catch (NumberFormatException error) {
+        note(mismatch(path, type, quoted(text), "beyond any " + type.label));
+        return;
+      }
+      decimal(value, quoted(text), type, path);
+    }
+
+    /** A DATE or TIMESTAMP string Spark would complete or cut: a year or year-month alone
+     * (Spark makes it the 1st of January or of the month), a DATE with a time (dropped), a
+     * TIMESTAMP with more than microsecond digits (truncated). Spark itself refuses impossible
+     * dates, times and offsets (2026-02-30, 24:00, +25:00). */
+    void temporalText(String text, Node type, Path path) {
+      String trimmed = text.strip();
+      if (PARTIAL_DATE.matcher(trimmed).matches()) {
+        note(
+            mismatch(
+                path,
+                type,
+                quoted(text),
+                "a date without "
+                    + (trimmed.indexOf('-', 1) > 0 ? "a day" : "a month and day")
+                    + ": Spark would store the first of the period; give a full date such as"
+                    + " \"2026-01-31\""));
+        return;
+      }
+      Matcher date = FULL_DATE.matcher(trimmed);
+      if (!date.lookingAt()) {
+        return; // Spark's own parse decides (and refuses what it cannot read)
+      }
+      String rest = trimmed.substring(date.end());
+      if (type.label.equals("DATE")) {
+        if (!rest.isEmpty()) {
+          note(
+              mismatch(
+                  path,
+                  type,
+                  quoted(text),
+                  "a date with a time or zone after it, which Spark would drop: give the date"
+                      + " alone, or use a TIMESTAMP column"));
+        }
+        return;
+      }
+      Matcher fraction = FRACTION.matcher(rest);
+      if (fraction.find() && fraction.group(1).length() > 6) {
+        String beyond = fraction.group(1).substring(6);
+        if (!beyond.chars().allMatch(c -> c == '0')) {
+          note(
+              mismatch(
+                  path,
+                  type,
+                  quoted(text),
+                  "more digits of a second than microseconds, which Spark would cut off"));
         }
       }
     }
@@ -507,6 +628,34 @@ public final class StrictJson implements UDF1<byte[], String> {
         }
       }
       return false;
+    }
+
+    /** Whether a number's digits before its exponent hold anything but zeros. */
+    static boolean nonZeroDigits(JsonParser parser) throws IOException {
+      char[] text = parser.getTextCharacters();
+      int end = parser.getTextOffset() + parser.getTextLength();
+      for (int i = parser.getTextOffset(); i < end; i++) {
+        char c = text[i];
+        if (c == 'e' || c == 'E') {
+          return false;
+        }
+        if (c >= '1' && c <= '9') {
+          return true;
+        }
+      }
+      return false;
+    }
+
+    static String mismatch(Path path, Node type, String given, String why) {
+      return MISMATCH + "\t" + path + " (" + type.label + ") is " + shorten(given) + ": " + why;
+    }
+
+    static String quoted(String text) {
+      return "\"" + text + "\"";
+    }
+
+    static String shorten(String text) {
+      return text.length() <= 80 ? text : text.substring(0, 77) + "...";
     }
 
     void surrogates(JsonParser parser, Path path) throws IOException {
