@@ -20,7 +20,13 @@ from deltaflow_operator.builders import driver as driver_builders
 from deltaflow_operator.reconcile import children
 from deltaflow_operator.settings import Settings
 from devstack.kube import KubeControlPlane
-from support.manifests import IMMUTABLE_UPDATES, INVALID_CASES, InvalidCase, valid_manifest
+from support.manifests import (
+    IMMUTABLE_UPDATES,
+    INVALID_CASES,
+    VALID_LOOK_ALIKES,
+    InvalidCase,
+    valid_manifest,
+)
 
 NS = "validation"
 
@@ -44,6 +50,17 @@ def test_api_server_rejects_each_mistake_naming_the_field(
     )
     assert result.returncode != 0, f"{case.id} was accepted"
     assert case.field in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("case", VALID_LOOK_ALIKES, ids=lambda c: c.id)
+def test_api_server_accepts_each_look_alike(
+    chart_installed: KubeControlPlane, api: client.CustomObjectsApi, case: InvalidCase
+) -> None:
+    manifest = case.manifest(namespace=NS)
+    result = chart_installed.kubectl(
+        "apply", "--dry-run=server", "-f", "-", stdin=json.dumps(manifest), check=False
+    )
+    assert result.returncode == 0, f"{case.id} was refused: {result.stderr}"
 
 
 @pytest.mark.parametrize("case", IMMUTABLE_UPDATES, ids=lambda c: c.id)
@@ -156,16 +173,62 @@ _FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "spec.source.topic": st.sampled_from(
         [None, "orders", "bad topic", "a" * 249, "a" * 250, "x.y_z-1"]
     ),
-    "spec.source.topicPattern": st.sampled_from([None, None, "orders-.*", ""]),
+    "spec.source.topicPattern": st.sampled_from(
+        [
+            None,
+            None,
+            "orders-.*",
+            "",
+            "^(orders|payments)-[a-z]{2}$",
+            r"\w+\.v\d{1,3}",
+            "[^_].*|x{2,}",
+            "(?i)orders",
+            "[a-z&&[^x]]",
+            "orders{,3}",
+            "((a|b)c)",
+            "orders-(",
+            r"\Qa\E",
+        ]
+    ),
     "spec.source.maxOffsetsPerTrigger": st.sampled_from([None, 0, 1, 100_000_000, 100_000_001]),
     "spec.source.startingOffsets": st.sampled_from(["earliest", "latest", "beginning"]),
     "spec.format.type": st.sampled_from(["json", "avro", "raw", "xml"]),
     "spec.format.schema": st.sampled_from([None, "id BIGINT", ""]),
     "spec.sink.tablePath": st.sampled_from(
-        ["s3a://l/t", "/abs/t", "file:///l/t", "rel/t", "s3a://l/t x"]
+        [
+            "s3a://l/t",
+            "/abs/t",
+            "file:///l/t",
+            "rel/t",
+            "s3a://l/t x",
+            "s3://l/t/",
+            "s3a://l",
+            "s3a://l/",
+            "s3a://l//t",
+            "s3a://l/a/../t",
+            "s3a:///t",
+            "gs://l/t",
+            "file:///",
+            "/l/.t",
+        ]
     ),
     "spec.sink.checkpointPath": st.sampled_from(
-        [None, "s3a://l/cp", "s3a://l/t", "s3a://l/t/cp", "s3a://l/tx"]
+        [
+            None,
+            "s3a://l/cp",
+            "s3a://l/t",
+            "s3a://l/t/cp",
+            "s3a://l/tx",
+            "s3://l/t/cp",
+            "s3a://l/t_dead_letter/cp",
+            "s3://l/t_dead_letter",
+            "s3a://l",
+            "file:///l/t/cp",
+            "/l/t",
+            "/l/cp/",
+            "abfss://c@a.dfs.core.windows.net/cp",
+            "s3a://l/cp/./x",
+        ]
     ),
     "spec.deadLetter.tablePath": st.sampled_from(
         [
@@ -182,7 +245,27 @@ _FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
         ]
     ),
     "spec.sink.partitionBy": st.sampled_from(
-        [[], ["country"], ["country-code"], ["_x", "y"], ["9x"]]
+        [[], ["country"], ["country-code"], ["_x", "y"], ["9x"], ["day", "Day"], ["a", "a"]]
+    ),
+    "spec.maintenance.optimize.zOrderBy": st.sampled_from(
+        [[], ["id"], ["country"], ["Country", "id"]]
+    ),
+    "spec.driver.pod": st.sampled_from(
+        [
+            {},
+            {"annotations": {"deltaflow.io/driver-report": "{}"}},
+            {"annotations": {"example.com/deltaflow.io": "x", "deltaflow.io": "x"}},
+            {"labels": {"x.deltaflow.io/y": "z"}},
+            {"labels": {"mydeltaflow.io/y": "z"}},
+            {"annotations": {"DELTAFLOW.IO/x": "y"}},
+        ]
+    ),
+    "spec.serviceAccount": st.sampled_from(
+        [
+            {},
+            {"annotations": {"eks.amazonaws.com/role-arn": "a"}},
+            {"annotations": {"deltaflow.io/a": "b"}},
+        ]
     ),
     "spec.scaling.minExecutors": st.integers(-1, 1002),
     "spec.scaling.maxExecutors": st.integers(-1, 1002),
@@ -273,6 +356,13 @@ _FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
             {"spark.kubernetes.x": "1"},
             {"fs.s3a.endpoint": "x"},
             {"spark.dynamicAllocation.enabled": "true"},
+            {"spark.hadoop.fs.s3a.secret.key": "x"},
+            {"spark.hadoop.fs.s3a.access.key": "x"},
+            {"spark.ssl.keyPassword": "x"},
+            {"spark.kafka.clusters.c.sasl.jaas.config": "x"},
+            {"spark.hadoop.fs.s3a.aws.credentials.provider": "x"},
+            {"spark.authenticate.secret.file": "/s"},
+            {"spark.sql.streaming.kafka.useDeprecatedOffsetFetching": "true"},
         ]
     ),
 }

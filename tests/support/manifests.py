@@ -292,6 +292,306 @@ INVALID_CASES: list[InvalidCase] = [
     _case("suspend-not-bool", "spec.suspend", _set("spec.suspend", "yes")),
     _case("name-too-long", "metadata.name", _set("metadata.name", "a" * 48)),
     _case("name-starts-with-digit", "metadata.name", _set("metadata.name", "1orders")),
+    # Paths are compared as Hadoop reads them: s3:// = s3a://, file:///x = /x, a trailing '/'.
+    _case(
+        "checkpoint-inside-table-other-scheme",
+        "spec.sink.checkpointPath",
+        _set("spec.sink.checkpointPath", "s3://lake/orders/_checkpoint"),
+    ),
+    _case(
+        "checkpoint-inside-table-with-trailing-slash",
+        "spec.sink.checkpointPath",
+        _set("spec.sink.tablePath", "s3a://lake/orders/"),
+        _set("spec.sink.checkpointPath", "s3a://lake/orders/_checkpoint"),
+    ),
+    _case(
+        "checkpoint-is-the-table-file-scheme",
+        "spec.sink.checkpointPath",
+        _set("spec.sink.tablePath", "file:///lake/orders"),
+        _delete("spec.deadLetter.tablePath"),
+        _set("spec.sink.checkpointPath", "/lake/orders/"),
+    ),
+    _case(
+        "checkpoint-holds-the-table",
+        "spec.sink.checkpointPath",
+        _set("spec.sink.tablePath", "s3a://lake/data/orders"),
+        _delete("spec.deadLetter.tablePath"),
+        _set("spec.sink.checkpointPath", "s3a://lake/data"),
+    ),
+    _case(
+        "checkpoint-inside-dead-letter-table",
+        "spec.sink.checkpointPath",
+        _set("spec.sink.checkpointPath", "s3a://lake/orders_dead_letter/_checkpoint"),
+    ),
+    _case(
+        "checkpoint-inside-default-dead-letter-table",
+        "spec.sink.checkpointPath",
+        _delete("spec.deadLetter.tablePath"),
+        _set("spec.sink.checkpointPath", "s3://lake/orders_dead_letter/cp"),
+    ),
+    _case(
+        "dead-letter-table-inside-the-table-on-a-volume",
+        "spec.deadLetter.tablePath",
+        _set("spec.sink.tablePath", "/lake/orders"),
+        _set("spec.deadLetter.tablePath", "file:///lake/orders/dead_letter"),
+    ),
+    # One spelling per folder.
+    _case(
+        "table-path-repeated-slash",
+        "spec.sink.tablePath",
+        _set("spec.sink.tablePath", "s3a://lake//orders"),
+    ),
+    _case(
+        "checkpoint-path-dot-dot",
+        "spec.sink.checkpointPath",
+        _set("spec.sink.checkpointPath", "s3a://lake/cp/../orders"),
+    ),
+    _case(
+        "dead-letter-path-dot",
+        "spec.deadLetter.tablePath",
+        _set("spec.deadLetter.tablePath", "/lake/./orders_dead_letter"),
+    ),
+    _case("empty-bucket", "spec.sink.tablePath", _set("spec.sink.tablePath", "s3a:///orders")),
+    # A table at a bucket root puts its checkpoint and dead-letter table outside the bucket.
+    _case("table-at-bucket-root", "spec.sink.tablePath", _set("spec.sink.tablePath", "s3a://lake")),
+    _case(
+        "table-at-bucket-root-slash",
+        "spec.sink.tablePath",
+        _set("spec.sink.tablePath", "s3://lake/"),
+    ),
+    _case(
+        "table-at-file-system-root", "spec.sink.tablePath", _set("spec.sink.tablePath", "file:///")
+    ),
+    _case(
+        "dead-letter-table-at-bucket-root",
+        "spec.deadLetter.tablePath",
+        _set("spec.deadLetter.tablePath", "s3a://dead-letters"),
+    ),
+    _case(
+        "checkpoint-at-bucket-root",
+        "spec.sink.checkpointPath",
+        _set("spec.sink.checkpointPath", "s3a://checkpoints/"),
+    ),
+    # Schemes the image has no file system for.
+    _case("table-on-gcs", "spec.sink.tablePath", _set("spec.sink.tablePath", "gs://lake/orders")),
+    _case(
+        "dead-letter-table-on-azure",
+        "spec.deadLetter.tablePath",
+        _set("spec.deadLetter.tablePath", "abfss://c@acct.dfs.core.windows.net/dead_letter"),
+    ),
+    _case(
+        "checkpoint-on-hdfs",
+        "spec.sink.checkpointPath",
+        _set("spec.sink.checkpointPath", "hdfs://namenode/checkpoints/orders"),
+    ),
+    _case(
+        "table-on-a-file-host",
+        "spec.sink.tablePath",
+        _set("spec.sink.tablePath", "file://server/lake/orders"),
+    ),
+    # sparkConf lands in a ConfigMap: no secrets.
+    _case(
+        "spark-conf-s3a-secret-key",
+        "spec.sparkConf",
+        _set("spec.sparkConf", {"spark.hadoop.fs.s3a.secret.key": "wJalrXUtnFEMI"}),
+    ),
+    _case(
+        "spark-conf-s3a-access-key",
+        "spec.sparkConf",
+        _set("spec.sparkConf", {"spark.hadoop.fs.s3a.access.key": "AKIA0000"}),
+    ),
+    _case(
+        "spark-conf-s3a-session-token",
+        "spec.sparkConf",
+        _set("spec.sparkConf", {"spark.hadoop.fs.s3a.session.token": "t"}),
+    ),
+    _case(
+        "spark-conf-ssl-key-password",
+        "spec.sparkConf",
+        _set("spec.sparkConf", {"spark.ssl.keyPassword": "p"}),
+    ),
+    _case(
+        "spark-conf-keystore-password-upper-case",
+        "spec.sparkConf",
+        _set("spec.sparkConf", {"spark.SSL.KeyStorePassword": "p"}),
+    ),
+    _case(
+        "spark-conf-authenticate-secret",
+        "spec.sparkConf",
+        _set("spec.sparkConf", {"spark.authenticate.secret": "s"}),
+    ),
+    _case(
+        "spark-conf-kafka-jaas",
+        "spec.sparkConf",
+        _set("spec.sparkConf", {"spark.kafka.clusters.main.sasl.jaas.config": "x"}),
+    ),
+    _case(
+        "spark-conf-azure-account-key",
+        "spec.sparkConf",
+        _set(
+            "spec.sparkConf", {"spark.hadoop.fs.azure.account.key.acct.dfs.core.windows.net": "k"}
+        ),
+    ),
+    _case(
+        "spark-conf-deprecated-offset-fetching",
+        "spec.sparkConf",
+        _set("spec.sparkConf", {"spark.sql.streaming.kafka.useDeprecatedOffsetFetching": "true"}),
+    ),
+    # The operator's own label and annotation keys.
+    _case(
+        "driver-annotation-forges-the-report",
+        "spec.driver.pod.annotations",
+        _set("spec.driver.pod", {"annotations": {"deltaflow.io/driver-report": "{}"}}),
+    ),
+    _case(
+        "executor-label-on-a-deltaflow-subdomain",
+        "spec.executor.pod.labels",
+        _set("spec.executor.pod", {"labels": {"team.deltaflow.io/owner": "x"}}),
+    ),
+    _case(
+        "driver-annotation-deltaflow-upper-case",
+        "spec.driver.pod.annotations",
+        _set("spec.driver.pod", {"annotations": {"DeltaFlow.IO/executors-desired": "9"}}),
+    ),
+    _case(
+        "service-account-annotation-deltaflow",
+        "spec.serviceAccount.annotations",
+        _set("spec.serviceAccount", {"annotations": {"deltaflow.io/driver-spec-hash": "x"}}),
+    ),
+    # topicPattern: only what Java's regex and Python's re read alike.
+    *(
+        _case(
+            f"topic-pattern-{case_id}",
+            "spec.source.topicPattern",
+            _delete("spec.source.topic"),
+            _set("spec.source.topicPattern", pattern),
+        )
+        for case_id, pattern in (
+            ("java-quoting", r"\Qorders.v1\E"),
+            ("class-intersection", "[a-z&&[^x]]+"),
+            ("nested-class", "[a-z[0-9]]+"),
+            ("inline-flag", "(?i)orders"),
+            ("possessive", "orders.*+"),
+            ("python-only-quantifier", "orders{,3}"),
+            ("literal-brace", "orders{x}"),
+            ("nested-group", "((eu|us)-orders)+"),
+            ("unbalanced", "orders-("),
+            ("back-reference", r"(a)\1"),
+            ("lookahead", "(?=orders).*"),
+        )
+    ),
+    # What Delta refuses and the spec alone shows.
+    _case(
+        "partition-by-one-column-twice-by-case",
+        "spec.sink.partitionBy",
+        _set("spec.sink.partitionBy", ["country", "Country"]),
+    ),
+    _case(
+        "z-order-by-a-partition-column",
+        "spec.maintenance.optimize.zOrderBy",
+        _set("spec.maintenance.optimize.zOrderBy", ["Country"]),
+    ),
+]
+
+# Manifests close to a mistake above that are fine and must stay accepted.
+VALID_LOOK_ALIKES: list[InvalidCase] = [
+    _case(
+        "checkpoint-beside-the-table-sharing-its-name",
+        "spec.sink.checkpointPath",
+        _set("spec.sink.checkpointPath", "s3a://lake/orders_cp"),
+    ),
+    _case(
+        "checkpoint-where-the-default-would-be",
+        "spec.sink.checkpointPath",
+        _set("spec.sink.checkpointPath", "s3://lake/_checkpoints/data/orders/"),
+    ),
+    _case(
+        "dead-letter-table-with-trailing-slash",
+        "spec.deadLetter.tablePath",
+        _set("spec.deadLetter.tablePath", "s3a://lake/orders_dead_letter/"),
+    ),
+    _case(
+        "table-and-checkpoint-on-a-volume-two-spellings",
+        "spec.sink.checkpointPath",
+        _set("spec.sink.tablePath", "/lake/orders"),
+        _delete("spec.deadLetter.tablePath"),
+        _set("spec.sink.checkpointPath", "file:///lake/orders_checkpoint"),
+    ),
+    _case(
+        "table-one-folder-below-the-bucket",
+        "spec.sink.tablePath",
+        _set("spec.sink.tablePath", "s3://lake/orders/"),
+        _delete("spec.deadLetter.tablePath"),
+    ),
+    _case(
+        "folders-starting-with-dots",
+        "spec.sink.tablePath",
+        _set("spec.sink.tablePath", "s3a://lake/.staging/orders..v2"),
+        _delete("spec.deadLetter.tablePath"),
+    ),
+    _case(
+        "ordinary-spark-conf",
+        "spec.sparkConf",
+        _set(
+            "spec.sparkConf",
+            {
+                "spark.sql.shuffle.partitions": "8",
+                "spark.databricks.delta.optimizeWrite.enabled": "true",
+                "spark.databricks.delta.properties.defaults.checkpointInterval": "20",
+                "spark.hadoop.fs.s3a.connection.maximum": "64",
+                "spark.hadoop.fs.s3a.aws.credentials.provider": "software.amazon.awssdk.auth."
+                "credentials.WebIdentityTokenFileCredentialsProvider",
+                "spark.hadoop.fs.s3a.delegation.token.binding": "x",
+                "spark.authenticate.secret.file": "/etc/secret/spark",
+                "spark.security.credentials.hive.enabled": "false",
+                "spark.ssl.keyStore": "/etc/ssl/keystore.jks",
+                "spark.io.encryption.keySizeBits": "256",
+                "spark.network.crypto.saslFallback": "false",
+            },
+        ),
+    ),
+    _case(
+        "annotations-near-the-operator-s-keys",
+        "spec.driver.pod.annotations",
+        _set(
+            "spec.driver.pod",
+            {
+                "annotations": {
+                    "deltaflow.io": "a name without a prefix",
+                    "example.com/deltaflow.io": "x",
+                    "mydeltaflow.io/x": "x",
+                    "deltaflow.io.example.com/x": "x",
+                },
+                "labels": {"app.example.com/deltaflow": "x"},
+            },
+        ),
+        _set("spec.serviceAccount", {"annotations": {"eks.amazonaws.com/role-arn": "arn:x"}}),
+    ),
+    *(
+        _case(
+            f"topic-pattern-{case_id}",
+            "spec.source.topicPattern",
+            _delete("spec.source.topic"),
+            _set("spec.source.topicPattern", pattern),
+        )
+        for case_id, pattern in (
+            ("prefix", "orders-.*"),
+            ("anchored-with-count", "^orders-[a-z]{2}$"),
+            ("alternatives-in-a-group", r"(orders|payments)\.v[0-9]+"),
+            ("non-capturing-group", "(?:eu|us)-orders"),
+            ("negated-class", "[^_].*"),
+            ("top-level-alternatives", "^orders$|^payments$"),
+            ("escapes", r"\w+-\d{1,3}\.v\-1"),
+            ("class-of-topic-characters", "[-a-zA-Z0-9._]+"),
+            ("open-count", "x{2,}"),
+        )
+    ),
+    _case(
+        "z-order-by-a-data-column",
+        "spec.maintenance.optimize.zOrderBy",
+        _set("spec.sink.partitionBy", ["country", "day"]),
+        _set("spec.maintenance.optimize.zOrderBy", ["id"]),
+    ),
 ]
 
 # Changes to a stored resource that would break its checkpoint: the API server refuses them.

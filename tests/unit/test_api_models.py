@@ -12,7 +12,8 @@ from pydantic import ValidationError
 from deltaflow_operator.api import DeltaIngestion
 from deltaflow_operator.api.errors import describe
 from deltaflow_operator.api.identity import identity
-from support.manifests import INVALID_CASES, InvalidCase, valid_manifest
+from deltaflow_operator.api.rules import canonical_path, dead_letter_place, places_apart
+from support.manifests import INVALID_CASES, VALID_LOOK_ALIKES, InvalidCase, valid_manifest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -222,3 +223,128 @@ def test_pod_options_mistakes_name_the_field(pod: dict[str, Any], field: str) ->
     with pytest.raises(ValidationError) as error:
         DeltaIngestion.model_validate(manifest)
     assert field in str(error.value)
+
+
+@pytest.mark.parametrize("case", VALID_LOOK_ALIKES, ids=lambda c: c.id)
+def test_each_look_alike_of_a_mistake_is_accepted(case: InvalidCase) -> None:
+    DeltaIngestion.model_validate(case.manifest())
+
+
+SECRET_CONF_KEYS = [
+    "spark.hadoop.fs.s3a.secret.key",
+    "spark.hadoop.fs.s3a.access.key",
+    "spark.hadoop.fs.s3a.bucket.lake.secret.key",
+    "spark.hadoop.fs.s3a.session.token",
+    "spark.hadoop.fs.s3a.encryption.key",
+    "spark.ssl.keyPassword",
+    "spark.ssl.keyStorePassword",
+    "spark.ssl.trustStorePassword",
+    "spark.ssl.ui.keyStorePassword",
+    "spark.authenticate.secret",
+    "spark.kafka.clusters.main.sasl.jaas.config",
+    "spark.kafka.clusters.main.ssl.truststore.password",
+    "spark.hadoop.javax.jdo.option.ConnectionPassword",
+    "spark.hadoop.fs.azure.account.key.acct.dfs.core.windows.net",
+    "spark.hadoop.fs.azure.account.oauth2.client.secret.acct.dfs.core.windows.net",
+    "spark.hadoop.fs.azure.sas.container.acct.blob.core.windows.net",
+    "spark.hadoop.fs.gs.auth.service.account.private.key",
+    "spark.hadoop.fs.adl.oauth2.credential",
+    "spark.sql.catalog.unity.token",
+    "spark.HADOOP.FS.S3A.SECRET.KEY",
+]
+ORDINARY_CONF_KEYS = [
+    "spark.sql.shuffle.partitions",
+    "spark.sql.files.maxRecordsPerFile",
+    "spark.databricks.delta.optimizeWrite.enabled",
+    "spark.databricks.delta.properties.defaults.checkpointInterval",
+    "spark.databricks.delta.retentionDurationCheck.enabled",
+    "spark.hadoop.fs.s3a.connection.maximum",
+    "spark.hadoop.fs.s3a.aws.credentials.provider",
+    "spark.hadoop.fs.s3a.assumed.role.credentials.provider",
+    "spark.hadoop.fs.s3a.delegation.token.binding",
+    "spark.hadoop.fs.s3a.encryption.algorithm",
+    "spark.hadoop.hadoop.security.credential.provider.path",
+    "spark.authenticate.secret.file",
+    "spark.authenticate.secret.executor.file",
+    "spark.security.credentials.hive.enabled",
+    "spark.kafka.clusters.main.sasl.token.mechanism",
+    "spark.ssl.keyStore",
+    "spark.ssl.keyStoreType",
+    "spark.io.encryption.keySizeBits",
+    "spark.io.encryption.keygen.algorithm",
+    "spark.network.crypto.saslFallback",
+    "spark.hadoop.fs.gs.auth.service.account.json.keyfile",
+    "spark.executor.extraJavaOptions",
+]
+
+
+@pytest.mark.parametrize("key", SECRET_CONF_KEYS)
+def test_secret_looking_spark_conf_keys_are_refused_pointing_at_secret_refs(key: str) -> None:
+    with pytest.raises(ValidationError) as err:
+        DeltaIngestion.model_validate(_with(sparkConf={key: "x"}))
+    lines = describe(err.value)
+    assert any(
+        line.startswith("spec.sparkConf:")
+        and "spec.sink.storage" in line
+        and "spec.source.auth" in line
+        for line in lines
+    ), lines
+
+
+@pytest.mark.parametrize("key", ORDINARY_CONF_KEYS)
+def test_ordinary_spark_conf_keys_are_accepted(key: str) -> None:
+    assert key in DeltaIngestion.model_validate(_with(sparkConf={key: "1"})).spec.spark_conf
+
+
+@pytest.mark.parametrize(
+    ("key", "reserved"),
+    [
+        ("deltaflow.io/driver-report", True),
+        ("deltaflow.io/executors-desired", True),
+        ("deltaflow.io/anything", True),
+        ("scaling.deltaflow.io/x", True),
+        ("DeltaFlow.IO/x", True),
+        ("deltaflow.io", False),  # a name without a prefix
+        ("example.com/deltaflow.io", False),
+        ("mydeltaflow.io/x", False),
+        ("deltaflow.io.example.com/x", False),
+        ("app.kubernetes.io/name", False),
+    ],
+)
+def test_the_operator_s_own_label_and_annotation_keys_are_refused(key: str, reserved: bool) -> None:
+    for field, manifest in (
+        ("spec.driver.pod.annotations", _with(driver={"pod": {"annotations": {key: "x"}}})),
+        ("spec.executor.pod.labels", _with(executor={"pod": {"labels": {key: "x"}}})),
+        ("spec.serviceAccount.annotations", _with(serviceAccount={"annotations": {key: "x"}})),
+    ):
+        if not reserved:
+            DeltaIngestion.model_validate(manifest)
+            continue
+        with pytest.raises(ValidationError) as err:
+            DeltaIngestion.model_validate(manifest)
+        assert any(line.startswith(f"{field}: ") for line in describe(err.value)), field
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "apart"),
+    [
+        ("s3a://lake/t", "s3://lake/t/", False),
+        ("s3a://lake/t/cp", "s3://lake/t", False),
+        ("file:///lake/t", "/lake/t", False),
+        ("/lake/t/x", "file:///lake/t/", False),
+        ("s3a://lake/t", "s3a://lake/t_cp", True),
+        ("s3a://lake/t", "s3a://lake/tx/y", True),
+        ("s3a://lake/t", "s3a://other/t", True),
+        ("s3a://lake/t", "/lake/t", True),  # a bucket is not a folder of the pod's file system
+    ],
+)
+def test_paths_are_compared_as_hadoop_reads_them(a: str, b: str, apart: bool) -> None:
+    assert places_apart(canonical_path(a), canonical_path(b)) is apart
+    assert places_apart(canonical_path(b), canonical_path(a)) is apart
+
+
+def test_the_default_dead_letter_place_follows_the_identity() -> None:
+    for table in ("s3a://lake/orders", "s3a://lake/orders/", "file:///lake/orders"):
+        ingestion = DeltaIngestion.model_validate(_with(sink={"tablePath": table}, deadLetter={}))
+        derived = identity(ingestion).dead_letter_table_path
+        assert dead_letter_place(table, None) == canonical_path(derived)

@@ -8,6 +8,7 @@ are side by side so a change to one is seen next to the other; a property test h
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -137,3 +138,201 @@ def check_rules(rules: tuple[Rule, ...], values: Mapping[str, Any]) -> None:
     broken = [r for r in rules if not r.transition and not r.check(values)]
     if broken:
         raise RuleViolationError(broken)
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def ascii_lower(text: str) -> str:
+    """CEL's ``lowerAscii()``: ASCII letters lowered, every other character kept (``str.lower``
+    also folds non-ASCII letters, which CEL does not)."""
+    return text.translate(_ASCII_LOWER)
+
+
+# --- table and checkpoint paths ------------------------------------------------------------------
+
+# What the runtime image can write: S3 through Hadoop S3A (s3:// is mapped to S3A too), and the
+# pods' own file system (a volume from spec.volumes). The image has no gs://, abfss://, wasbs://
+# or hdfs:// file system: those would be admitted and then fail at run time.
+PATH_SCHEMES = ("s3a://", "s3://", "file:///", "/")
+PATH_SCHEMES_TEXT = "s3a:// or s3:// (S3 and S3-compatible stores), file:/// or / (a volume)"
+
+
+def path_scheme_supported(path: str) -> bool:
+    """Whether the image can write ``path``'s scheme."""
+    return path.startswith(PATH_SCHEMES)
+
+
+def path_scheme_supported_cel(path: str) -> str:
+    """:func:`path_scheme_supported` in CEL, for the string expression ``path``."""
+    return "(" + " || ".join(f"{path}.startsWith('{s}')" for s in PATH_SCHEMES) + ")"
+
+
+# A bucket or the file system itself, with any number of '/': no folder below it.
+_PATH_ROOT = r"^(s3a?://[^/]*|file://)?/*$"
+
+
+def path_is_root(path: str) -> bool:
+    """Whether ``path`` is a bucket's root or the file system's: a table there has its derived
+    paths (``<parent>/_checkpoints/...``, ``<table>_dead_letter``) outside the bucket, and its
+    VACUUM would judge every other file in the bucket."""
+    return re.fullmatch(_PATH_ROOT, path) is not None
+
+
+def path_is_root_cel(path: str) -> str:
+    """:func:`path_is_root` in CEL (``$`` is the end of the text in RE2, as fullmatch wants)."""
+    return f"{path}.matches('{_PATH_ROOT}')"
+
+
+# Matched against the path + '/', so that '$' is not needed (Python's '$' also matches before a
+# final newline, RE2's does not): after the scheme (one of three, told apart by their first
+# character, so none can be skipped) an empty or '.' or '..' first folder or bucket, or later an
+# empty folder ('//' before more text: one trailing '/' is fine) or a '.' or '..' folder.
+_PATH_ALIAS = r"^(s3a?://|file:///|/)(/|[.][.]?/|.*(//.|/[.][.]?/))"
+
+
+def path_has_alias(path: str) -> bool:
+    """Whether ``path`` spells a folder in a second way Hadoop would read as the same (repeated
+    '/', '.' or '..' segments): one spelling per folder keeps the comparisons of paths exact."""
+    return re.match(_PATH_ALIAS, path + "/") is not None
+
+
+def path_has_alias_cel(path: str) -> str:
+    """:func:`path_has_alias` in CEL."""
+    return f"({path} + '/').matches('{_PATH_ALIAS}')"
+
+
+def canonical_path(path: str) -> str:
+    """A path as a folder prefix, for comparison: s3a:// = s3://, file:///x = /x, one trailing
+    '/'. With :func:`path_has_alias` false this is the only other spelling Hadoop allows."""
+    if path.startswith("s3a://"):
+        plain = "s3://" + path[len("s3a://") :]
+    elif path.startswith("file://"):
+        plain = path[len("file://") :]
+    else:
+        plain = path
+    return plain if plain.endswith("/") else plain + "/"
+
+
+def canonical_path_cel(path: str) -> str:
+    """:func:`canonical_path` in CEL, for the string expression ``path``."""
+    plain = (
+        f"({path}.startsWith('s3a://') ? 's3://' + {path}.substring(6) : "
+        f"{path}.startsWith('file://') ? {path}.substring(7) : {path})"
+    )
+    # No cel.bind: the API server also compiles rules in an environment without it.
+    return f"({plain}.endsWith('/') ? {plain} : {plain} + '/')"
+
+
+def places_apart(a: str, b: str) -> bool:
+    """Two canonical paths (:func:`canonical_path`) neither of which is or holds the other."""
+    return not a.startswith(b) and not b.startswith(a)
+
+
+def places_apart_cel(a: str, b: str) -> str:
+    """:func:`places_apart` in CEL, for two canonical path expressions."""
+    return f"(!{a}.startsWith({b}) && !{b}.startsWith({a}))"
+
+
+def dead_letter_place(table: str, dead_letter: str | None) -> str:
+    """The canonical place of the dead-letter table: ``deadLetter.tablePath``, else
+    ``<tablePath>_dead_letter`` (as :func:`~deltaflow_operator.api.identity.identity`)."""
+    if dead_letter is not None:
+        return canonical_path(dead_letter)
+    return canonical_path(table)[:-1] + "_dead_letter/"
+
+
+def dead_letter_place_cel(spec: str) -> str:
+    """:func:`dead_letter_place` in CEL, for the spec expression ``spec``."""
+    table = canonical_path_cel(f"{spec}.sink.tablePath")
+    return (
+        f"(has({spec}.deadLetter) && has({spec}.deadLetter.tablePath) ? "
+        f"{canonical_path_cel(f'{spec}.deadLetter.tablePath')} : "
+        f"{table}.substring(0, size({table}) - 1) + '_dead_letter/')"
+    )
+
+
+# --- keys the user may not set -------------------------------------------------------------------
+
+# sparkConf lands in a ConfigMap (and in Spark's UI and event log): no secrets there. A key names
+# a secret when a word of it does (spark.ssl.keyPassword, spark.authenticate.secret,
+# ...fs.s3a.session.token, ...sasl.jaas.config, ...oauth2.credential) or one of its dot-separated
+# parts is "key" or "sas" (fs.s3a.access.key, fs.s3a.secret.key, fs.azure.account.key.<account>,
+# fs.azure.sas.<container>...); unless its last part says it only points at one or chooses how
+# it is used (spark.authenticate.secret.file, fs.s3a.aws.credentials.provider,
+# hadoop.security.credential.provider.path, spark.security.credentials.<service>.enabled, ...).
+SECRET_WORDS = ("password", "passwd", "secret", "token", "credential", "jaas")
+SECRET_PARTS = ("key", "sas")
+NOT_SECRET_SUFFIXES = (".file", ".path", ".provider", ".binding", ".mechanism", ".enabled")
+
+
+def secret_like_conf_key(key: str) -> bool:
+    """Whether the sparkConf ``key`` looks like it holds a secret (compared in ASCII lowercase)."""
+    lower = ascii_lower(key)
+    named = any(w in lower for w in SECRET_WORDS) or any(
+        part in SECRET_PARTS for part in lower.split(".")
+    )
+    return named and not lower.endswith(NOT_SECRET_SUFFIXES)
+
+
+def secret_like_conf_key_cel(key: str) -> str:
+    """:func:`secret_like_conf_key` in CEL, for the string expression ``key``."""
+    words = ", ".join(f"'{w}'" for w in SECRET_WORDS)
+    parts = ", ".join(f"'{p}'" for p in SECRET_PARTS)
+    suffixes = ", ".join(f"'{s}'" for s in NOT_SECRET_SUFFIXES)
+    lower = f"{key}.lowerAscii()"
+    return (
+        f"(([{words}].exists(w, {lower}.contains(w)) || "
+        f"{lower}.split('.').exists(p, p in [{parts}])) && "
+        f"![{suffixes}].exists(s, {lower}.endsWith(s)))"
+    )
+
+
+# The operator's own label and annotation keys (deltaflow.io/driver-spec-hash, and the scaling
+# channel's deltaflow.io/executors-desired and deltaflow.io/driver-report on the driver pod).
+RESERVED_KEY_DOMAIN = "deltaflow.io"
+# The prefix (what comes before the first '/') is deltaflow.io or ends in .deltaflow.io.
+_RESERVED_KEY = r"^([^/]*[.])?deltaflow[.]io/"
+
+
+def reserved_key(key: str) -> bool:
+    """Whether a label or annotation key has the prefix deltaflow.io/ or <sub>.deltaflow.io/
+    (in any case: the API server would refuse upper case there anyway)."""
+    return re.match(_RESERVED_KEY, ascii_lower(key)) is not None
+
+
+def reserved_key_cel(key: str) -> str:
+    """:func:`reserved_key` in CEL, for the string expression ``key``."""
+    return f"{key}.lowerAscii().matches('{_RESERVED_KEY}')"
+
+
+# --- topicPattern: one regex dialect -------------------------------------------------------------
+
+# Spark's Kafka source compiles spec.source.topicPattern with java.util.regex and reads every
+# topic the pattern is found in (Matcher.find, its default offset reader); the driver's lag
+# measure searches it with Python's re. The two agree on this subset (checked against the JVM by
+# tests/integration/runtime/test_topic_pattern_dialect.py), which admission holds patterns to:
+# topic characters, '.', escapes \. \- \_ \d \D \w \W, classes of topic characters and
+# alphanumeric ranges (optionally negated, '-' first or last), groups (...) or (?:...) one level
+# deep, '|', the greedy quantifiers * + ? {n} {n,} {n,m}, '^' starting and '$' ending an
+# alternative. Left out: what one of them reads differently or not at all (Java's \Q..\E, class
+# intersections and nested classes, possessive and inline-flag syntax, Python's {,n}, a literal
+# '{'), and what cannot match a topic name anyway.
+_ESCAPE = r"\\[.\-_dDwW]"
+_CLASS_ITEM = rf"([A-Za-z0-9]-[A-Za-z0-9]|[A-Za-z0-9._]|{_ESCAPE})"
+_ATOM = rf"([A-Za-z0-9_-]|[.]|{_ESCAPE}|\[\^?-?{_CLASS_ITEM}+-?\])"
+_QUANTIFIER = r"([*+?]|\{[0-9]{1,3}(,[0-9]{0,3})?\})"
+_PIECE = rf"{_ATOM}{_QUANTIFIER}?"
+_GROUP = rf"\((\?:)?({_PIECE})*(\|({_PIECE})*)*\){_QUANTIFIER}?"
+_ALTERNATIVE = rf"\^?({_PIECE}|{_GROUP})*\$?"
+TOPIC_PATTERN_DIALECT = rf"^{_ALTERNATIVE}(\|{_ALTERNATIVE})*$"
+
+
+def topic_pattern_in_dialect(pattern: str) -> bool:
+    """Whether ``pattern`` keeps to the regex subset Java and Python read alike."""
+    return re.fullmatch(TOPIC_PATTERN_DIALECT, pattern) is not None
+
+
+def topic_pattern_in_dialect_cel(pattern: str) -> str:
+    """:func:`topic_pattern_in_dialect` in CEL (a raw string: the backslashes are the regex's)."""
+    return f"{pattern}.matches(r'{TOPIC_PATTERN_DIALECT}')"

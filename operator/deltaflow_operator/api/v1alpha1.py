@@ -7,7 +7,7 @@ on the wire, as Kubernetes users expect, and snake_case in Python. Every cross-f
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -17,15 +17,36 @@ from pydantic.alias_generators import to_camel
 from deltaflow_operator.api.names import MAX_NAME_LENGTH, NAME_LIMITED_BY
 from deltaflow_operator.api.rules import (
     MEMORY_MIB_CEL,
+    PATH_SCHEMES_TEXT,
+    RESERVED_KEY_DOMAIN,
     RESERVED_MOUNT_PATHS,
     RESERVED_VOLUME_NAMES,
     Rule,
+    ascii_lower,
+    canonical_path,
+    canonical_path_cel,
     check_rules,
     cpu_millicores,
+    dead_letter_place,
+    dead_letter_place_cel,
     immutable,
     memory_mib,
     mount_path_allowed,
     mount_path_allowed_cel,
+    path_has_alias,
+    path_has_alias_cel,
+    path_is_root,
+    path_is_root_cel,
+    path_scheme_supported,
+    path_scheme_supported_cel,
+    places_apart,
+    places_apart_cel,
+    reserved_key,
+    reserved_key_cel,
+    secret_like_conf_key,
+    secret_like_conf_key_cel,
+    topic_pattern_in_dialect,
+    topic_pattern_in_dialect_cel,
     unique_cel,
     volume_name_allowed,
     volume_name_allowed_cel,
@@ -50,7 +71,9 @@ KAFKA_TOPIC_PATTERN = r"^[a-zA-Z0-9._-]{1,249}$"
 DEFAULT_TASKS_PER_CORE = 2
 MAX_MIN_PARTITIONS = 10_000
 BOOTSTRAP_PATTERN = r"^[A-Za-z0-9.-]+:[0-9]{1,5}(,[A-Za-z0-9.-]+:[0-9]{1,5})*$"
-TABLE_PATH_PATTERN = r"^(s3a://|s3://|gs://|abfss://|file:///|/)[^\s]+$"
+# No whitespace or control characters; the scheme, root and spelling rules say the rest with a
+# message (an explicit class: RE2's \s and pydantic's Unicode \s differ).
+TABLE_PATH_PATTERN = r"^[^\x00-\x20\x7f]+$"
 COLUMN_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 K8S_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]{1,253}$"
@@ -141,7 +164,18 @@ class KafkaSource(ApiModel):
         str, Field(pattern=BOOTSTRAP_PATTERN, max_length=2048, description="host:port[,host:port]")
     ]
     topic: Annotated[str | None, Field(pattern=KAFKA_TOPIC_PATTERN)] = None
-    topic_pattern: Annotated[str | None, Field(min_length=1, max_length=512)] = None
+    topic_pattern: Annotated[
+        str | None,
+        Field(
+            min_length=1,
+            max_length=512,
+            description="A Java regular expression, searched in each topic name as Spark's "
+            "Kafka source does: orders-.* also reads eu-orders-1; ^orders-.*$ reads only names "
+            "that start with orders-. Held to the syntax Java and Python read alike: topic "
+            "characters, ., [a-z0-9_.-] classes, \\. \\d \\w, (...) and (?:...) one level "
+            "deep, |, * + ? {n} {n,} {n,m}, ^ and $.",
+        ),
+    ] = None
     starting_offsets: Literal["earliest", "latest"] = Field(
         default="earliest",
         description="Where a new stream starts; ignored once it has a checkpoint.",
@@ -171,6 +205,18 @@ class KafkaSource(ApiModel):
             message="set exactly one of topic or topicPattern",
             check=lambda v: (v.get("topic") is None) != (v.get("topicPattern") is None),
             field_path=".topic",
+        ),
+        Rule(
+            cel=f"!has(self.topicPattern) || {topic_pattern_in_dialect_cel('self.topicPattern')}",
+            message="topicPattern must keep to the regular expressions Java (Spark's Kafka "
+            "source) and Python (Deltaflow's lag) read alike: topic characters, ., classes such "
+            "as [a-z0-9_.-] or [^0-9], escapes \\. \\- \\_ \\d \\D \\w \\W, groups "
+            "(...) or (?:...) not nested, |, the quantifiers * + ? {n} {n,} {n,m}, ^ at the start "
+            "and $ at the end of an alternative (e.g. ^(orders|payments)-[a-z]{2}$)",
+            check=lambda v: (
+                v.get("topicPattern") is None or topic_pattern_in_dialect(str(v["topicPattern"]))
+            ),
+            field_path=".topicPattern",
         ),
         immutable(
             "topic",
@@ -258,12 +304,54 @@ class Storage(ApiModel):
     )
 
 
+def _path_rules(field: str, name: str, at_root: str) -> tuple[Rule, ...]:
+    """The rules every table or checkpoint path keeps: a scheme the image writes, a folder below
+    the bucket (``at_root`` says why), one spelling. ``field`` is the wire name in the model,
+    ``name`` the one the messages use; an unset optional path breaks none."""
+
+    def rule(cel: str, message: str, bad: Callable[[str], bool]) -> Rule:
+        return Rule(
+            cel=f"!has(self.{field}) || {cel}",
+            message=message,
+            check=lambda v: v.get(field) is None or not bad(str(v[field])),
+            field_path=f".{field}",
+        )
+
+    path = f"self.{field}"
+    return (
+        rule(
+            path_scheme_supported_cel(path),
+            f"{name} must start with {PATH_SCHEMES_TEXT}: the image has no file system for "
+            "other schemes (gs://, abfss://, wasbs://, hdfs://, ...)",
+            lambda p: not path_scheme_supported(p),
+        ),
+        rule(
+            f"!{path_is_root_cel(path)}",
+            f"{name} must be a folder inside the bucket or below / (s3a://lake/orders, not "
+            f"s3a://lake): {at_root}",
+            path_is_root,
+        ),
+        rule(
+            f"!{path_has_alias_cel(path)}",
+            f"{name} must spell each folder once: no '//' (one trailing '/' is fine) and no '.' "
+            "or '..' folders (Hadoop reads s3a://lake//a/./b as s3a://lake/a/b)",
+            path_has_alias,
+        ),
+    )
+
+
+_TABLE_AT_ROOT = (
+    "the stream's checkpoint and dead-letter table go beside the table, which would put them "
+    "outside the bucket, and VACUUM would judge every other file in it"
+)
+
+
 class DeltaSink(ApiModel):
     """The Delta table the stream appends to."""
 
     table_path: Annotated[str, Field(pattern=TABLE_PATH_PATTERN, max_length=2048)]
     partition_by: Annotated[
-        list[Annotated[str, Field(pattern=COLUMN_PATTERN)]], Field(max_length=8)
+        list[Annotated[str, Field(pattern=COLUMN_PATTERN, max_length=128)]], Field(max_length=8)
     ] = []
     checkpoint_path: Annotated[
         str | None,
@@ -286,18 +374,20 @@ class DeltaSink(ApiModel):
     )
     storage: Storage | None = None
     rules = (
+        *_path_rules("tablePath", "tablePath", _TABLE_AT_ROOT),
+        *_path_rules(
+            "checkpointPath",
+            "checkpointPath",
+            "a checkpoint there shares its folder with every other file of the bucket",
+        ),
         Rule(
-            cel="!has(self.checkpointPath) || !(self.checkpointPath == self.tablePath || "
-            "self.checkpointPath.startsWith(self.tablePath + '/'))",
-            message="checkpointPath must not be the table or inside it",
-            check=lambda v: (
-                v.get("checkpointPath") is None
-                or not (
-                    v["checkpointPath"] == v.get("tablePath")
-                    or str(v["checkpointPath"]).startswith(f"{v.get('tablePath')}/")
-                )
-            ),
-            field_path=".checkpointPath",
+            cel="!has(self.partitionBy) || "
+            "self.partitionBy.all(a, self.partitionBy.exists_one(b, b.lowerAscii() == "
+            "a.lowerAscii()))",
+            message="partitionBy must name each column once: Delta's column names are "
+            "case-insensitive (country and Country are one column)",
+            check=lambda v: _unique([ascii_lower(str(c)) for c in v.get("partitionBy") or []]),
+            field_path=".partitionBy",
         ),
         Rule(
             cel="self.tablePath == oldSelf.tablePath",
@@ -329,6 +419,9 @@ class DeadLetter(ApiModel):
     """Where refused records go, with the reason; defaults to ``<tablePath>_dead_letter``."""
 
     table_path: Annotated[str | None, Field(pattern=TABLE_PATH_PATTERN, max_length=2048)] = None
+    rules = _path_rules(
+        "tablePath", "deadLetter.tablePath", "VACUUM of a table there would judge every file of it"
+    )
 
 
 class Trigger(ApiModel):
@@ -402,6 +495,18 @@ class Toleration(ApiModel):
     toleration_seconds: int | None = None
 
 
+def _own_keys_rule(field: str) -> Rule:
+    """The map ``field`` (labels or annotations) keeps out of the operator's own keys."""
+    return Rule(
+        cel=f"!has(self.{field}) || self.{field}.all(k, !{reserved_key_cel('k')})",
+        message=f"{field} must not use the prefix {RESERVED_KEY_DOMAIN}/ or "
+        f"<sub>.{RESERVED_KEY_DOMAIN}/: the operator's own keys (its channel to the driver, the "
+        "driver's spec hash) live there; choose another prefix",
+        check=lambda v: not any(reserved_key(str(k)) for k in v.get(field) or {}),
+        field_path=f".{field}",
+    )
+
+
 class PodOptions(ApiModel):
     """Where and how the pods of one role (driver, executors) run: what a cluster's placement,
     cost and identity rules need. Deltaflow's own labels win over equal keys here."""
@@ -425,6 +530,7 @@ class PodOptions(ApiModel):
     priority_class_name: Annotated[str | None, Field(pattern=K8S_NAME_PATTERN, max_length=253)] = (
         None
     )
+    rules = (_own_keys_rule("labels"), _own_keys_rule("annotations"))
 
 
 class LocalObjectReference(ApiModel):
@@ -444,6 +550,7 @@ class ServiceAccountOptions(ApiModel):
             "workload identity for the object store instead of keys in a Secret.",
         ),
     ] = {}
+    rules = (_own_keys_rule("annotations"),)
 
 
 def _core_limit_covers_request(values: Mapping[str, Any]) -> bool:
@@ -557,7 +664,7 @@ class OptimizeSchedule(ApiModel):
     enabled: bool = True
     schedule: Annotated[str, Field(pattern=CRON_PATTERN, max_length=128)] = "0 * * * *"
     z_order_by: Annotated[
-        list[Annotated[str, Field(pattern=COLUMN_PATTERN)]], Field(max_length=4)
+        list[Annotated[str, Field(pattern=COLUMN_PATTERN, max_length=128)]], Field(max_length=4)
     ] = []
     recent_partitions_only: bool = Field(
         default=False, description="Only compact partitions written since the last OPTIMIZE."
@@ -594,25 +701,37 @@ class Maintenance(ApiModel):
     vacuum: VacuumSchedule = VacuumSchedule()
 
 
-def _same_place_cel(path: str) -> str:
-    """A table path as a folder prefix for comparison: s3a:// = s3://, file:///x = /x, one '/'."""
-    plain = f"{path}.replace('s3a://', 's3://').replace('file://', '')"
-    return f"({plain}.endsWith('/') ? {plain} : {plain} + '/')"
-
-
-def _same_place(path: str) -> str:
-    """:func:`_same_place_cel` in Python."""
-    plain = path.replace("s3a://", "s3://").replace("file://", "")
-    return plain if plain.endswith("/") else plain + "/"
-
-
 def _tables_apart(spec: Mapping[str, Any]) -> bool:
     dead = (spec.get("deadLetter") or {}).get("tablePath")
     table = (spec.get("sink") or {}).get("tablePath")
-    if not dead or not table:
+    if dead is None or table is None:
         return True
-    a, b = _same_place(str(dead)), _same_place(str(table))
-    return not a.startswith(b) and not b.startswith(a)
+    return places_apart(canonical_path(str(dead)), canonical_path(str(table)))
+
+
+def _checkpoint_apart(spec: Mapping[str, Any]) -> bool:
+    sink = spec.get("sink") or {}
+    checkpoint, table = sink.get("checkpointPath"), sink.get("tablePath")
+    if checkpoint is None or table is None:
+        return True
+    place = canonical_path(str(checkpoint))
+    dead = (spec.get("deadLetter") or {}).get("tablePath")
+    return places_apart(place, canonical_path(str(table))) and places_apart(
+        place, dead_letter_place(str(table), None if dead is None else str(dead))
+    )
+
+
+def _z_order_not_partitioned(spec: Mapping[str, Any]) -> bool:
+    partitions = {ascii_lower(str(c)) for c in (spec.get("sink") or {}).get("partitionBy") or []}
+    optimize = (spec.get("maintenance") or {}).get("optimize") or {}
+    return not any(ascii_lower(str(c)) in partitions for c in optimize.get("zOrderBy") or [])
+
+
+# sparkConf keys the operator or the runtime set, or whose change would split the stream's view
+# of its topics: with the deprecated offset reader Spark matches topicPattern against whole topic
+# names, while Deltaflow's lag searches it as the default reader does.
+_OWNED_CONF_PREFIXES = ("spark.kubernetes.", "spark.dynamicAllocation.")
+_OWNED_CONF_KEYS = ("spark.master", "spark.sql.streaming.kafka.useDeprecatedOffsetFetching")
 
 
 class DeltaIngestionSpec(ApiModel):
@@ -662,29 +781,71 @@ class DeltaIngestionSpec(ApiModel):
         ),
         Rule(
             cel="!has(self.sparkConf) || self.sparkConf.all(k, k.startsWith('spark.') && "
-            "!k.startsWith('spark.kubernetes.') && !k.startsWith('spark.dynamicAllocation.') && "
-            "k != 'spark.master')",
+            + " && ".join(f"!k.startsWith('{p}')" for p in _OWNED_CONF_PREFIXES)
+            + " && !(k in ["
+            + ", ".join(f"'{k}'" for k in _OWNED_CONF_KEYS)
+            + "]))",
             message="sparkConf keys must start with spark. and must not set spark.master, "
-            "spark.kubernetes.* or spark.dynamicAllocation.* (the operator owns those)",
+            "spark.kubernetes.* or spark.dynamicAllocation.* (the operator owns those), nor "
+            "spark.sql.streaming.kafka.useDeprecatedOffsetFetching (that reader matches "
+            "topicPattern differently from Deltaflow's lag)",
             check=lambda v: all(
                 k.startswith("spark.")
-                and not k.startswith(("spark.kubernetes.", "spark.dynamicAllocation."))
-                and k != "spark.master"
+                and not k.startswith(_OWNED_CONF_PREFIXES)
+                and k not in _OWNED_CONF_KEYS
                 for k in (v.get("sparkConf") or {})
             ),
             field_path=".sparkConf",
         ),
         Rule(
+            cel=f"!has(self.sparkConf) || self.sparkConf.all(k, !{secret_like_conf_key_cel('k')})",
+            message="sparkConf must hold no secrets (a key naming a password, secret, token, "
+            "credential, JAAS config or key, such as spark.hadoop.fs.s3a.secret.key): it is "
+            "stored in a ConfigMap; give object-store keys as spec.sink.storage.accessKeyId and "
+            "secretAccessKey, Kafka credentials as spec.source.auth (secretKeyRefs)",
+            check=lambda v: not any(secret_like_conf_key(str(k)) for k in v.get("sparkConf") or {}),
+            field_path=".sparkConf",
+        ),
+        Rule(
             cel="!has(self.deadLetter) || !has(self.deadLetter.tablePath) || "
-            f"(!{_same_place_cel('self.deadLetter.tablePath')}"
-            f".startsWith({_same_place_cel('self.sink.tablePath')}) && "
-            f"!{_same_place_cel('self.sink.tablePath')}"
-            f".startsWith({_same_place_cel('self.deadLetter.tablePath')}))",
+            + places_apart_cel(
+                canonical_path_cel("self.deadLetter.tablePath"),
+                canonical_path_cel("self.sink.tablePath"),
+            ),
             message="deadLetter.tablePath must be a table of its own, neither sink.tablePath nor "
             "inside it (nor holding it): VACUUM of one would delete the other's files; leave it "
             "unset for <tablePath>_dead_letter",
             check=_tables_apart,
             field_path=".deadLetter.tablePath",
+        ),
+        Rule(
+            cel="!has(self.sink.checkpointPath) || ("
+            + places_apart_cel(
+                canonical_path_cel("self.sink.checkpointPath"),
+                canonical_path_cel("self.sink.tablePath"),
+            )
+            + " && "
+            + places_apart_cel(
+                canonical_path_cel("self.sink.checkpointPath"), dead_letter_place_cel("self")
+            )
+            + ")",
+            message="checkpointPath must be a folder of its own, neither the table nor the "
+            "dead-letter table (deadLetter.tablePath, or <tablePath>_dead_letter), not inside "
+            "them and not holding them: VACUUM deletes what a table does not know, and a rebuilt "
+            "checkpoint replaces its folder; leave it unset for <table "
+            "parent>/_checkpoints/<namespace>/<name>",
+            check=_checkpoint_apart,
+            field_path=".sink.checkpointPath",
+        ),
+        Rule(
+            cel="!has(self.sink.partitionBy) || !has(self.maintenance) || "
+            "!has(self.maintenance.optimize) || !has(self.maintenance.optimize.zOrderBy) || "
+            "!self.maintenance.optimize.zOrderBy.exists(z, self.sink.partitionBy.exists(p, "
+            "p.lowerAscii() == z.lowerAscii()))",
+            message="zOrderBy must not name a partitionBy column: Delta Z-orders the files "
+            "within each partition, by data columns only",
+            check=_z_order_not_partitioned,
+            field_path=".maintenance.optimize.zOrderBy",
         ),
     )
 
