@@ -28,7 +28,7 @@ from deltaflow_operator.api.errors import describe
 from deltaflow_operator.api.identity import identity
 from deltaflow_operator.api.reasons import ConditionType, EventReason, Reason
 from deltaflow_operator.api.v1alpha1 import DeltaIngestionStatus
-from deltaflow_operator.autoscaler.observe import REPORT_ANNOTATION, parse_report
+from deltaflow_operator.autoscaler.observe import ReportReading
 from deltaflow_operator.builders import driver as driver_builders
 from deltaflow_operator.builders.common import config_map_name, driver_pod_name
 from deltaflow_operator.builders.maintenance import JOBS, maintenance_cronjob
@@ -124,8 +124,8 @@ class Reconciler:
                 break
             ingestion = ingestion.model_copy(update={"status": self._status(ingestion, plan)})
             plan = self._plan(ingestion, pod, changed)
-        status = self._scale(body, ingestion, self._status(ingestion, plan), pod)
-        status, recheck_in = self._progress(ingestion, status, pod)
+        status, reading = self._scale(body, ingestion, self._status(ingestion, plan), pod)
+        status, recheck_in = self._progress(ingestion, status, pod, reading)
         document = status.model_dump(by_alias=True, mode="json", exclude_none=True)
         # Measured figures that became unknown must go, not linger as if current: a null
         # deletes a field in a merge patch.
@@ -195,8 +195,9 @@ class Reconciler:
         ingestion: DeltaIngestion,
         status: DeltaIngestionStatus,
         pod: dict[str, Any] | None,
-    ) -> DeltaIngestionStatus:
-        """One autoscaling round on the driver as observed; its figures go into the status."""
+    ) -> tuple[DeltaIngestionStatus, ReportReading]:
+        """One autoscaling round on the driver as observed; its figures go into the status.
+        Also returns the driver's report as the round judged it."""
         outcome = self.autoscaler.step(ingestion, pod, time.time())
         for event in outcome.events:
             self.kube.post_event(body, event.type, event.reason, event.message)
@@ -210,7 +211,7 @@ class Reconciler:
             ingestion.metadata.get("generation"),
             datetime.now(UTC),
         )
-        return status.model_copy(
+        status = status.model_copy(
             update={
                 "conditions": conditions,
                 "executors": outcome.executors,
@@ -218,9 +219,14 @@ class Reconciler:
                 "autoscaler": outcome.autoscaler,
             }
         )
+        return status, outcome.reading
 
     def _progress(
-        self, ingestion: DeltaIngestion, status: DeltaIngestionStatus, pod: dict[str, Any] | None
+        self,
+        ingestion: DeltaIngestion,
+        status: DeltaIngestionStatus,
+        pod: dict[str, Any] | None,
+        reading: ReportReading,
     ) -> tuple[DeltaIngestionStatus, float | None]:
         """A running driver is Ready only while its stream makes progress (see
         :mod:`~deltaflow_operator.decisions.progress`); other verdicts on Ready stand. Also
@@ -232,13 +238,13 @@ class Reconciler:
         if pod is None or started is None:
             return status, None
         now = datetime.now(UTC)
-        annotations = (pod.get("metadata") or {}).get("annotations") or {}
         verdict = stream_progress(
-            parse_report(annotations.get(REPORT_ANNOTATION)),
+            reading.report,
             running_for=(now - started).total_seconds(),
             lag_records=status.lag.records,
             trigger_seconds=trigger_seconds(ingestion),
             now=now.timestamp(),
+            refused=reading.refused,
         )
         conditions = set_condition(
             status.conditions,

@@ -10,6 +10,7 @@ restart the first round measures, and holds.
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,9 +35,11 @@ from deltaflow_operator.autoscaler.observe import (
     DriverReport,
     KafkaView,
     OffsetSnapshot,
+    ReportReading,
+    Sighting,
     desired_annotation,
     kafka_view,
-    parse_report,
+    read_report,
     with_rates,
 )
 from deltaflow_operator.autoscaler.policy import (
@@ -50,8 +53,10 @@ from deltaflow_operator.autoscaler.policy import (
     lag_seconds,
 )
 from deltaflow_operator.builders.common import driver_pod_name, labels
-from deltaflow_operator.decisions.driver import Event
+from deltaflow_operator.decisions.driver import Event, running_since
 from deltaflow_operator.kube import Kube
+
+log = logging.getLogger(__name__)
 
 # A Kafka view older than this is not acted on (the driver polls every 5 s): the broker or the
 # driver is treated as unreachable.
@@ -71,6 +76,8 @@ class ScalingOutcome:
     autoscaler: AutoscalerStatus
     condition: tuple[bool | None, Reason, str]  # Scaling condition: status, reason, message
     events: list[Event] = field(default_factory=list)
+    # The driver's report as this round judged it (Ready reads the same one).
+    reading: ReportReading = field(default_factory=lambda: ReportReading(None))
 
 
 def history_of(status: AutoscalerStatus) -> History:
@@ -142,14 +149,16 @@ def lag_status(view: KafkaView | None, seconds: float | None, now: float) -> Lag
 
 
 @dataclass
-class _KafkaWatch:
-    """One resource's Kafka readings: the rate baseline, the last view and its time."""
+class _Watch:
+    """One resource's readings: the rate baseline, the last Kafka view and its time, and what
+    the operator saw of the driver's report (by its own clock)."""
 
     uid: str
     baseline: tuple[OffsetSnapshot, KafkaView] | None = None
     view: KafkaView | None = None
     view_at: float = 0.0
     error: str = ""
+    sighting: Sighting | None = None
 
 
 class Autoscaler:
@@ -159,21 +168,53 @@ class Autoscaler:
 
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
-        self._watches: dict[str, _KafkaWatch] = {}
+        self._watches: dict[str, _Watch] = {}
         self._lock = threading.Lock()
 
     # --- observe ---------------------------------------------------------------------------
+    def _watch(self, ingestion: DeltaIngestion) -> _Watch:
+        """The resource's readings (call with the lock held); new for a new incarnation."""
+        key = f"{ingestion.namespace}/{ingestion.name}"
+        uid = str(ingestion.metadata.get("uid") or key)
+        watch = self._watches.get(key)
+        if watch is None or watch.uid != uid:
+            watch = self._watches[key] = _Watch(uid)
+        return watch
+
+    def read_report(
+        self, ingestion: DeltaIngestion, driver_pod: dict[str, Any] | None, now: float
+    ) -> ReportReading:
+        """The driver's report as the operator judges it (see
+        :func:`~deltaflow_operator.autoscaler.observe.read_report`); a refusal is logged once."""
+        annotations = ((driver_pod or {}).get("metadata") or {}).get("annotations") or {}
+        text = annotations.get(REPORT_ANNOTATION)
+        started = running_since(driver_pod) if driver_pod is not None else None
+        with self._lock:
+            watch = self._watch(ingestion)
+            seen = watch.sighting
+            reading = read_report(
+                text if isinstance(text, str) else None,
+                now=now,
+                seen=seen,
+                started_at=None if started is None else started.timestamp(),
+            )
+            watch.sighting = reading.sighting
+        if reading.refused and reading.sighting is not seen:
+            log.warning(
+                "the driver report of %s/%s is refused: %s",
+                ingestion.namespace,
+                ingestion.name,
+                reading.refused,
+            )
+        return reading
+
     def observe_kafka(
         self, ingestion: DeltaIngestion, report: DriverReport | None, now: float
     ) -> tuple[KafkaView | None, str]:
         """The freshest Kafka view (None when there is none recent) and the driver's last Kafka
         error; a snapshot is used once, so rates span two distinct polls."""
-        key = f"{ingestion.namespace}/{ingestion.name}"
-        uid = str(ingestion.metadata.get("uid") or key)
         with self._lock:
-            watch = self._watches.get(key)
-            if watch is None or watch.uid != uid:
-                watch = self._watches[key] = _KafkaWatch(uid)
+            watch = self._watch(ingestion)
             if report is not None and report.kafka is not None:
                 if watch.baseline is None or report.kafka.at > watch.view_at:
                     self._advance(watch, report.kafka)
@@ -183,7 +224,7 @@ class Autoscaler:
             return (watch.view if fresh else None), watch.error
 
     @staticmethod
-    def _advance(watch: _KafkaWatch, snapshot: OffsetSnapshot) -> None:
+    def _advance(watch: _Watch, snapshot: OffsetSnapshot) -> None:
         base = watch.baseline
         if base is not None and snapshot.at - base[0].at < MIN_RATE_INTERVAL_SECONDS:
             # Too soon for a rate: this read's lag with the last measured rates, per partition
@@ -213,8 +254,8 @@ class Autoscaler:
         previous = (ingestion.status or DeltaIngestionStatus()).autoscaler
         scaling = ingestion.spec.scaling
 
-        annotations = ((driver_pod or {}).get("metadata") or {}).get("annotations") or {}
-        report = parse_report(annotations.get(REPORT_ANNOTATION))
+        reading = self.read_report(ingestion, driver_pod, now)
+        report = reading.report
         view, kafka_error = self.observe_kafka(ingestion, report, now)
         running = (
             driver_pod is not None
@@ -235,6 +276,7 @@ class Autoscaler:
                     update={"verdict": "Idle", "reason": f"no scaling: {why}"}
                 ),
                 condition=(False, Reason.DRIVER_NOT_RUNNING, f"no scaling: {why}"),
+                reading=reading,
             )
 
         assert report is None or isinstance(report, DriverReport)
@@ -312,8 +354,9 @@ class Autoscaler:
             ),
             lag=lag_status(view, decision.lag_seconds, now),
             autoscaler=autoscaler,
-            condition=_condition(decision, kafka_error, reporting, registered),
+            condition=_condition(decision, kafka_error, reporting, registered, reading.refused),
             events=events,
+            reading=reading,
         )
 
     @staticmethod
@@ -383,7 +426,11 @@ def _manual(ingestion: DeltaIngestion, view: KafkaView | None, target: int, now:
 
 
 def _condition(
-    decision: Decision, kafka_error: str, reporting: bool, registered: int | None
+    decision: Decision,
+    kafka_error: str,
+    reporting: bool,
+    registered: int | None,
+    refused: str = "",
 ) -> tuple[bool | None, Reason, str]:
     """The Scaling condition: True while converging, False when settled or limited, Unknown
     when an input is missing (the count is held). Its reason is the verdict (every verdict is a
@@ -392,7 +439,8 @@ def _condition(
         if kafka_error:
             return None, Reason.KAFKA_UNREACHABLE, f"{decision.reason} ({kafka_error})"
         if not reporting:
-            return None, Reason.DRIVER_NOT_REPORTING, decision.reason
+            why = f" (its report was refused: {refused})" if refused else ""
+            return None, Reason.DRIVER_NOT_REPORTING, decision.reason + why
         return None, Reason.MEASURING, decision.reason
     verdict = Reason(decision.verdict)
     if registered is not None and registered != decision.desired:

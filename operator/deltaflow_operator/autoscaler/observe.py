@@ -9,7 +9,9 @@ The operator and the driver talk through annotations on the driver pod (see
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 
 from deltaflow_operator.autoscaler.policy import Capacity, PartitionLag
 
@@ -17,6 +19,17 @@ DESIRED_ANNOTATION = "deltaflow.io/executors-desired"
 REPORT_ANNOTATION = "deltaflow.io/driver-report"
 # A report older than this says the driver stopped reporting (it publishes every 2 s).
 REPORT_STALE_SECONDS = 30.0
+# How far a report's clock may run ahead of the operator's (nodes' clocks are synchronized to
+# well under this): a later time is refused, and any time is capped at when the operator saw it.
+CLOCK_SKEW_SECONDS = 60.0
+# Bounds of what a report may say (its figures reach the status, whose integers are int64):
+# counts, Kafka's own offset and partition ranges, and figures far beyond any real driver's.
+MAX_COUNT = 2**31 - 1
+MAX_OFFSET = 2**63 - 1
+MAX_PARTITION = 2**31 - 1
+MAX_RECORDS_PER_CORE_SECOND = 1e9
+MAX_SECONDS = 86_400.0
+MAX_TEXT_CHARS = 500
 # Rates are measured over at least this long: a reconcile right after another (a spec change)
 # would otherwise divide a few records by a fraction of a second.
 MIN_RATE_INTERVAL_SECONDS = 5.0
@@ -57,64 +70,268 @@ class DriverReport:
         return now - self.at <= REPORT_STALE_SECONDS
 
 
+class RefusedReportError(ValueError):
+    """The report annotation holds no report the operator may act on; the message says why."""
+
+
 def parse_report(text: str | None) -> DriverReport | None:
-    """The report annotation, or None when absent or not a report (never raises)."""
+    """The report annotation, or None when absent or not a sound report (never raises).
+
+    Only the report's own content is judged here; :func:`read_report` also judges its times
+    against the operator's clock."""
     if not text:
         return None
     try:
-        raw = json.loads(text)
-        cap = raw.get("capacity")
-        capacity = (
-            Capacity(
-                records_per_core_second=float(cap["recordsPerCoreSecond"]),
-                batch_overhead_seconds=float(cap["batchOverheadSeconds"]),
-                batches=int(cap["batches"]),
-                fitted=bool(cap.get("fitted", True)),
-                executor_start_seconds=_seconds(cap.get("executorStartSeconds")),
-            )
-            if isinstance(cap, dict)
-            else None
-        )
-        if capacity is not None and capacity.records_per_core_second <= 0:
-            capacity = None
-        return DriverReport(
-            at=float(raw["at"]),
-            query_id=str(raw.get("queryId", "")),
-            run_id=str(raw.get("runId", "")),
-            target=int(raw["target"]),
-            registered=int(raw["registered"]),
-            released=int(raw.get("released", 0)),
-            failed_tasks=int(raw.get("failedTasks", 0)),
-            capacity=capacity,
-            last_batch=None if raw.get("lastBatch") is None else int(raw["lastBatch"]),
-            last_batch_at=None if raw.get("lastBatchAt") is None else float(raw["lastBatchAt"]),
-            kafka=_snapshot(raw.get("kafka")),
-            kafka_error=str((raw.get("kafka") or {}).get("error") or ""),
-        )
-    except (ValueError, KeyError, TypeError, AttributeError):
+        return _parse(text)
+    except RefusedReportError:
         return None
 
 
+def _parse(text: str) -> DriverReport:
+    """The report in ``text``; raises :class:`RefusedReportError` for anything but a sound one.
+
+    Anyone who may patch the driver pod can write this annotation: every number is checked
+    (finite, in range) so that no value can make a later step raise or reach the status as
+    something the API server refuses, which would fail every reconcile of the resource."""
+    try:
+        raw = json.loads(text)
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser's
+        raise RefusedReportError("not JSON") from None
+    if not isinstance(raw, dict):
+        raise RefusedReportError("not a JSON object")
+    kafka = raw.get("kafka")
+    if kafka is not None and not isinstance(kafka, dict):
+        raise RefusedReportError("kafka is not an object")
+    last_batch = raw.get("lastBatch")
+    last_batch_at = raw.get("lastBatchAt")
+    return DriverReport(
+        at=_time(raw, "at"),
+        query_id=str(raw.get("queryId", ""))[:MAX_TEXT_CHARS],
+        run_id=str(raw.get("runId", ""))[:MAX_TEXT_CHARS],
+        target=_count(raw, "target"),
+        registered=_count(raw, "registered"),
+        released=_count(raw, "released", default=0),
+        failed_tasks=_count(raw, "failedTasks", default=0),
+        capacity=_capacity(raw.get("capacity")),
+        # -1: no batch since the driver started (what the agent sends before its first).
+        last_batch=None if last_batch is None else _count(raw, "lastBatch", low=-1),
+        last_batch_at=None if last_batch_at is None else _time(raw, "lastBatchAt"),
+        kafka=_snapshot(kafka),
+        kafka_error=str((kafka or {}).get("error") or "")[:MAX_TEXT_CHARS],
+    )
+
+
+def _number(raw: dict[str, object], key: str, where: str = "") -> float:
+    """A finite JSON number (NaN and Infinity are JSON to Python's parser, and refused here)."""
+    if key not in raw:
+        raise RefusedReportError(f"{where}{key} is missing")
+    value = raw[key]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RefusedReportError(f"{where}{key} is {_shown(value)}, not a number")
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond any float
+        raise RefusedReportError(f"{where}{key} is out of range") from None
+    if not math.isfinite(number):
+        raise RefusedReportError(f"{where}{key} is {_shown(value)}, not a finite number")
+    return number
+
+
+def _time(raw: dict[str, object], key: str, where: str = "") -> float:
+    """Epoch seconds; whether the time is plausible is :func:`read_report`'s question."""
+    value = _number(raw, key, where)
+    if value < 0:
+        raise RefusedReportError(f"{where}{key} is {_shown(raw[key])}, before 1970")
+    return value
+
+
+def _count(
+    raw: dict[str, object],
+    key: str,
+    *,
+    default: int | None = None,
+    low: int = 0,
+    high: int = MAX_COUNT,
+    where: str = "",
+) -> int:
+    """A whole number within ``low..high`` (counts fit the status's integers)."""
+    if key not in raw and default is not None:
+        return default
+    if key not in raw:
+        raise RefusedReportError(f"{where}{key} is missing")
+    value = raw[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RefusedReportError(f"{where}{key} is {_shown(value)}, not a whole number")
+    if not low <= value <= high:
+        raise RefusedReportError(f"{where}{key} is {_shown(value)}, outside {low}..{high}")
+    return value
+
+
+def _capacity(raw: object) -> Capacity | None:
+    """The report's ``capacity`` part; None while the driver has measured none."""
+    if not isinstance(raw, dict):
+        return None
+    rate = _number(raw, "recordsPerCoreSecond", "capacity.")
+    overhead = _number(raw, "batchOverheadSeconds", "capacity.")
+    for key, value, high in (
+        ("recordsPerCoreSecond", rate, MAX_RECORDS_PER_CORE_SECOND),
+        ("batchOverheadSeconds", overhead, MAX_SECONDS),
+    ):
+        if not 0 <= value <= high:
+            raise RefusedReportError(f"capacity.{key} is {_shown(raw[key])}, outside 0..{high:g}")
+    if rate == 0:
+        return None  # nothing measured yet: unknown, not zero
+    return Capacity(
+        records_per_core_second=rate,
+        batch_overhead_seconds=overhead,
+        batches=_count(raw, "batches", where="capacity."),
+        fitted=bool(raw.get("fitted", True)),
+        executor_start_seconds=_seconds(raw.get("executorStartSeconds")),
+    )
+
+
 def _seconds(raw: object) -> float | None:
-    """A duration from the report: absent or not a non-negative number is unknown."""
-    if isinstance(raw, bool) or not isinstance(raw, int | float) or raw < 0:
+    """A duration from the report: absent or not a number in 0..MAX_SECONDS is unknown."""
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        return None
+    if not 0 <= raw <= MAX_SECONDS:  # False for NaN too
         return None
     return float(raw)
 
 
-def _snapshot(raw: object) -> OffsetSnapshot | None:
+def _snapshot(raw: dict[str, object] | None) -> OffsetSnapshot | None:
     """The report's ``kafka`` part: {"at", "end": {topic: {partition: offset}}, "committed"}."""
-    if not isinstance(raw, dict) or "end" not in raw:
+    if raw is None or "end" not in raw:
         return None
 
-    def offsets(part: object) -> dict[TopicPartition, int]:
-        if not isinstance(part, dict):
-            raise TypeError("offsets must be {topic: {partition: offset}}")
-        return {(str(t), int(p)): int(o) for t, ps in part.items() for p, o in ps.items()}
+    def offsets(key: str) -> dict[TopicPartition, int]:
+        part = raw.get(key, {})
+        if not isinstance(part, dict) or not all(isinstance(ps, dict) for ps in part.values()):
+            raise RefusedReportError(f"kafka.{key} is not {{topic: {{partition: offset}}}}")
+        read: dict[TopicPartition, int] = {}
+        for topic, partitions in part.items():
+            where = f"kafka.{key}.{str(topic)[:100]}."
+            for partition in partitions:
+                if not (partition.isascii() and partition.isdigit()):
+                    raise RefusedReportError(
+                        f"{where}{_shown(partition)} is not a partition number"
+                    )
+                if int(partition) > MAX_PARTITION:
+                    raise RefusedReportError(f"{where}{partition} is beyond Kafka's partitions")
+                offset = _count(partitions, partition, high=MAX_OFFSET, where=where)
+                read[(str(topic), int(partition))] = offset
+        return read
 
-    return OffsetSnapshot(
-        at=float(raw["at"]), end=offsets(raw["end"]), committed=offsets(raw.get("committed", {}))
+    end = offsets("end")
+    # Lag is summed into status.lag.records, an int64: offsets beyond that are no real topic's.
+    if sum(end.values()) > MAX_OFFSET:
+        raise RefusedReportError(
+            "kafka.end: the log-end offsets add up beyond Kafka's 64-bit range"
+        )
+    return OffsetSnapshot(at=_time(raw, "at", "kafka."), end=end, committed=offsets("committed"))
+
+
+def _shown(value: object) -> str:
+    """A value as a refusal names it: short, whatever it holds."""
+    text = json.dumps(value) if isinstance(value, int | float | str) else type(value).__name__
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+@dataclass(frozen=True)
+class Sighting:
+    """What the operator saw of one driver's report annotation, by its own clock: the text, when
+    that text appeared, and when the report's batch id last moved."""
+
+    text: str
+    at: float
+    batch: tuple[str, int | None] | None  # the report's (runId, lastBatch); None: refused
+    batch_at: float
+
+
+@dataclass(frozen=True)
+class ReportReading:
+    """The report the operator may act on (its times never later than when the operator saw
+    them), or why there is none."""
+
+    report: DriverReport | None
+    refused: str = ""  # why the annotation was refused ("" when it was not, or is absent)
+    sighting: Sighting | None = None  # what to pass as ``seen`` next round
+
+
+def read_report(
+    text: str | None, *, now: float, seen: Sighting | None, started_at: float | None = None
+) -> ReportReading:
+    """Judge the report annotation by the operator's own observation (pure; never raises).
+
+    A report is refused when :func:`parse_report` would refuse it, or when a time in it lies
+    more than CLOCK_SKEW_SECONDS after ``now`` or before the driver container started (the report
+    lives on its pod, and a new pod starts without one). What stays is capped: the report is no
+    newer than when the operator first saw the annotation's text, and its last batch no newer than
+    when the operator first saw that batch id. So a report written once, whatever times it
+    claims, goes stale REPORT_STALE_SECONDS after the operator saw it, and a driver whose batch id
+    stands still stalls, as a hung driver does: only a driver that keeps writing new reports, and
+    committing new batches, looks alive.
+
+    ``seen`` is the previous round's ``sighting``; ``started_at`` when the driver's container
+    started (None: unknown).
+    """
+    if not text:
+        return ReportReading(None)
+    same_text = seen is not None and seen.text == text
+    try:
+        report = _parse(text)
+        _check_times(report, now, started_at)
+    except RefusedReportError as refused:
+        sighting = seen if same_text else Sighting(text, now, None, now)
+        return ReportReading(None, str(refused), sighting)
+    batch = (report.run_id, report.last_batch)
+    if same_text and seen is not None:
+        sighting = seen
+    else:
+        # A batch id is new when it moved within the same query run (a new run restarts from
+        # the checkpoint, possibly at the same id).
+        kept = seen is not None and seen.batch == batch
+        sighting = Sighting(text, now, batch, seen.batch_at if kept and seen else now)
+    heard = min(report.at, sighting.at)
+    batch_at = report.last_batch_at
+    kafka = report.kafka
+    return ReportReading(
+        replace(
+            report,
+            at=heard,
+            last_batch_at=None if batch_at is None else min(batch_at, heard, sighting.batch_at),
+            kafka=None if kafka is None else replace(kafka, at=min(kafka.at, heard)),
+        ),
+        sighting=sighting,
     )
+
+
+def _check_times(report: DriverReport, now: float, started_at: float | None) -> None:
+    # Times, not ages, in the refusals: an unchanged annotation gives a byte-equal condition.
+    times = {"at": report.at, "lastBatchAt": report.last_batch_at}
+    if report.kafka is not None:
+        times["kafka.at"] = report.kafka.at
+    for key, value in times.items():
+        if value is None:
+            continue
+        if value > now + CLOCK_SKEW_SECONDS:
+            raise RefusedReportError(
+                f"{key} is {_when(value)}, more than {CLOCK_SKEW_SECONDS:.0f}s ahead of the "
+                "operator's clock (are the nodes' clocks synchronized?)"
+            )
+        if started_at is not None and value < started_at - CLOCK_SKEW_SECONDS:
+            raise RefusedReportError(
+                f"{key} is {_when(value)}, before the driver container started "
+                f"({_when(started_at)}): not this driver's report"
+            )
+
+
+def _when(epoch_seconds: float) -> str:
+    """A time for a refusal, to the second, in UTC (a number when beyond the calendar)."""
+    try:
+        return datetime.fromtimestamp(epoch_seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, ValueError, OSError):
+        return f"{epoch_seconds:g}"
 
 
 def desired_annotation(pod: dict[str, object] | None) -> int | None:

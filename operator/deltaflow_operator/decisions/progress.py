@@ -39,9 +39,21 @@ def stream_progress(
     lag_records: int | None,
     trigger_seconds: float,
     now: float,
+    refused: str = "",
 ) -> Progress:
-    """Whether the stream of a driver that has run ``running_for`` seconds makes progress."""
+    """Whether the stream of a driver that has run ``running_for`` seconds makes progress.
+
+    ``report`` as :func:`~deltaflow_operator.autoscaler.observe.read_report` judged it (its times
+    no later than the operator saw them); ``refused``: why the annotation held none."""
     reporting = report is not None and now - report.at <= REPORT_STALE_SECONDS
+    if report is None and refused:
+        # Not the driver's word (or a driver gone wrong): no sign of progress either way.
+        return Progress(
+            False,
+            Reason.DRIVER_NOT_REPORTING,
+            f"the driver's report on its pod was refused: {refused}; its progress cannot be "
+            "told until it writes a sound one",
+        )
     if not reporting:
         # The report lives on the pod: one there is this driver's, so it has started.
         if report is None and running_for < STARTUP_GRACE_SECONDS:
