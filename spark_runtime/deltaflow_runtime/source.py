@@ -101,6 +101,11 @@ def spark_kafka_options(
         "startingOffsets": source.starting_offsets,
         "failOnDataLoss": "true" if source.fail_on_data_loss else "false",
         "includeHeaders": "false",
+        # Kafka's consumers read uncommitted records unless told, Spark's too: records of a
+        # transaction its producer aborted (Kafka Streams, Flink and other exactly-once
+        # producers abort and retry) would land. Committed only; the offsets of aborted records
+        # and transaction markers are gaps Spark skips.
+        "kafka.isolation.level": "read_committed",
     }
     if source.topic is not None:
         options["subscribe"] = source.topic

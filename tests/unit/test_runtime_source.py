@@ -22,6 +22,7 @@ def test_plain_topic_options() -> None:
         "startingOffsets": "earliest",
         "failOnDataLoss": "true",
         "includeHeaders": "false",
+        "kafka.isolation.level": "read_committed",
         "maxOffsetsPerTrigger": "500",
     }
     assert librdkafka_config(source, KafkaSecrets()) == {"bootstrap.servers": "k:9092"}

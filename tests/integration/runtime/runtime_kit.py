@@ -97,6 +97,47 @@ def produce(
     return sent
 
 
+def produce_transactions(
+    bootstrap: str,
+    topic: str,
+    transactions: Iterable[tuple[list[tuple[bytes | None, bytes | None]], bool]],
+) -> tuple[list[Sent], list[Sent]]:
+    """Produce each (records, commit) as one Kafka transaction, committed or aborted after its
+    records are in the log (an aborted record has an offset, as after a producer's retry).
+    Returns the committed records and the aborted ones, each with its (topic, partition, offset).
+    """
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": unique("txn"), "linger.ms": 5}
+    )
+    producer.init_transactions(30)
+    committed: list[Sent] = []
+    aborted: list[Sent] = []
+    errors: list[str] = []
+    for records, commit in transactions:
+        sent: list[Sent] = []
+
+        def delivered(err: Any, msg: Any, sent: list[Sent] = sent) -> None:
+            if err is not None:
+                errors.append(str(err))
+            else:
+                sent.append(
+                    Sent((msg.topic(), msg.partition(), msg.offset()), msg.key(), msg.value())
+                )
+
+        producer.begin_transaction()
+        for key, value in records:
+            producer.produce(topic, key=key, value=value, on_delivery=delivered)
+        assert producer.flush(60) == 0, "some records were not acknowledged"
+        if commit:
+            producer.commit_transaction(30)
+            committed.extend(sent)
+        else:
+            producer.abort_transaction(30)
+            aborted.extend(sent)
+    assert not errors, errors[:5]
+    return committed, aborted
+
+
 def order(i: int, country: str = "DE") -> bytes:
     """A valid order for the tests' schema."""
     return json.dumps(
