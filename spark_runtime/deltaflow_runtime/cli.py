@@ -257,6 +257,7 @@ def _dispatch(args: argparse.Namespace, pipeline: Pipeline) -> int:
                 available_now=args.available_now,
                 metrics_port=_metrics_port(args),
                 config_hint=hint,
+                config_path=args.config if args.command == "stream" else None,
             )
             runner = run_stream(spark, pipeline, options)
             if args.command == "run" and runner.writer is not None:

@@ -1,11 +1,13 @@
 """The driver's autoscaling agent: measure capacity per batch, apply the operator's executor count.
 
 A daemon thread, every ``period`` seconds: read the count the operator wants from the driver's
-pod, set it live (:class:`~deltaflow_runtime.executors.ExecutorControl`), publish a report with
-the executors, the measured capacity and the stream's Kafka positions (log-end and committed
-offsets, from the runtime's own Kafka poll). The operator reads lag from this report, so it
-needs neither a Kafka client nor the stream's Secrets. The stream never waits on it: a failing
-API call is logged and retried next round, and the executors stay as they are.
+pod, clamp it into the stream's spec.scaling bounds (anyone who may annotate the pod can write
+that count; only the spec says how many pods the driver may ask for), set it live
+(:class:`~deltaflow_runtime.executors.ExecutorControl`), publish a report with the executors, the
+measured capacity and the stream's Kafka positions (log-end and committed offsets, from the
+runtime's own Kafka poll). The operator reads lag from this report, so it needs neither a Kafka
+client nor the stream's Secrets. The stream never waits on it: a failing API call is logged and
+retried next round, and the executors stay as they are.
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol
 
 from deltaflow_runtime.capacity import BatchSample, CapacityMeter, ExecutorStartClock
 from deltaflow_runtime.checkpoint import TopicOffsets
+from deltaflow_runtime.config import ConfigError, load_ingestion
 from deltaflow_runtime.executors import ExecutorControl, ExecutorTotals
 
 log = logging.getLogger("deltaflow.scaling")
@@ -36,14 +41,71 @@ class Channel(Protocol):
     def publish(self, report: dict[str, Any]) -> None: ...
 
 
+Bounds = tuple[int, int]  # spec.scaling's minExecutors, maxExecutors
+
+
+def clamp_target(asked: int, bounds: Bounds) -> int:
+    """The executor count to run when ``asked`` for one: within the stream's bounds."""
+    low, high = bounds
+    return min(max(asked, low), high)
+
+
+class SpecBounds:
+    """spec.scaling's bounds from the pipeline config the driver runs with, read again when the
+    file changes: the operator applies new bounds in place (no new driver), rewriting the
+    ConfigMap, and the kubelet swaps the mounted file within about a minute. Until then, and
+    when the file cannot be read, the bounds last read hold."""
+
+    def __init__(self, path: Path | None, initial: Bounds) -> None:
+        self.path, self.bounds = path, initial
+        self._key = self._stat()
+
+    def _stat(self) -> tuple[int, int, int] | None:
+        """The file's identity: the kubelet replaces a mounted ConfigMap's files, never edits."""
+        if self.path is None:
+            return None
+        try:
+            stat = self.path.stat()
+        except OSError:
+            return None
+        return stat.st_ino, stat.st_mtime_ns, stat.st_size
+
+    def __call__(self) -> Bounds:
+        key = self._stat()
+        if key is None or key == self._key or self.path is None:
+            return self.bounds
+        self._key = key
+        try:
+            scaling = load_ingestion(self.path).spec.scaling
+        except ConfigError as error:
+            log.warning("executor bounds kept at %s..%s: %s", *self.bounds, error)
+            return self.bounds
+        if (scaling.min_executors, scaling.max_executors) != self.bounds:
+            log.info(
+                "executor bounds: %s..%s -> %s..%s",
+                *self.bounds,
+                scaling.min_executors,
+                scaling.max_executors,
+            )
+        self.bounds = (scaling.min_executors, scaling.max_executors)
+        return self.bounds
+
+
 class ScalingAgent:
     """Measures, applies and reports; one per running stream on a cluster."""
 
     def __init__(
-        self, control: ExecutorControl, channel: Channel, query_id: str, period: float = 2.0
+        self,
+        control: ExecutorControl,
+        channel: Channel,
+        query_id: str,
+        bounds: Callable[[], Bounds],
+        period: float = 2.0,
     ) -> None:
         self.control, self.channel, self.period = control, channel, period
         self.query_id = query_id
+        self.bounds = bounds
+        self._refused: int | None = None  # the last count asked for outside the bounds
         self.meter = CapacityMeter()
         self.start_clock = ExecutorStartClock(asked_at=control.started_at())
         self._lock = threading.Lock()
@@ -94,7 +156,17 @@ class ScalingAgent:
 
     def step(self) -> dict[str, Any]:
         """One round: apply the desired count, then publish and return the report."""
-        desired = self.channel.desired_executors()
+        asked = self.channel.desired_executors()
+        bounds = self.bounds()
+        desired = None if asked is None else clamp_target(asked, bounds)
+        if asked is not None and asked not in (desired, self._refused):  # once per such count
+            log.warning(
+                "executors: %d asked for, outside spec.scaling's %d..%d: running %s",
+                asked,
+                *bounds,
+                desired,
+            )
+        self._refused = asked if desired != asked else None
         released: list[str] = []
         if desired is not None:
             before = self.control.target

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -27,7 +28,7 @@ from deltaflow_runtime.metrics import RuntimeMetrics, progress_sample
 from deltaflow_runtime.offsets import DataLossError, KafkaAdmin, data_loss_gaps, describe_gaps
 from deltaflow_runtime.parse import parse_spec
 from deltaflow_runtime.pod_channel import PodChannel
-from deltaflow_runtime.scaling_agent import ScalingAgent
+from deltaflow_runtime.scaling_agent import ScalingAgent, SpecBounds
 from deltaflow_runtime.sink import BatchWriter, read_tasks
 from deltaflow_runtime.source import (
     KafkaSecrets,
@@ -60,6 +61,8 @@ class StreamOptions:
     available_now: bool = False  # drain what is in Kafka now, then stop
     metrics_port: int | None = None  # None: no /metrics endpoint
     config_hint: str = "<ingestion.yaml>"  # named in recovery instructions
+    # The mounted pipeline config (the driver pod): re-read for scaling bounds changed in place.
+    config_path: Path | None = None
     poll_seconds: float = 5.0  # Kafka lag / retention poll (the operator's lag comes from it)
     stop_grace_seconds: float = 45.0  # SIGTERM: wait this long for an in-flight batch
 
@@ -251,7 +254,13 @@ class StreamRunner:
         )
         if not control.supported() or not pod or not namespace:
             return
-        self.scaling = ScalingAgent(control, PodChannel(namespace, pod), query_id=str(query.id))
+        scaling = self.pipeline.ingestion.spec.scaling
+        bounds = SpecBounds(
+            self.options.config_path, (scaling.min_executors, scaling.max_executors)
+        )
+        self.scaling = ScalingAgent(
+            control, PodChannel(namespace, pod), query_id=str(query.id), bounds=bounds
+        )
         self.scaling.set_run_id(str(query.runId))
         threading.Thread(
             target=self.scaling.run, args=(self._done,), name="deltaflow-scaling", daemon=True

@@ -1,14 +1,16 @@
 """The scaling channel is the driver pod's annotations, which anyone who may patch the pod can
-write: the operator takes the driver's report as a claim (what it accepts, refuses, and believes of
-it); all without a cluster."""
+write: the driver runs no executor count outside the spec's bounds, and the operator takes the
+driver's report as a claim (what it accepts, refuses, and believes of it); all without a cluster."""
 
 from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -30,9 +32,53 @@ from deltaflow_operator.autoscaler.observe import (
 from deltaflow_operator.autoscaler.policy import History, Limits, Observation, decide
 from deltaflow_operator.decisions.progress import stream_progress
 from deltaflow_operator.scaling import history_status, lag_status
+from deltaflow_runtime.scaling_agent import SpecBounds, clamp_target
+from support.manifests import valid_manifest
 
 NOW = 1_800_000_000.0
 STARTED = NOW - 3600  # the driver container's start
+
+
+@pytest.mark.parametrize(
+    ("scenario", "asked", "bounds", "runs"),
+    [
+        ("within the bounds", 3, (1, 4), 3),
+        ("at the maximum", 4, (1, 4), 4),
+        ("a hand-written thousand", 1000, (1, 4), 4),
+        ("more than any int64", 10**30, (2, 8), 8),
+        ("zero", 0, (2, 8), 2),
+        ("negative", -5, (1, 4), 1),
+        ("manual mode's fixed bounds", 9, (3, 3), 3),
+    ],
+)
+def test_the_driver_runs_no_executor_count_outside_the_specs_bounds(
+    scenario: str, asked: int, bounds: tuple[int, int], runs: int
+) -> None:
+    assert clamp_target(asked, bounds) == runs, scenario
+
+
+def test_bounds_changed_in_place_reach_the_running_driver(tmp_path: Path) -> None:
+    # The operator rewrites the ConfigMap for new bounds (no new driver); the kubelet replaces
+    # the mounted file. A file that cannot be read keeps the bounds last read.
+    config = tmp_path / "ingestion.yaml"
+    manifest = valid_manifest()
+
+    def write(scaling: dict[str, Any] | None, text: str | None = None) -> None:
+        manifest["spec"]["scaling"] = scaling or {}
+        fresh = tmp_path / "next.yaml"  # a new file, as the kubelet swaps one in
+        fresh.write_text(text if text is not None else yaml.safe_dump(manifest))
+        fresh.replace(config)
+
+    write({"minExecutors": 1, "maxExecutors": 4})
+    bounds = SpecBounds(config, (1, 4))
+    assert bounds() == (1, 4)
+    write({"minExecutors": 2, "maxExecutors": 20})
+    assert bounds() == (2, 20)
+    write(None, text="spec: [not, a, DeltaIngestion]")
+    assert bounds() == (2, 20)
+    config.unlink()
+    assert bounds() == (2, 20)
+    assert SpecBounds(None, (1, 3))() == (1, 3)  # no config file (not on a driver pod)
 
 
 def report(**over: Any) -> dict[str, Any]:
