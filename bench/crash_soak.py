@@ -1,7 +1,8 @@
 """The full-size crash test: >= 1M records produced while the driver is SIGKILLed 10 times at
 random moments (some mid-write, some right after the Delta commit, some right after planning),
 restarted from the same checkpoint each time, with ~1% hostile records in the mix (each refused
-with its own reason); then 0 duplicates and 0 lost across the table and the dead-letter table,
+with its own reason) and transactions aborted after their records reached the log; then 0
+duplicates, 0 lost and 0 aborted records landed across the table and the dead-letter table,
 counted by (topic, partition, offset), at least one kill between a batch's table commit and its
 dead-letter commit, and the recovery time of each restart. Same harness as the CI test.
 
@@ -61,6 +62,8 @@ def main() -> int:
         and result.unexpected == 0
         and result.in_dead_letter > 0
         and between > 0
+        and result.aborted > 0
+        and result.aborted_landed == 0
     )
     print("RESULT:", "exactly once held" if ok else "FAILED")
     if args.work is None and ok:

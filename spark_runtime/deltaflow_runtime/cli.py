@@ -246,8 +246,9 @@ def _dispatch(args: argparse.Namespace, pipeline: Pipeline) -> int:
         ident, storage = pipeline.identity, pipeline.ingestion.spec.sink.storage
         check_access(
             spark,
-            (ident.table_path, ident.dead_letter_table_path, ident.checkpoint_path),
+            (ident.checkpoint_path,),
             storage.endpoint if storage is not None else None,
+            tables=(ident.table_path, ident.dead_letter_table_path),
         )
         if args.command in ("run", "stream"):
             from deltaflow_runtime.stream import StreamOptions, run_stream

@@ -13,16 +13,18 @@ from dataclasses import dataclass
 
 from deltaflow_operator.api.failures import FailureReason
 from deltaflow_runtime.checkpoint import CheckpointState, TopicOffsets, render_offsets
+from deltaflow_runtime.kafka_admin import KafkaIdentity
 from deltaflow_runtime.table import StreamCommit, TableState
 
 
 class CheckpointMismatchError(Exception):
-    """The checkpoint does not belong with the table; the message says how to recover."""
+    """The checkpoint does not belong with the table (or with the Kafka it reads); the message
+    says how to recover."""
 
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         # CheckpointLost | CheckpointBehind | CheckpointMismatch | TableLost | TableBehind |
-        # DeadLetterTableAhead
+        # DeadLetterTableAhead | KafkaClusterChanged | TopicRecreated
         self.reason = FailureReason(reason)
 
 
@@ -143,4 +145,44 @@ def check_checkpoint(facts: StreamFacts, config_hint: str = "<ingestion.yaml>") 
             head + f"planned batch {batch} with end offsets {render_offsets(ours)} while the "
             f"table recorded {render_offsets(recorded)}: the checkpoint belongs to another "
             "stream or run." + consequence + _recovery(facts, config_hint),
+        )
+
+
+def check_kafka_identity(
+    recorded: KafkaIdentity, current: KafkaIdentity, batch: int, bootstrap_servers: str
+) -> None:
+    """Raise :class:`CheckpointMismatchError` when the Kafka the stream would resume in is not
+    the one its last batch (``batch``) was read from: another cluster, or a topic deleted and
+    created again. Resuming would read other records at the checkpoint's offsets, or skip the
+    new topic's first ones, and Spark's failOnDataLoss sees neither. A topic gone altogether is
+    Spark's to handle; an identity not recorded (an older runtime) is not checked."""
+    if recorded.cluster_id and current.cluster_id and recorded.cluster_id != current.cluster_id:
+        raise CheckpointMismatchError(
+            "KafkaClusterChanged",
+            f"Refusing to start: spec.source.bootstrapServers ({bootstrap_servers}) reaches the "
+            f"Kafka cluster {current.cluster_id}, but batch {batch} was read from the cluster "
+            f"{recorded.cluster_id}: the checkpoint's offsets mean nothing in another "
+            "cluster's logs (a mirror copies records, not offsets). Nothing was written. "
+            "Point bootstrapServers back at the cluster the stream read; to read the new "
+            "cluster instead, create a new DeltaIngestion (a new name: its own checkpoint and "
+            "transaction id, the same table if its rows belong there) with the startingOffsets "
+            "it should begin at, and delete this one.",
+        )
+    recreated = sorted(
+        topic
+        for topic, old in recorded.topic_ids.items()
+        if topic in current.topic_ids and current.topic_ids[topic] != old
+    )
+    if recreated:
+        ids = ", ".join(
+            f"{t} (id {recorded.topic_ids[t]} then, {current.topic_ids[t]} now)" for t in recreated
+        )
+        raise CheckpointMismatchError(
+            "TopicRecreated",
+            f"Refusing to start: {ids} was deleted and created again since batch {batch} was "
+            "read: the checkpoint's offsets point into a log that is gone, and resuming would "
+            "skip the new topic's first records or read others than it planned. Nothing was "
+            "written. To read the new topic: create a new DeltaIngestion (a new name: its own "
+            "checkpoint and transaction id; the same table if its rows belong there) with "
+            "startingOffsets: earliest, and delete this one.",
         )

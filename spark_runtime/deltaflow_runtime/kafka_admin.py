@@ -7,6 +7,7 @@ it reads lag from the driver's report.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from deltaflow_operator.api.v1alpha1 import KafkaSource
@@ -35,6 +36,45 @@ def client_config(
     return config
 
 
+@dataclass(frozen=True)
+class KafkaIdentity:
+    """Which Kafka a stream read: the cluster's id and each topic's id. Offsets mean something
+    only in the log they were read from: another cluster, or a topic deleted and created again
+    under the same name (a new id), has other records at the same offsets."""
+
+    cluster_id: str | None
+    topic_ids: Mapping[str, str] = field(default_factory=dict)
+
+    KEY = "kafka"  # in a commit's userMetadata entry
+
+    def render(self) -> dict[str, Any]:
+        """The entry recorded with each table commit."""
+        return {"clusterId": self.cluster_id, "topicIds": dict(sorted(self.topic_ids.items()))}
+
+    @classmethod
+    def recorded(cls, entry: Mapping[str, Any]) -> KafkaIdentity | None:
+        """The identity a commit entry recorded (None: an older runtime recorded none)."""
+        body = entry.get(cls.KEY)
+        if not isinstance(body, dict):
+            return None
+        ids = body.get("topicIds")
+        cluster = body.get("clusterId")
+        return cls(
+            cluster_id=str(cluster) if cluster else None,
+            topic_ids={str(t): str(i) for t, i in ids.items()} if isinstance(ids, dict) else {},
+        )
+
+    def covers(self, topics: list[str]) -> bool:
+        """Whether every topic's id is known."""
+        return all(t in self.topic_ids for t in topics)
+
+    def only(self, topics: list[str]) -> KafkaIdentity:
+        """The identity of just these topics (those whose id is known)."""
+        return KafkaIdentity(
+            self.cluster_id, {t: self.topic_ids[t] for t in topics if t in self.topic_ids}
+        )
+
+
 class KafkaAdmin:
     """The few admin calls the runtime needs, over confluent-kafka's AdminClient."""
 
@@ -53,6 +93,23 @@ class KafkaAdmin:
             if info is not None and info.error is None:
                 out.extend((topic, p) for p in sorted(info.partitions))
         return out
+
+    def identity(self, topics: list[str]) -> KafkaIdentity:
+        """The cluster's id and the ids of those ``topics`` that exist."""
+        from confluent_kafka import KafkaException, TopicCollection
+
+        cluster = self._admin.describe_cluster(request_timeout=self.timeout).result()
+        ids: dict[str, str] = {}
+        if topics:
+            futures = self._admin.describe_topics(
+                TopicCollection(sorted(topics)), request_timeout=self.timeout
+            )
+            for name, future in futures.items():
+                try:
+                    ids[name] = str(future.result().topic_id)
+                except KafkaException:
+                    continue  # gone: Spark's own handling of a deleted topic applies
+        return KafkaIdentity(cluster.cluster_id or None, ids)
 
     def topics_matching(self, pattern: str) -> list[str]:
         """Topic names that fully match a Java-style regex (as Spark's subscribePattern)."""

@@ -123,6 +123,15 @@ class RuntimeMetrics:
         )
         for reason in REASONS:
             self.dead_letter_rows.labels(reason=reason.value)
+        self.vanished_records = Counter(
+            "deltaflow_vanished_records",
+            "Records of a committed batch that Kafka no longer held when the batch was read again "
+            "for its dead letters (compacted, or deleted by retention), by what they had been: "
+            "valid ones are in the table; refused ones could not be copied to the dead-letter "
+            "table.",
+            ["kind"],
+            registry=r,
+        )
         self.dead_letters_pending = Gauge(
             "deltaflow_dead_letters_pending",
             "Refused records whose table batch is committed and whose dead-letter commit is "

@@ -156,13 +156,22 @@ def probe_paths(paths: Iterable[str]) -> list[str]:
     return list(seen.values())
 
 
-def check_access(spark: SparkSession, paths: Iterable[str], endpoint: str | None) -> None:
-    """Probe each bucket behind ``paths`` once, with few retries, before the stream starts.
+def check_access(
+    spark: SparkSession,
+    paths: Iterable[str],
+    endpoint: str | None,
+    *,
+    tables: Iterable[str] = (),
+) -> None:
+    """Probe each bucket behind ``paths`` once, with few retries, before the stream starts; and
+    for each bucket holding one of ``tables``, that the store honours conditional PUTs (the
+    commits' safety with several writers rests on it).
 
     Raises:
         ObjectStoreError: naming the bucket, the endpoint and what to check.
     """
-    targets = probe_paths(paths)
+    tables = probe_paths(tables)
+    targets = probe_paths([*tables, *paths])
     if not targets:
         return
     jvm: Any = spark.sparkContext._jvm
@@ -181,6 +190,11 @@ def check_access(spark: SparkSession, paths: Iterable[str], endpoint: str | None
             fs = jvm.org.apache.hadoop.fs.FileSystem.newInstance(jpath.toUri(), conf)
             try:
                 fs.exists(jpath)
+                unsafe = (
+                    jvm.io.deltaflow.storage.S3ConditionalLogStore.probeConditionalCreate(fs, jpath)
+                    if path in tables
+                    else None
+                )
             finally:
                 fs.close()
         except Exception as error:  # py4j wraps the Java exception; its text names the class
@@ -191,6 +205,13 @@ def check_access(spark: SparkSession, paths: Iterable[str], endpoint: str | None
             raise ObjectStoreError(
                 reason, f"bucket {bucket_of(path)!r} at {where}: {advice} ({detail})"
             ) from None
+        if unsafe:
+            raise ObjectStoreError(
+                FailureReason.CONDITIONAL_PUT_IGNORED,
+                f"bucket {bucket_of(path)!r}: {unsafe}. Nothing was written. Use a store that "
+                "honours If-None-Match on PUT (AWS S3, MinIO and most current S3-compatible "
+                "servers do), or upgrade this one.",
+            )
 
 
 def _java_message(text: str) -> str:

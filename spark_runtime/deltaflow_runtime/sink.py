@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from deltaflow_operator.api.identity import StreamIdentity
 from deltaflow_runtime.checkpoint import Checkpoint, TopicOffsets
+from deltaflow_runtime.dead_letters import DeadLetterLedger
+from deltaflow_runtime.kafka_admin import KafkaIdentity
 from deltaflow_runtime.metrics import RuntimeMetrics
 from deltaflow_runtime.offsets import KafkaAdmin
 from deltaflow_runtime.parse import (
@@ -210,15 +212,6 @@ def records_between(start: TopicOffsets, end: TopicOffsets) -> int:
     )
 
 
-@dataclass(frozen=True)
-class PendingDeadLetters:
-    """One batch's dead letters, collected inline, whose table commit is done and whose
-    dead-letter commit is not."""
-
-    batch_id: int
-    records: tuple[Any, ...]
-
-
 class DeadLettersLostError(RuntimeError):
     """Dead letters a stopped driver left uncommitted cannot be read again (their table commit
     no longer records where they are)."""
@@ -278,9 +271,6 @@ class BatchWriter:
         self.metrics = metrics
         self.table_batch = -1 if table_batch is None else table_batch
         self.replayable = self.table_batch  # batches up to here may be replays of a dead driver's
-        # The dead-letter table's last batch of this stream, as the start-up guard read it; when
-        # not given, read from its log only if a replay needs it (see _dead_letters_hold).
-        self.dead_letter_batch = dead_letter_batch
         self.min_partitions = min_partitions  # Spark's Kafka minPartitions (None: not set)
         self.observation_timeout = observation_timeout
         # Size Delta's state reconstruction for each table written (False: the spec chose it).
@@ -295,18 +285,31 @@ class BatchWriter:
         # Refused records of the last batch: the next table pass sizes its filter of refused
         # keys for twice as many (refused records come in runs: a bad producer, a wrong schema).
         self._last_refused = 0
-        # Inline dead letters waiting for their commit (see flush_dead_letters). The lock makes
-        # "the table holds batch N" and "N's dead letters are pending" one step, so a flush
-        # never marks a batch done whose dead letters it does not hold.
-        self.dead_letter_flush_seconds = (
-            DEAD_LETTER_FLUSH_SECONDS
+        # Where the dead letters are, and under which version the next commit of waiting ones
+        # may go (dead_letters.py). The lock makes "the table holds batch N" and "N's dead
+        # letters wait or settle" one step, and a flush one step with its commit.
+        self.ledger = DeadLetterLedger(
+            table_batch=self.table_batch,
+            committed_version=dead_letter_batch,
+            flush_seconds=DEAD_LETTER_FLUSH_SECONDS
             if dead_letter_flush_seconds is None
-            else dead_letter_flush_seconds
+            else dead_letter_flush_seconds,
+            flush_rows=inline_capacity(1),
         )
-        self._pending: list[PendingDeadLetters] = []
-        self._pending_since: float | None = None
         self._inline_schema: StructType | None = None
         self._flush_lock = threading.RLock()
+        self._identity: KafkaIdentity | None = None
+
+    @property
+    def dead_letter_batch(self) -> int | None:
+        """The dead-letter table's last batch of this stream (the ledger's): as the start-up
+        guard read it, then as this process committed; when not given at start, read from its
+        log only if a replay needs it (see _dead_letters_hold)."""
+        return self.ledger.committed_version
+
+    @dead_letter_batch.setter
+    def dead_letter_batch(self, version: int | None) -> None:
+        self.ledger.committed_version = version
 
     @property
     def committed_offsets(self) -> TopicOffsets:
@@ -381,7 +384,7 @@ class BatchWriter:
         report.end_offsets = self.checkpoint.end_offsets(batch_id)
         start = batch_start(self.committed_offsets, report.end_offsets)
         with self._flush_lock:
-            pending = [p.batch_id for p in self._pending]
+            pending = [p.batch_id for p in self.ledger.waiting]
         metadata = commit_metadata(
             self.stream.txn_app_id,
             batch_id,
@@ -389,6 +392,7 @@ class BatchWriter:
             self.routing,
             start_offsets=start,
             pending_dead_letters=pending,
+            kafka=self._kafka_identity(sorted(report.end_offsets or {})),
         )
         report.seconds["prepare"] = time.monotonic() - clock
         if batch_id <= self.table_batch:
@@ -462,9 +466,12 @@ class BatchWriter:
                 # Waits in the driver; its table commit (metadata) has what start-up needs to
                 # read it again from Kafka should this driver die first.
                 self._inline_schema = self._inline_schema or inline_schema(split_rows)
-                self._pending.append(PendingDeadLetters(batch_id, counts.refused_rows))
-                if self._pending_since is None:
-                    self._pending_since = time.monotonic()
+            self.ledger.table_committed(
+                batch_id,
+                refused=counts.refused,
+                inline=counts.refused_rows if counts.all_refused_inline else None,
+                now=time.monotonic(),
+            )
         self._last_refused = counts.refused
         report.rows, report.written = counts.rows, counts.valid
         report.seconds["write_table"] = time.monotonic() - clock
@@ -509,24 +516,28 @@ class BatchWriter:
         """The refused records of a new batch to the dead-letter table, counted first."""
 
         # The second read finds a subset of the refused records the table pass saw (a record
-        # never changes at its offset, it can only be gone): the same number means the same.
+        # never changes at its offset, it can only be gone): fewer are records compacted or
+        # deleted since, counted and written as found; more cannot be.
         before = dead_rows.count()
-        if before != counts.refused:
+        if before > counts.refused:
             raise BatchMismatchError(
                 f"batch {batch_id} of {self.stream.txn_app_id}: the table write found "
                 f"{counts.refused} refused records of {counts.rows}, a second look at the "
-                f"same offsets {before} (the topic changed while the batch ran). None of its "
-                "dead letters is written; the stream stops and on restart finishes the "
-                "batch only if Kafka gives the same records the table write saw."
+                f"same offsets {before}. None of its dead letters is written; the stream stops "
+                "and on restart finishes the batch only if Kafka gives the records the table "
+                "write saw."
             )
+        self._vanished(batch_id, valid=0, refused=counts.refused - before)
         dead = self._append_dead_letters(dead_rows, batch_id, metadata)
-        if dead.rows != counts.refused:
+        if dead.rows != before:
             raise BatchMismatchError(
                 f"batch {batch_id} of {self.stream.txn_app_id}: its dead-letter commit holds "
-                f"{dead.rows} records where the table write refused {counts.refused} (the "
-                "topic changed while the batch ran); the stream stops. Compare the batch's "
-                "offsets in the table's commit metadata with the topic."
+                f"{dead.rows} records where {before} were counted just before (the topic "
+                "changed while the batch ran); the stream stops. Compare the batch's offsets in "
+                "the table's commit metadata with the topic."
             )
+        with self._flush_lock:
+            self.ledger.settled(batch_id)
         report.dead_letters = dead.reasons
 
     def _append_dead_letters(
@@ -558,44 +569,54 @@ class BatchWriter:
     def pending_dead_letters(self) -> int:
         """Dead letters waiting in the driver for their commit."""
         with self._flush_lock:
-            return sum(len(p.records) for p in self._pending)
+            return self.ledger.waiting_rows
 
     def flush_dead_letters(self, *, upto: int | None = None, due_only: bool = False) -> bool:
         """Commit the waiting dead letters as one dead-letter commit whose ``txnVersion`` is
-        ``upto`` (default: the table's last batch: the dead-letter table then holds every batch
-        up to it). With ``due_only``, only once the oldest has waited
-        ``dead_letter_flush_seconds`` or they weigh as much as one batch's inline collect may.
-        Returns whether it committed."""
+        ``upto`` (default: as far as the ledger allows: the table's last batch, or the one
+        before a batch whose own dead letters are on their way). With ``due_only``, only once
+        the oldest has waited ``dead_letter_flush_seconds`` or they weigh as much as one
+        batch's inline collect may. An earlier attempt whose outcome is unknown is settled
+        first by the dead-letter table's own version (never written twice). Returns whether it
+        committed."""
         from pyspark.sql import functions as F  # noqa: N812
 
         with self._flush_lock:
-            if not self._pending:
-                return False
-            waiting = sum(len(p.records) for p in self._pending)
-            if due_only:
-                age = time.monotonic() - (self._pending_since or time.monotonic())
-                if age < self.dead_letter_flush_seconds and waiting < inline_capacity(1):
-                    return False
-            version = self.table_batch if upto is None else upto
-            assert self._inline_schema is not None
-            assert version >= self._pending[-1].batch_id, "a flush covers its pending batches"
-            clock = time.monotonic()
-            batches = [p.batch_id for p in self._pending]
-            frame = inline_dead_letters(
-                self.spark, self._inline_schema, [(p.batch_id, p.records) for p in self._pending]
-            )
-            metadata = commit_metadata(self.stream.txn_app_id, version, None, self.routing)
-            dead = self._append_dead_letters(frame, version, metadata, batch=F.col(BATCH))
-            if dead.rows != waiting:
-                raise BatchMismatchError(
-                    f"batches {batches} of {self.stream.txn_app_id}: their dead-letter commit "
-                    f"holds {dead.rows} records where {waiting} were waiting"
+            if self.ledger.in_doubt is not None:
+                state = table_state(
+                    self.spark, self.stream.dead_letter_table_path, self.stream.txn_app_id
                 )
-            self._pending.clear()
-            self._pending_since = None
-            self.dead_letter_batch = version
-        self.metrics.dead_letters_pending.set(0)
-        self._dead_letters_done("dead_letters_committed", batches, version, dead, clock)
+                attempt = self.ledger.in_doubt
+                if self.ledger.resolve(state.stream_batch):
+                    log.info(
+                        "dead letters of batches %s were committed by the attempt that "
+                        "reported a failure (txnVersion %s): not written again",
+                        attempt.batch_ids,
+                        attempt.version,
+                    )
+            flush = self.ledger.plan(upto=upto, due_only=due_only, now=time.monotonic())
+            if flush is None:
+                return False
+            assert self._inline_schema is not None
+            clock = time.monotonic()
+            frame = inline_dead_letters(
+                self.spark,
+                self._inline_schema,
+                [(p.batch_id, p.records) for p in flush.batches],
+            )
+            metadata = commit_metadata(self.stream.txn_app_id, flush.version, None, self.routing)
+            dead = self._append_dead_letters(frame, flush.version, metadata, batch=F.col(BATCH))
+            if dead.rows != flush.rows:
+                raise BatchMismatchError(
+                    f"batches {flush.batch_ids} of {self.stream.txn_app_id}: their dead-letter "
+                    f"commit holds {dead.rows} records where {flush.rows} were waiting"
+                )
+            self.ledger.landed(flush)
+            waiting = self.ledger.waiting_rows
+        self.metrics.dead_letters_pending.set(waiting)
+        self._dead_letters_done(
+            "dead_letters_committed", flush.batch_ids, flush.version, dead, clock
+        )
         return True
 
     def catch_up_dead_letters(
@@ -669,13 +690,8 @@ class BatchWriter:
         rows.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             valid = rows.where(F.col(REASON).isNull()).count()
-            if written is not None and valid != written:
-                raise BatchMismatchError(
-                    f"batches {waiting} of {self.stream.txn_app_id}: their table commits hold "
-                    f"{written} rows, but Kafka now gives {valid} valid records for the same "
-                    "offsets (the topic was compacted or truncated since), so their dead "
-                    "letters cannot be told apart. Nothing was written."
-                )
+            if written is not None:
+                self._check_read_again(waiting, written, valid)
             metadata = commit_metadata(self.stream.txn_app_id, version, None, self.routing)
             dead = self._append_dead_letters(
                 self.router.refused(rows), version, metadata, batch=F.col(BATCH)
@@ -684,6 +700,58 @@ class BatchWriter:
             rows.unpersist()
         self.dead_letter_batch = version
         self._dead_letters_done("dead_letters_recovered", waiting, version, dead, clock)
+
+    def _kafka_identity(self, topics: list[str]) -> dict[str, Any] | None:
+        """The cluster and topic ids recorded with the batch's table commit, so a start can tell
+        another cluster or a recreated topic from the one the offsets were read in. Looked up
+        once, and again when a topic shows up (a pattern); a failed look-up records none (the
+        commit must not wait on it)."""
+        known = self._identity
+        if known is None or not known.covers(topics):
+            try:
+                known = self.admin.identity(topics)
+            except Exception as error:  # the record is a safeguard, not the batch's work
+                log.warning("reading the Kafka cluster and topic ids failed: %s", error)
+                return None
+            self._identity = known
+        return known.only(topics).render()
+
+    def _check_read_again(self, batches: list[int], written: int, valid: int) -> None:
+        """Batches read again from Kafka for their dead letters, under the routing that wrote
+        their table rows (checked before): a record never changes at its offset, it can only be
+        gone (compacted, deleted by retention), so Kafka now gives at most the valid records
+        the table holds. The refused records still there are the dead letters to write; those
+        gone cannot be copied, and are counted. More valid records than the table holds cannot
+        be: nothing is written then."""
+        if valid > written:
+            raise BatchMismatchError(
+                f"batches {batches} of {self.stream.txn_app_id}: their table commits hold "
+                f"{written} rows, but Kafka now gives {valid} valid records for the same "
+                "offsets, which no compaction or retention explains. Nothing was written; "
+                "compare the offsets in the table's commit metadata of these batches with "
+                "the topic."
+            )
+        self._vanished(batches[-1], valid=written - valid, refused=None)
+
+    def _vanished(self, batch_id: int, *, valid: int, refused: int | None) -> None:
+        """Count and log records of a committed batch that Kafka no longer held when it was
+        read again (``refused`` None: how many of those were refused is not known)."""
+        if valid == 0 and not refused:
+            return
+        if valid:
+            self.metrics.vanished_records.labels(kind="valid").inc(valid)
+        if refused:
+            self.metrics.vanished_records.labels(kind="refused").inc(refused)
+        line = {
+            "event": "records_vanished",
+            "batch": batch_id,
+            "valid": valid,
+            "refused": "unknown" if refused is None else refused,
+            "why": "Kafka no longer holds them (compacted, or deleted by retention) since the "
+            "batch was read: valid ones are in the table; refused ones are not in the "
+            "dead-letter table",
+        }
+        log.warning("%s", json.dumps(line, separators=(",", ":")))
 
     def _dead_letters_done(
         self, event: str, batches: list[int], version: int, dead: Counts, since: float
@@ -714,14 +782,8 @@ class BatchWriter:
         try:
             by_reason = {r[0]: int(r[1]) for r in rows.groupBy(REASON).count().collect()}
             valid = by_reason.pop(None, 0)
-            if written is not None and valid != written:
-                raise BatchMismatchError(
-                    f"batch {batch_id} of {self.stream.txn_app_id}: its table commit holds "
-                    f"{written} rows, but Kafka now gives {valid} valid records for the same "
-                    "offsets (the topic was compacted or truncated since the earlier driver read "
-                    "it), so its dead letters cannot be told apart. Nothing was written; compare "
-                    "the offsets in the table's commit metadata of this batch with the topic."
-                )
+            if written is not None:
+                self._check_read_again([batch_id], written, valid)
             dead = self._append_dead_letters(self.router.refused(rows), batch_id, metadata)
         finally:
             rows.unpersist()

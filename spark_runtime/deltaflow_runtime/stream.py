@@ -23,7 +23,8 @@ from deltaflow_operator.api.failures import FailureReason
 from deltaflow_runtime.checkpoint import Checkpoint, TopicOffsets, render_offsets
 from deltaflow_runtime.config import Pipeline, trigger_seconds
 from deltaflow_runtime.executors import ExecutorControl
-from deltaflow_runtime.guard import StreamFacts, check_checkpoint
+from deltaflow_runtime.guard import StreamFacts, check_checkpoint, check_kafka_identity
+from deltaflow_runtime.kafka_admin import KafkaIdentity
 from deltaflow_runtime.metrics import RuntimeMetrics, progress_sample
 from deltaflow_runtime.offsets import DataLossError, KafkaAdmin, data_loss_gaps, describe_gaps
 from deltaflow_runtime.parse import parse_spec
@@ -173,6 +174,12 @@ class StreamRunner:
         """The start-up guards; returns the facts and where the stream resumes (None: new)."""
         facts = gather_facts(self.spark, self.pipeline, self.checkpoint)
         check_checkpoint(facts, self.options.config_hint)
+        last = facts.last_commit
+        recorded = None if last is None else KafkaIdentity.recorded(last.entry)
+        if last is not None and recorded is not None:
+            current = self.admin.identity(sorted(recorded.topic_ids))
+            source = self.pipeline.ingestion.spec.source
+            check_kafka_identity(recorded, current, last.batch, source.bootstrap_servers)
         resume = self.checkpoint.resume_offsets()
         check_retention(self.admin, resume, self.pipeline.ingestion.spec.source.fail_on_data_loss)
         return facts, resume

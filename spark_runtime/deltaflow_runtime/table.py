@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 from deltaflow_runtime.checkpoint import HadoopDir, TopicOffsets
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from pyspark.sql import SparkSession
 
 # Key of the stream's entry in each commit's userMetadata.
@@ -109,11 +111,15 @@ def commit_metadata(
     *,
     start_offsets: TopicOffsets | None = None,
     pending_dead_letters: list[int] | None = None,
+    kafka: Mapping[str, Any] | None = None,
 ) -> str:
     """The userMetadata the stream writes with each commit: which batch, where it started and
     ended, the fingerprint of the routing that split it between the table and the dead-letter
-    table, and which earlier batches' dead letters were not yet committed."""
+    table, which earlier batches' dead letters were not yet committed, and which Kafka cluster
+    and topic ids its offsets belong to (``kafka``, under ``"kafka"``)."""
     entry: dict[str, Any] = {"txnAppId": txn_app_id, "batchId": batch_id}
+    if kafka is not None:
+        entry["kafka"] = dict(kafka)
     if routing is not None:
         entry["routing"] = routing
     if end_offsets is not None:

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from deltaflow_runtime.checkpoint import CheckpointState
-from deltaflow_runtime.guard import CheckpointMismatchError, StreamFacts, check_checkpoint
+from deltaflow_runtime.guard import (
+    CheckpointMismatchError,
+    StreamFacts,
+    check_checkpoint,
+    check_kafka_identity,
+)
+from deltaflow_runtime.kafka_admin import KafkaIdentity
 from deltaflow_runtime.table import StreamCommit, TableState
 
 
@@ -161,3 +167,42 @@ def test_a_lost_table_is_refused() -> None:
     assert refused.value.reason == "TableLost"
     assert "deleted or replaced" in str(refused.value)
     assert "and the dead-letter table s3a://lake/orders_dead_letter" in str(refused.value)
+
+
+OLD = KafkaIdentity("cluster-a", {"orders": "id-1", "refunds": "id-2"})
+
+
+@pytest.mark.parametrize(
+    ("current", "refused"),
+    [
+        (KafkaIdentity("cluster-a", {"orders": "id-1", "refunds": "id-2"}), None),
+        # A topic gone altogether (a pattern's topic deleted) is Spark's to handle.
+        (KafkaIdentity("cluster-a", {"orders": "id-1"}), None),
+        # Unknown on either side: nothing to compare.
+        (KafkaIdentity(None, {"orders": "id-1", "refunds": "id-2"}), None),
+        (KafkaIdentity("cluster-a", {"orders": "id-1", "refunds": "id-9"}), "TopicRecreated"),
+        (KafkaIdentity("cluster-b", {"orders": "id-1", "refunds": "id-2"}), "KafkaClusterChanged"),
+        # Another cluster whose topic has the same name: the cluster is named first.
+        (KafkaIdentity("cluster-b", {"orders": "id-7"}), "KafkaClusterChanged"),
+    ],
+)
+def test_a_stream_resumes_only_in_the_kafka_its_offsets_were_read_from(
+    current: KafkaIdentity, refused: str | None
+) -> None:
+    if refused is None:
+        check_kafka_identity(OLD, current, 41, "kafka:9092")
+        return
+    with pytest.raises(CheckpointMismatchError) as error:
+        check_kafka_identity(OLD, current, 41, "kafka:9092")
+    assert error.value.reason.value == refused
+    assert "batch 41" in str(error.value)
+    assert "create a new DeltaIngestion" in str(error.value)
+
+
+def test_the_identity_round_trips_through_a_commit_entry() -> None:
+    entry = {"batchId": 3, KafkaIdentity.KEY: OLD.render()}
+    assert KafkaIdentity.recorded(entry) == OLD
+    assert KafkaIdentity.recorded({"batchId": 3}) is None  # an older runtime's commit
+    assert OLD.only(["orders", "gone"]) == KafkaIdentity("cluster-a", {"orders": "id-1"})
+    assert OLD.covers(["orders", "refunds"])
+    assert not OLD.covers(["orders", "new"])

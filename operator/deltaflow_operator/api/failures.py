@@ -29,6 +29,10 @@ class FailureReason(StrEnum):
     DEAD_LETTER_TABLE_AHEAD = "DeadLetterTableAhead"
     # While streaming.
     DATA_LOSS = "DataLoss"
+    # Kafka is not the one the stream read: another cluster, or the topic deleted and created
+    # again (its offsets point into a log that is gone).
+    KAFKA_CLUSTER_CHANGED = "KafkaClusterChanged"
+    TOPIC_RECREATED = "TopicRecreated"
     ROUTING_CHANGED = "RoutingChanged"
     BATCH_MISMATCH = "BatchMismatch"
     DUPLICATE_WRITER = "DuplicateWriter"
@@ -38,6 +42,8 @@ class FailureReason(StrEnum):
     BUCKET_NOT_FOUND = "BucketNotFound"
     OBJECT_STORE_UNREACHABLE = "ObjectStoreUnreachable"
     OBJECT_STORE_ERROR = "ObjectStoreError"
+    # The store ignores If-None-Match: two writers could replace each other's commits.
+    CONDITIONAL_PUT_IGNORED = "ConditionalPutIgnored"
     # Maintenance and recover-checkpoint jobs.
     VACUUM_REFUSED = "VacuumRefused"
     NOTHING_TO_RECOVER = "NothingToRecover"
@@ -61,11 +67,16 @@ _NEEDS_ACTION: dict[FailureReason, str] = {
     FailureReason.DEAD_LETTER_TABLE_AHEAD: "follow the recovery steps in the message",
     FailureReason.DATA_LOSS: "decide about the lost records (the message names them); "
     "spec.source.failOnDataLoss: false accepts the loss",
+    FailureReason.KAFKA_CLUSTER_CHANGED: "point spec.source.bootstrapServers back at the "
+    "cluster the stream read, or start a new DeltaIngestion for the new cluster",
+    FailureReason.TOPIC_RECREATED: "start a new DeltaIngestion (a new name) to read the new "
+    "topic; the message says how",
     FailureReason.ROUTING_CHANGED: "run the previous spec until its last batch commits, then "
     "apply the change",
     FailureReason.OBJECT_STORE_ACCESS_DENIED: "fix the credentials or the bucket policy",
     FailureReason.OBJECT_STORE_NO_CREDENTIALS: "give the stream credentials",
     FailureReason.BUCKET_NOT_FOUND: "create the bucket or fix the path",
+    FailureReason.CONDITIONAL_PUT_IGNORED: "use an object store that honours If-None-Match on PUT",
 }
 
 

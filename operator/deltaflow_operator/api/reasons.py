@@ -79,10 +79,13 @@ class Reason(StrEnum):
     TABLE_BEHIND = FailureReason.TABLE_BEHIND.value
     DEAD_LETTER_TABLE_AHEAD = FailureReason.DEAD_LETTER_TABLE_AHEAD.value
     DATA_LOSS = FailureReason.DATA_LOSS.value
+    KAFKA_CLUSTER_CHANGED = FailureReason.KAFKA_CLUSTER_CHANGED.value
+    TOPIC_RECREATED = FailureReason.TOPIC_RECREATED.value
     ROUTING_CHANGED = FailureReason.ROUTING_CHANGED.value
     OBJECT_STORE_ACCESS_DENIED = FailureReason.OBJECT_STORE_ACCESS_DENIED.value
     OBJECT_STORE_NO_CREDENTIALS = FailureReason.OBJECT_STORE_NO_CREDENTIALS.value
     BUCKET_NOT_FOUND = FailureReason.BUCKET_NOT_FOUND.value
+    CONDITIONAL_PUT_IGNORED = FailureReason.CONDITIONAL_PUT_IGNORED.value
 
     # The Scaling condition: the autoscaler policy's verdicts (its Verdict type) ...
     HOLD = "Hold"
@@ -144,7 +147,10 @@ class EventReason(StrEnum):
     TABLE_BEHIND = FailureReason.TABLE_BEHIND.value
     DEAD_LETTER_TABLE_AHEAD = FailureReason.DEAD_LETTER_TABLE_AHEAD.value
     DATA_LOSS = FailureReason.DATA_LOSS.value
+    KAFKA_CLUSTER_CHANGED = FailureReason.KAFKA_CLUSTER_CHANGED.value
+    TOPIC_RECREATED = FailureReason.TOPIC_RECREATED.value
     ROUTING_CHANGED = FailureReason.ROUTING_CHANGED.value
     OBJECT_STORE_ACCESS_DENIED = FailureReason.OBJECT_STORE_ACCESS_DENIED.value
     OBJECT_STORE_NO_CREDENTIALS = FailureReason.OBJECT_STORE_NO_CREDENTIALS.value
     BUCKET_NOT_FOUND = FailureReason.BUCKET_NOT_FOUND.value
+    CONDITIONAL_PUT_IGNORED = FailureReason.CONDITIONAL_PUT_IGNORED.value

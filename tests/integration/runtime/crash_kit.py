@@ -44,7 +44,13 @@ HOSTILE: tuple[bytes | None, ...] = (
     b"\xff\xfe{}",  # not UTF-8
     None,  # a tombstone
     b"{}",  # none of the schema's fields
+    b'{"id": 8, "amount": 1e-400}',  # a DOUBLE that would underflow to 0
+    b'{"id": 9, "ts": "2026-11-22T12:00:00.123456789Z"}',  # nanoseconds Spark would cut
 )
+# Every TXN_EVERY records, TXN_SIZE more go in one Kafka transaction (hostile ones among them),
+# every other one aborted after its records are in the log: none of those may land.
+TXN_EVERY = 5000
+TXN_SIZE = 20
 
 
 @dataclass
@@ -70,6 +76,8 @@ class CrashResult:
     duplicates: int
     lost: int
     unexpected: int
+    aborted: int = 0  # records of aborted transactions in the topic
+    aborted_landed: int = 0  # ... found in either table
     restarts: list[Restart] = field(default_factory=list)
     final_drain_seconds: float = 0.0
     graceful_stop_seconds: float = 0.0  # SIGTERM -> exit 0, after the final drain
@@ -79,7 +87,8 @@ class CrashResult:
         lines = [
             f"produced {self.produced}, table {self.in_table}, dead letters "
             f"{self.in_dead_letter}, duplicates {self.duplicates}, lost {self.lost}, "
-            f"unexpected {self.unexpected}, final drain {self.final_drain_seconds:.1f}s, "
+            f"unexpected {self.unexpected}, aborted {self.aborted} (landed "
+            f"{self.aborted_landed}), final drain {self.final_drain_seconds:.1f}s, "
             f"graceful stop (SIGTERM -> exit 0) {self.graceful_stop_seconds:.1f}s",
         ]
         for r in self.restarts:
@@ -256,11 +265,13 @@ def _wait(predicate: Callable[[], bool], timeout: float, poll: float = 0.005) ->
 
 class BackgroundProducer:
     """Produces at about ``rate``/s until told to stop, and at least ``total`` records: JSON
-    orders, one in ~500 unparseable (so the dead-letter table is written too)."""
+    orders, ~1% hostile (HOSTILE), and every TXN_EVERY records a transaction of TXN_SIZE more,
+    every other one aborted (``aborted``: where those records are; ``delivered``: the rest)."""
 
     def __init__(self, bootstrap: str, topic: str, total: int, rate: float) -> None:
         self.bootstrap, self.topic, self.total, self.rate = bootstrap, topic, total, rate
         self.delivered: list[tuple[str, int, int]] = []
+        self.aborted: list[tuple[str, int, int]] = []
         self.errors: list[str] = []
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="producer", daemon=True)
@@ -288,22 +299,32 @@ class BackgroundProducer:
                 self.delivered.append((msg.topic(), msg.partition(), msg.offset()))
 
         countries = ("DE", "FR", "US", "JP")
+
+        def order(i: int) -> bytes:
+            return json.dumps(
+                {
+                    "id": i,
+                    "amount": i / 4,
+                    "ts": "2026-11-22T12:00:00Z",
+                    "country": countries[i % 4],
+                }
+            ).encode()
+
+        transactional = Producer(
+            {"bootstrap.servers": self.bootstrap, "transactional.id": f"soak-{self.topic}"}
+        )
+        transactional.init_transactions(30)
         started = time.monotonic()
         i = -1
         while i + 1 < self.total or not self._stop.is_set():
             i += 1
+            if i % TXN_EVERY == TXN_EVERY - 1:
+                self._transaction(transactional, i, order)
             value: bytes | None
             if i % HOSTILE_EVERY == 0:
                 value = HOSTILE[(i // HOSTILE_EVERY) % len(HOSTILE)]
             else:
-                value = json.dumps(
-                    {
-                        "id": i,
-                        "amount": i / 4,
-                        "ts": "2026-11-22T12:00:00Z",
-                        "country": countries[i % 4],
-                    }
-                ).encode()
+                value = order(i)
             while True:
                 try:
                     producer.produce(
@@ -318,6 +339,29 @@ class BackgroundProducer:
                 if ahead > 0:
                     time.sleep(ahead)
         producer.flush(120)
+
+    def _transaction(self, producer: Any, i: int, order: Callable[[int], bytes]) -> None:
+        """TXN_SIZE records in one transaction (ids past any plain record's), aborted every
+        other time once they are in the log, as an exactly-once producer's failed attempt."""
+        sent: list[tuple[str, int, int]] = []
+
+        def delivered(err: Any, msg: Any) -> None:
+            if err is not None:
+                self.errors.append(str(err))
+            else:
+                sent.append((msg.topic(), msg.partition(), msg.offset()))
+
+        producer.begin_transaction()
+        for n in range(TXN_SIZE):
+            value = HOSTILE[n % len(HOSTILE)] if n % 5 == 0 else order(10**9 + i * TXN_SIZE + n)
+            producer.produce(self.topic, key=b"txn", value=value, on_delivery=delivered)
+        producer.flush(60)
+        if (i // TXN_EVERY) % 2 == 0:
+            producer.abort_transaction(30)
+            self.aborted.extend(sent)
+        else:
+            producer.commit_transaction(30)
+            self.delivered.extend(sent)
 
 
 def write_config(
@@ -434,7 +478,27 @@ def crash_soak(
         if driver is not None and driver.alive():
             driver.kill()
 
-    return _count(table, options, producer.delivered, restarts, drain_seconds, graceful)
+    result = _count(table, options, producer.delivered, restarts, drain_seconds, graceful)
+    return _with_aborted(result, table, options, producer.aborted)
+
+
+def _with_aborted(
+    result: CrashResult,
+    table: str,
+    options: dict[str, str] | None,
+    aborted: list[tuple[str, int, int]],
+) -> CrashResult:
+    """The result, with how many records of aborted transactions landed in either table."""
+    from dataclasses import replace
+
+    from deltalake import DeltaTable
+
+    columns = ["_kafka_topic", "_kafka_partition", "_kafka_offset"]
+    landed: set[tuple[str, int, int]] = set()
+    for path in (table, table + "_dead_letter"):
+        arrow = DeltaTable(path, storage_options=options).to_pyarrow_table(columns=columns)
+        landed.update(zip(*(arrow.column(c).to_pylist() for c in columns), strict=True))
+    return replace(result, aborted=len(aborted), aborted_landed=len(landed & set(aborted)))
 
 
 def _count(  # noqa: PLR0917 (one call site, the soak's figures)

@@ -52,6 +52,8 @@ def test_sigkill_the_driver_eight_times_loses_and_duplicates_nothing(
     assert result.duplicates == 0
     assert result.lost == 0
     assert result.unexpected == 0
+    assert result.aborted > 0  # transactions aborted after their records reached the log ...
+    assert result.aborted_landed == 0  # ... and none of those records landed
     assert result.produced >= 60_000
     assert result.in_table + result.in_dead_letter == result.produced
     # The kills that matter most landed where they aim: mid-write and right after the commit.

@@ -644,6 +644,58 @@ def test_a_half_written_batch_is_finished_only_by_the_routing_that_started_it(
     assert _versions(ident.table_path) == table_version
 
 
+def test_records_gone_from_kafka_before_a_replay_do_not_wedge_the_stream(
+    kafka: KafkaBroker, runtime_spark: SparkSession, tmp_path: Path, caplog: Any
+) -> None:
+    """The crash window between the table commit and the dead-letter commit, then records of
+    that batch deleted from Kafka (retention, or compaction): the batch is read again for its
+    dead letters and holds fewer records than its table commit. The dead letters still there
+    are written, those gone are counted and logged, and the stream goes on (it stopped with
+    BatchMismatch on every start before)."""
+    from confluent_kafka import TopicPartition
+
+    bootstrap = kafka.bootstrap_servers
+    topic = unique("vanish")
+    create_topic(bootstrap, topic, partitions=1)
+    records = [(b"%d" % i, b"{" if i % 10 == 3 else order(i)) for i in range(200)]
+    sent = produce(bootstrap, topic, records)
+    doc = manifest(unique("vanish"), topic, bootstrap, tmp_path, source={"failOnDataLoss": False})
+    ident = drain(runtime_spark, doc).pipeline.identity
+    table_version = _versions(ident.table_path)
+    table = read_table(ident.table_path)
+    assert len(table) == 180
+
+    checkpoint = Path(ident.checkpoint_path.removeprefix("file://"))
+    last = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    for name in (str(last), f".{last}.crc"):
+        (checkpoint / "commits" / name).unlink(missing_ok=True)
+    shutil.rmtree(ident.dead_letter_table_path.removeprefix("file://"))
+    # The first 100 records go: 90 valid ones (in the table) and 10 refused ones.
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_records([TopicPartition(topic, 0, 100)]).values():
+        future.result(timeout=30)
+
+    caplog.set_level(logging.WARNING, logger="deltaflow.sink")
+    drain(runtime_spark, doc)
+    dead = read_table(ident.dead_letter_table_path)
+    assert sorted(r["_kafka_offset"] for r in dead) == [
+        s.tpo[2] for s in sent if s.value == b"{" and s.tpo[2] >= 100
+    ]
+    assert _versions(ident.table_path) == table_version  # nothing written twice
+    assert sorted(tpos(read_table(ident.table_path))) == sorted(tpos(table))
+    vanished = [
+        json.loads(r.getMessage()) for r in caplog.records if "records_vanished" in r.getMessage()
+    ]
+    assert [(v["valid"], v["refused"]) for v in vanished] == [(90, "unknown")]
+
+    # The stream goes on past the batch.
+    more = produce(bootstrap, topic, [(b"k", order(i)) for i in range(500, 520)] + [(b"k", b"{")])
+    drain(runtime_spark, doc)
+    assert {s.tpo for s in more} <= set(
+        tpos(read_table(ident.table_path)) + tpos(read_table(ident.dead_letter_table_path))
+    )
+
+
 def test_dead_letters_of_many_batches_commit_together_and_survive_a_kill_before_their_commit(
     kafka: KafkaBroker, runtime_spark: SparkSession, tmp_path: Path, caplog: Any
 ) -> None:

@@ -127,6 +127,25 @@ def test_the_logstore_lets_exactly_one_of_many_writers_create_a_version(
     # Files Delta may replace (overwrite=true) are replaced.
     assert write(json.dumps({"commitInfo": {"writer": -2}}), overwrite=True) == "created"
 
+    # A commit larger than S3A's multipart size (a big OPTIMIZE's) is conditional too.
+    conf.set("fs.s3a.multipart.size", "5M")
+    conf.set("fs.s3a.multipart.threshold", "5M")
+    store = jvm.io.deltaflow.storage.S3ConditionalLogStore(conf)
+    commit = f"s3a://lake/race-{uuid.uuid4().hex[:8]}/_delta_log/00000000000000000001.json"
+    path = jvm.org.apache.hadoop.fs.Path(commit)
+    big = json.dumps({"commitInfo": {"padding": "x" * (7 << 20)}})
+    assert write(big) == "created"
+    assert write(big.replace("x", "y")).endswith("FileAlreadyExistsException")
+    with object_store.filesystem().open_input_stream(commit.removeprefix("s3a://")) as stored:
+        assert stored.read().decode().rstrip("\n") == big
+
+    # The start-up probe finds that this store honours If-None-Match, and leaves no object
+    # (S3A may keep the table folder's own marker: the table is about to be created there).
+    table = jvm.org.apache.hadoop.fs.Path(f"s3a://lake/probe-{uuid.uuid4().hex[:8]}")
+    fs = table.getFileSystem(conf)
+    assert jvm.io.deltaflow.storage.S3ConditionalLogStore.probeConditionalCreate(fs, table) is None
+    assert not fs.exists(jvm.org.apache.hadoop.fs.Path(table, "_deltaflow_probe"))
+
 
 def test_run_the_example_manifest_on_the_object_store_lands_good_and_bad_records_exactly_once(
     kafka: KafkaBroker, object_store: ObjectStore, tmp_path: Path

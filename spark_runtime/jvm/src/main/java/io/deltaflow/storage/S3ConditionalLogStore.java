@@ -8,6 +8,7 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.FileAlreadyExistsException;
 import java.util.Arrays;
 import java.util.Iterator;
+import java.util.UUID;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FSDataOutputStream;
 import org.apache.hadoop.fs.FSDataOutputStreamBuilder;
@@ -48,11 +49,7 @@ public class S3ConditionalLogStore extends HadoopFileSystemLogStore {
       }
       return;
     }
-    FSDataOutputStreamBuilder<?, ?> builder = fs.createFile(path);
-    builder.overwrite(false);
-    builder.recursive();
-    builder.must(CONDITIONAL_CREATE, true);
-    FSDataOutputStream out = builder.build();
+    FSDataOutputStream out = createConditional(fs, path);
     try {
       out.write(content);
     } catch (IOException e) {
@@ -72,6 +69,47 @@ public class S3ConditionalLogStore extends HadoopFileSystemLogStore {
       conflict.initCause(e);
       throw conflict;
     }
+  }
+
+  /**
+   * Does the store behind {@code dir} honour {@code If-None-Match: *}? This store's safety rests
+   * on it, and a store that ignores the header (some S3-compatible servers, older versions)
+   * would let a second writer silently replace a commit. Creates a probe object under {@code
+   * dir}, creates it again conditionally, reads it back and deletes it.
+   *
+   * @return null when the second create was refused, else why the store cannot be trusted
+   */
+  public static String probeConditionalCreate(FileSystem fs, Path dir) throws IOException {
+    Path probe = new Path(dir, "_deltaflow_probe/" + UUID.randomUUID());
+    byte[] first = "first".getBytes(StandardCharsets.UTF_8);
+    try {
+      try (FSDataOutputStream out = createConditional(fs, probe)) {
+        out.write(first);
+      }
+      try (FSDataOutputStream out = createConditional(fs, probe)) {
+        out.write("second".getBytes(StandardCharsets.UTF_8));
+      } catch (IOException refused) {
+        // expected: 412, or the builder's own refusal of an existing path
+      }
+      if (Arrays.equals(readAll(fs, probe), first)) {
+        return null;
+      }
+      return "a second conditional PUT (If-None-Match: *) of "
+          + probe
+          + " replaced the object: the store ignores the condition, so two writers of one"
+          + " table (the stream and its OPTIMIZE job) could overwrite each other's commits";
+    } finally {
+      fs.delete(probe.getParent(), true);
+    }
+  }
+
+  private static FSDataOutputStream createConditional(FileSystem fs, Path path)
+      throws IOException {
+    FSDataOutputStreamBuilder<?, ?> builder = fs.createFile(path);
+    builder.overwrite(false);
+    builder.recursive();
+    builder.must(CONDITIONAL_CREATE, true);
+    return builder.build();
   }
 
   @Override
