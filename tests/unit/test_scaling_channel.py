@@ -14,6 +14,7 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from deltaflow_operator.api import DeltaIngestion
 from deltaflow_operator.api.v1alpha1 import (
     AutoscalerStatus,
     CapacityStatus,
@@ -30,8 +31,11 @@ from deltaflow_operator.autoscaler.observe import (
     read_report,
 )
 from deltaflow_operator.autoscaler.policy import History, Limits, Observation, decide
+from deltaflow_operator.builders import driver as builders
+from deltaflow_operator.builders.maintenance import maintenance_cronjob
 from deltaflow_operator.decisions.progress import stream_progress
 from deltaflow_operator.scaling import history_status, lag_status
+from deltaflow_operator.settings import Settings
 from deltaflow_runtime.scaling_agent import SpecBounds, clamp_target
 from support.manifests import valid_manifest
 
@@ -79,6 +83,33 @@ def test_bounds_changed_in_place_reach_the_running_driver(tmp_path: Path) -> Non
     config.unlink()
     assert bounds() == (2, 20)
     assert SpecBounds(None, (1, 3))() == (1, 3)  # no config file (not on a driver pod)
+
+
+def test_pods_never_carry_the_users_annotations_under_the_operators_prefix() -> None:
+    # Admission refuses them; a resource stored before that rule may still hold them, and a
+    # preset deltaflow.io/executors-desired or driver-report would reach the scaling channel.
+    manifest = valid_manifest()
+    manifest["metadata"]["uid"] = "u1"
+    ingestion = DeltaIngestion.model_validate(manifest)
+    reserved = {
+        "deltaflow.io/executors-desired": "1000",
+        "deltaflow.io/driver-report": json.dumps(report(at=NOW + 10**9)),
+        "scaling.deltaflow.io/anything": "x",
+    }
+    for options in (ingestion.spec.driver.pod, ingestion.spec.executor.pod):
+        options.annotations.update({**reserved, "team": "payments", "deltaflow.iox/free": "y"})
+    settings = Settings()
+    pods = {
+        "driver": builders.driver_pod(ingestion, settings)["metadata"]["annotations"],
+        "executor": builders.executor_pod_template(ingestion)["metadata"]["annotations"],
+        "maintenance": maintenance_cronjob(ingestion, settings, "optimize")["spec"]["jobTemplate"][
+            "spec"
+        ]["template"]["metadata"]["annotations"],
+    }
+    for role, written in pods.items():
+        assert not set(reserved) & set(written), role
+        assert written["team"] == "payments", role
+        assert written["deltaflow.iox/free"] == "y", role  # another domain: the user's
 
 
 def report(**over: Any) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from deltaflow_operator.api import GROUP, KIND, VERSION, DeltaIngestion, names
+from deltaflow_operator.api.rules import reserved_key
 from deltaflow_operator.api.v1alpha1 import PodOptions
 
 Manifest = dict[str, Any]
@@ -65,6 +66,14 @@ def labels(ingestion: DeltaIngestion, component: str) -> dict[str, str]:
 def pod_labels(ingestion: DeltaIngestion, component: str, options: PodOptions) -> dict[str, str]:
     """The user's labels for a role's pods, with Deltaflow's own on top (they select the pods)."""
     return {**options.labels, **labels(ingestion, component)}
+
+
+def pod_annotations(options: PodOptions) -> dict[str, str]:
+    """The user's annotations for a role's pods, without keys under the operator's own prefix
+    (``deltaflow.io/``): one there would preset the executor count the driver is asked for, or a
+    report the operator reads. Admission refuses them; a resource stored before that rule may
+    still hold them."""
+    return {k: v for k, v in options.annotations.items() if not reserved_key(k)}
 
 
 def pod_placement(ingestion: DeltaIngestion, options: PodOptions) -> dict[str, Any]:

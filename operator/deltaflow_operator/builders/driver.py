@@ -30,6 +30,7 @@ from deltaflow_operator.builders.common import (
     executor_pod_name_prefix,
     labels,
     metadata,
+    pod_annotations,
     pod_labels,
     pod_placement,
     restricted_container_security,
@@ -284,8 +285,8 @@ def executor_pod_template(ingestion: DeltaIngestion) -> Manifest:
     Kafka CA bundle at the driver's path (the Kafka consumers run here) and spec.volumes."""
     options = ingestion.spec.executor.pod
     meta: dict[str, Any] = {"labels": pod_labels(ingestion, "executor", options)}
-    if options.annotations:
-        meta["annotations"] = dict(options.annotations)
+    if pod_annotations(options):
+        meta["annotations"] = pod_annotations(options)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -368,7 +369,7 @@ def driver_pod(ingestion: DeltaIngestion, settings: Settings) -> Manifest:
     meta = metadata(ingestion, driver_pod_name(name), "driver")
     meta["labels"] = pod_labels(ingestion, "driver", options)
     meta["annotations"] = {
-        **options.annotations,
+        **pod_annotations(options),
         SPEC_HASH_ANNOTATION: driver_spec_hash(ingestion, settings),
     }
     mounts = [

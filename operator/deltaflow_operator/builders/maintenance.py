@@ -11,6 +11,7 @@ from deltaflow_operator.builders.common import (
     cronjob_name,
     labels,
     metadata,
+    pod_annotations,
     pod_labels,
     pod_placement,
     restricted_container_security,
@@ -58,7 +59,7 @@ def maintenance_cronjob(ingestion: DeltaIngestion, settings: Settings, job: Job)
                     "template": {
                         "metadata": {
                             "labels": job_pod_labels,
-                            "annotations": dict(options.annotations),
+                            "annotations": pod_annotations(options),
                         },
                         "spec": {
                             **pod_placement(ingestion, options),
