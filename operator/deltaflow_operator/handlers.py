@@ -138,6 +138,9 @@ def install(stop_flag: threading.Event | None = None) -> None:
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         # Our own Lease elects the leader; kopf's peering would need its own CRDs.
         settings.peering.standalone = True
+        # No watch on CustomResourceDefinitions (a cluster-wide read): the chart installs the
+        # CRD before the operator starts, and discovery finds it then.
+        settings.scanning.disabled = True
         settings.persistence.finalizer = FINALIZER
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(

@@ -3,6 +3,10 @@
 Everything else in the operator works on plain dicts and pydantic models; this module turns those
 into API calls: server-side apply of children, the driver pod's life, status,
 Events and the leader-election Lease.
+
+Every call is a typed client method (``<verb>_namespaced_<kind>``) or the dynamic client's
+server-side apply of a child: tests/unit/test_rbac.py reads the calls from this file and checks
+that the chart's roles grant exactly what they need.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ class Kube:
         self.api_client = api_client or client.ApiClient()
         self.core = client.CoreV1Api(self.api_client)
         self.custom = client.CustomObjectsApi(self.api_client)
+        self.rbac = client.RbacAuthorizationV1Api(self.api_client)
         self._dynamic: DynamicClient | None = None
         self._dynamic_lock = threading.Lock()
 
@@ -109,11 +114,12 @@ class Kube:
         try:
             result = apply()
         except DynamicApiError as e:
-            # A RoleBinding's roleRef cannot change (older versions bound a per-stream Role):
-            # replace the binding, which the driver holds only while it lists or creates pods.
+            # A RoleBinding's roleRef cannot change (older versions bound a per-stream Role; a
+            # release of another name binds its own driver ClusterRole): replace the binding,
+            # which the driver holds only while it lists or creates pods.
             if e.status != 422 or manifest["kind"] != "RoleBinding":
                 raise
-            resource.delete(name=manifest["metadata"]["name"], namespace=namespace)
+            self.rbac.delete_namespaced_role_binding(manifest["metadata"]["name"], namespace)
             result = apply()
         applied: dict[str, Any] = result.to_dict()
         return applied
