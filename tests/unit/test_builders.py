@@ -133,7 +133,7 @@ def test_driver_gets_the_charts_cluster_role_in_its_own_namespace_only() -> None
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "orders-spark", "namespace": "data"}
     ]
-    assert {r for rule in b.DRIVER_RULES for r in rule["resources"]} == {"pods", "configmaps"}
+    assert {r for rule in b.DRIVER_RULES for r in rule["resources"]} == {"pods"}
 
 
 def test_config_map_holds_what_the_runtime_reads() -> None:

@@ -2,9 +2,10 @@
 
 What the operator needs is read from the code: every Kubernetes client call in
 deltaflow_operator.kube (and the leader-election lock it uses), the children it server-side applies,
-and what kopf does for the handlers the operator registers and the settings it starts with. It is
-compared with the chart's roles and with the e2e allow-list (which tests/e2e/test_operator_loop.py
-compares with the API server's own answer).
+and what kopf does for the handlers the operator registers and the settings it starts with. What
+the driver needs: the runtime's pod channel calls, and Spark's Kubernetes backend in client mode as
+the driver's Spark conf sets it up. Both are compared with the chart's roles and with the e2e
+allow-lists (which tests/e2e/test_operator_loop.py compares with the API server's own answer).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from deltaflow_operator import handlers, kube, reconcile
 from deltaflow_operator.api import GROUP, PLURAL, DeltaIngestion
 from deltaflow_operator.builders import driver as builders
 from deltaflow_operator.settings import Settings
+from deltaflow_runtime import pod_channel
 from devstack.install import installed_path
 from support.manifests import valid_manifest
 
@@ -216,6 +218,28 @@ def _watched(handler: Any) -> tuple[str, str]:
     return selector.group or "", selector.any_name
 
 
+# Spark's Kubernetes backend (spark-kubernetes 4.2.0) in client mode, read from its classes:
+# ExecutorPodsAllocator creates executor pods, reads the driver pod (the executors' owner) and
+# deletes pods by label (a collection delete: fabric8 sends one DELETE with a label selector);
+# ExecutorPodsWatchSnapshotSource watches and ExecutorPodsPollingSnapshotSource lists them by
+# label; ExecutorPodsLifecycleManager deletes and labels one; KubernetesClusterSchedulerBackend
+# lists pods to label or annotate them (decommissioning, deletion cost) and deletes by label.
+SPARK_POD_VERBS = {"get", "list", "watch", "create", "patch", "delete", "deletecollection"}
+
+
+def driver_needs() -> set[Need]:
+    """What the driver's calls need in its namespace."""
+    conf = builders.spark_conf(ingestion(), Settings())
+    needs: set[Need] = {(g, r, v, None) for g, r, v in typed_calls(pod_channel)}
+    needs |= {("", "pods", v, None) for v in SPARK_POD_VERBS}
+    if conf.get("spark.kubernetes.executor.disableConfigMap") != "true":
+        # The executors' ConfigMap, created at start and deleted by label at the end.
+        needs |= {("", "configmaps", v, None) for v in ("create", "deletecollection")}
+    if conf.get("spark.kubernetes.driver.ownPersistentVolumeClaim") != "false":
+        needs |= {("", "persistentvolumeclaims", v, None) for v in ("list", "deletecollection")}
+    return needs
+
+
 def render(*values: str) -> list[dict[str, Any]]:
     helm = str(installed_path("helm") / "helm")
     out = subprocess.run(
@@ -290,6 +314,14 @@ def test_the_operator_is_granted_exactly_what_its_calls_need(
         assert need - grants[where] == set(), f"{mode}, {where}: called, not granted"
 
 
+def test_the_driver_is_granted_exactly_what_its_calls_need() -> None:
+    docs = render()
+    needs = driver_needs()
+    chart_role = next(d for d in docs if d["metadata"]["name"] == f"{OPERATOR}-driver")
+    assert set(expand(builders.DRIVER_RULES)) == needs
+    assert set(expand(chart_role["rules"])) == needs
+
+
 # Every authenticated identity may review itself (system:basic-user): in every can-i list.
 SELF_REVIEWS = {
     "selfsubjectreviews.authentication.k8s.io": {"create"},
@@ -320,8 +352,9 @@ def checked_in(name: str) -> dict[str, set[str]]:
     return entries
 
 
-def test_the_e2e_allow_list_is_what_the_code_needs() -> None:
-    # The e2e test compares this file with what the API server says the operator may do in a
+def test_the_e2e_allow_lists_are_what_the_code_needs() -> None:
+    # The e2e tests compare these files with what the API server says each account may do in a
     # stream's namespace (the operator's Lease lives in its own namespace, not listed there).
     needs = operator_needs(Settings())
     assert checked_in("operator.txt") == allow_list(needs["watched"] | needs["cluster"])
+    assert checked_in("driver.txt") == allow_list(driver_needs())

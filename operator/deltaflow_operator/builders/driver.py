@@ -177,6 +177,9 @@ def spark_conf(ingestion: DeltaIngestion, settings: Settings) -> dict[str, str]:
         # No PVC handling: the driver's Role grants no access to PersistentVolumeClaims.
         "spark.kubernetes.driver.ownPersistentVolumeClaim": "false",
         "spark.kubernetes.driver.reusePersistentVolumeClaim": "false",
+        # No executor ConfigMap (a copy of the driver's SPARK_CONF_DIR that the image's executor
+        # command never reads): the driver's Role grants no access to ConfigMaps.
+        "spark.kubernetes.executor.disableConfigMap": "true",
         "spark.driver.bindAddress": "0.0.0.0",
         "spark.driver.port": str(DRIVER_PORT),
         "spark.driver.blockManager.port": str(BLOCK_MANAGER_PORT),
@@ -472,20 +475,18 @@ def service_account(ingestion: DeltaIngestion) -> Manifest:
     }
 
 
-# Exactly what Spark's Kubernetes backend does in client mode: manage its executor pods and the
-# executor ConfigMaps. No Secrets, no Services, no PVCs, nothing outside the namespace. The chart's
-# driver ClusterRole holds these rules (a test keeps the two equal); each driver gets them in its
-# own namespace through a RoleBinding.
+# Exactly what the driver does through the API: Spark's Kubernetes backend in client mode
+# manages its executor pods (creates them, watches and lists them by label, labels and deletes
+# them, one at a time or by label at the end), and the scaling channel reads and annotates the
+# driver's own pod. No ConfigMaps (spark.kubernetes.executor.disableConfigMap: the executors'
+# command line never reads one), no Secrets, no Services, no PVCs, nothing outside the namespace.
+# The chart's driver ClusterRole holds these rules (a test keeps the two equal, and another
+# derives them); each driver gets them in its own namespace through a RoleBinding.
 DRIVER_RULES: list[dict[str, Any]] = [
     {
         "apiGroups": [""],
         "resources": ["pods"],
         "verbs": ["get", "list", "watch", "create", "delete", "deletecollection", "patch"],
-    },
-    {
-        "apiGroups": [""],
-        "resources": ["configmaps"],
-        "verbs": ["get", "list", "watch", "create", "delete", "deletecollection"],
     },
 ]
 
