@@ -263,9 +263,10 @@ def read_report(
 ) -> ReportReading:
     """Judge the report annotation by the operator's own observation (pure; never raises).
 
-    A report is refused when :func:`parse_report` would refuse it, or when a time in it lies
-    more than CLOCK_SKEW_SECONDS after ``now`` or before the driver container started (the report
-    lives on its pod, and a new pod starts without one). What stays is capped: the report is no
+    A report is refused when :func:`parse_report` would refuse it, when a time in it lies more
+    than CLOCK_SKEW_SECONDS after ``now``, or when its own time lies before the driver container
+    started (the report lives on its pod, and a new pod starts without one). What stays is
+    capped: the report is no
     newer than when the operator first saw the annotation's text, and its last batch no newer than
     when the operator first saw that batch id. So a report written once, whatever times it
     claims, goes stale REPORT_STALE_SECONDS after the operator saw it, and a driver whose batch id
@@ -319,7 +320,9 @@ def _check_times(report: DriverReport, now: float, started_at: float | None) -> 
                 f"{key} is {_when(value)}, more than {CLOCK_SKEW_SECONDS:.0f}s ahead of the "
                 "operator's clock (are the nodes' clocks synchronized?)"
             )
-        if started_at is not None and value < started_at - CLOCK_SKEW_SECONDS:
+        # Only the report itself must be this driver's; an older batch or Kafka time only makes
+        # the stream look quieter than it is, never livelier.
+        if key == "at" and started_at is not None and value < started_at - CLOCK_SKEW_SECONDS:
             raise RefusedReportError(
                 f"{key} is {_when(value)}, before the driver container started "
                 f"({_when(started_at)}): not this driver's report"
