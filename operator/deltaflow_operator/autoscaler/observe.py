@@ -266,12 +266,11 @@ def read_report(
     A report is refused when :func:`parse_report` would refuse it, when a time in it lies more
     than CLOCK_SKEW_SECONDS after ``now``, or when its own time lies before the driver container
     started (the report lives on its pod, and a new pod starts without one). What stays is
-    capped: the report is no
-    newer than when the operator first saw the annotation's text, and its last batch no newer than
-    when the operator first saw that batch id. So a report written once, whatever times it
-    claims, goes stale REPORT_STALE_SECONDS after the operator saw it, and a driver whose batch id
-    stands still stalls, as a hung driver does: only a driver that keeps writing new reports, and
-    committing new batches, looks alive.
+    capped: the report is no newer than when the operator first saw the annotation's text, and
+    its last batch no newer than when the operator first saw that batch id. So a report written
+    once, whatever times it claims, goes stale REPORT_STALE_SECONDS after the operator saw it,
+    and a driver whose batch id stands still stalls, as a hung driver does: only a driver that
+    keeps writing new reports, and committing new batches, looks alive.
 
     ``seen`` is the previous round's ``sighting``; ``started_at`` when the driver's container
     started (None: unknown).
