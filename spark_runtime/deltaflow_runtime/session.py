@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from deltaflow_operator.api import DeltaIngestion
+from deltaflow_operator.builders.driver import NETWORK_CONF
 from deltaflow_runtime import object_store
 from deltaflow_runtime.table import SNAPSHOT_PARTITIONS, UNKNOWN_SIZE_SNAPSHOT_PARTITIONS
 
@@ -131,6 +132,10 @@ def runtime_conf(
     }
     if master is not None:
         conf["spark.master"] = master
+    if conf.get("spark.master", "").startswith("k8s://"):
+        # The operator's spark-defaults.conf holds these too; spec.sparkConf, set above on top of
+        # that file, must not turn authentication off or move the ports its NetworkPolicies open.
+        conf.update(NETWORK_CONF)
     return conf
 
 

@@ -41,9 +41,10 @@ from deltaflow_operator.builders.common import (
 )
 from deltaflow_operator.settings import Settings
 
+# The ports the stream's NetworkPolicies open (builders.network_policy): the driver's RPC, and the
+# block manager of the driver and of every executor (pinned: Spark picks a random one otherwise).
 DRIVER_PORT = 7078
 BLOCK_MANAGER_PORT = 7079
-UI_PORT = 4040
 EXECUTOR_CONTAINER = "executor"
 SPARK_CONF_DIR = f"{CONFIG_MOUNT}/spark"
 KAFKA_CA_DIR = f"{CONFIG_MOUNT}/kafka-ca"
@@ -100,6 +101,9 @@ def driver_spec_hash(ingestion: DeltaIngestion, settings: Settings) -> str:
             "spec": spec,
             "image": runtime_image(ingestion, settings.image),
             "pull": settings.image_pull_policy,
+            # A driver started without these (an older operator's) is replaced once: its
+            # executors' random block-manager ports are not the ones the NetworkPolicy opens.
+            "network": NETWORK_CONF,
         }
     )
 
@@ -155,6 +159,30 @@ def secret_env(ingestion: DeltaIngestion) -> list[dict[str, Any]]:
     return [_secret_env(name, ref) for name, ref in secret_env_refs(ingestion)]
 
 
+# Who may talk to the driver and the executors, and on which ports; spec.sparkConf cannot change
+# these (spark_conf applies them last, and so does the runtime, deltaflow_runtime.session).
+# Only holders of the application's secret: Spark makes one at start (spark.authenticate on
+# Kubernetes) and gives it to the executors it creates in their pod's environment
+# (SPARK_AUTHENTICATE_SECRET), so a pod that reaches the ports still cannot register as an
+# executor, fetch blocks or receive tasks (which carry the Kafka credentials). Traffic is
+# encrypted and authenticated: AES-GCM (CTR, Spark's default, lets a man in the middle flip
+# bits), the key derivation Spark's docs recommend (engine 2), no fallback to SASL DIGEST-MD5
+# (only old external shuffle services need it, and none is used). The UI goes: Spark's
+# authentication does not cover it, and nothing here reads it.
+NETWORK_CONF = {
+    "spark.authenticate": "true",
+    "spark.network.crypto.enabled": "true",
+    "spark.network.crypto.cipher": "AES/GCM/NoPadding",
+    "spark.network.crypto.authEngineVersion": "2",
+    "spark.network.crypto.saslFallback": "false",
+    "spark.ui.enabled": "false",
+    "spark.driver.bindAddress": "0.0.0.0",
+    "spark.driver.port": str(DRIVER_PORT),
+    "spark.driver.blockManager.port": str(BLOCK_MANAGER_PORT),
+    "spark.blockManager.port": str(BLOCK_MANAGER_PORT),
+}
+
+
 def spark_conf(ingestion: DeltaIngestion, settings: Settings) -> dict[str, str]:
     """Spark properties for the driver in client mode against the Kubernetes backend.
 
@@ -180,9 +208,6 @@ def spark_conf(ingestion: DeltaIngestion, settings: Settings) -> dict[str, str]:
         # No executor ConfigMap (a copy of the driver's SPARK_CONF_DIR that the image's executor
         # command never reads): the driver's Role grants no access to ConfigMaps.
         "spark.kubernetes.executor.disableConfigMap": "true",
-        "spark.driver.bindAddress": "0.0.0.0",
-        "spark.driver.port": str(DRIVER_PORT),
-        "spark.driver.blockManager.port": str(BLOCK_MANAGER_PORT),
         "spark.driver.cores": str(spec.driver.cores),
         "spark.driver.memory": spark_memory(spec.driver),
         "spark.executor.cores": str(spec.executor.cores),
@@ -215,6 +240,8 @@ def spark_conf(ingestion: DeltaIngestion, settings: Settings) -> dict[str, str]:
     for env_name, ref in secret_env_refs(ingestion):
         conf[f"spark.kubernetes.executor.secretKeyRef.{env_name}"] = f"{ref.name}:{ref.key}"
     conf.update(spec.spark_conf)  # validated: users cannot override the keys above that matter
+    # Last: a resource stored before admission refused these keys must not turn them off.
+    conf.update(NETWORK_CONF)
     return conf
 
 
@@ -417,7 +444,6 @@ def driver_pod(ingestion: DeltaIngestion, settings: Settings) -> Manifest:
                         {"name": "driver-rpc", "containerPort": DRIVER_PORT},
                         {"name": "blockmanager", "containerPort": BLOCK_MANAGER_PORT},
                         {"name": "metrics", "containerPort": settings.runtime_metrics_port},
-                        {"name": "spark-ui", "containerPort": UI_PORT},
                     ],
                     "resources": container_resources(ingestion.spec.driver),
                     "securityContext": restricted_container_security(),
