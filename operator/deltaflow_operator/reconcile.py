@@ -32,6 +32,7 @@ from deltaflow_operator.autoscaler.observe import ReportReading
 from deltaflow_operator.builders import driver as driver_builders
 from deltaflow_operator.builders.common import config_map_name, driver_pod_name
 from deltaflow_operator.builders.maintenance import JOBS, maintenance_cronjob
+from deltaflow_operator.builders.network_policy import network_policies
 from deltaflow_operator.decisions.changes import changed_fields, needs_driver_replacement
 from deltaflow_operator.decisions.conditions import condition, set_condition
 from deltaflow_operator.decisions.driver import DriverPlan, Observed, decide_driver, running_since
@@ -73,6 +74,8 @@ class _Applied:
 def children(ingestion: DeltaIngestion, settings: Settings) -> list[dict[str, Any]]:
     """Every child except the driver pod, in the order they are applied."""
     return [
+        # First: the driver pod, created after the children, never runs open to other pods.
+        *network_policies(ingestion, settings),
         driver_builders.service_account(ingestion),
         driver_builders.role_binding(ingestion, settings),
         driver_builders.driver_service(ingestion, settings),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 
@@ -26,6 +27,9 @@ class Settings:
     # A driver pod not running (or not gone) this long after it should be makes it Degraded.
     driver_pending_deadline_seconds: float = 120.0
     runtime_metrics_port: int = 8090
+    # Who may scrape a driver's metrics port (builders.network_policy): a JSON list of
+    # NetworkPolicyPeers, the chart's networkPolicy.metricsFrom; empty: anyone.
+    driver_metrics_from: str = ""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -60,4 +64,18 @@ class Settings:
                     "DELTAFLOW_DRIVER_PENDING_DEADLINE_SECONDS", d.driver_pending_deadline_seconds
                 )
             ),
+            driver_metrics_from=_peers(e.get("DELTAFLOW_DRIVER_METRICS_FROM", "")),
         )
+
+
+def _peers(text: str) -> str:
+    """``text`` as a canonical JSON list of objects ("" for none); a ValueError says what is
+    wrong, so a mistake stops the operator at start rather than on the first policy it applies."""
+    if not text.strip():
+        return ""
+    peers = json.loads(text)
+    if not isinstance(peers, list) or not all(isinstance(p, dict) for p in peers):
+        raise ValueError(
+            f"DELTAFLOW_DRIVER_METRICS_FROM must be a JSON list of NetworkPolicyPeers: {text!r}"
+        )
+    return json.dumps(peers, sort_keys=True) if peers else ""
