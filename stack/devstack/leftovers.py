@@ -2,9 +2,9 @@
 
 A node that stops cleanly takes away everything it made (devstack.node). A run that is killed
 (SIGKILL, a machine restart mid-run) cannot: its mounts, network namespaces, pod veths, iptables
-chains, shims and fixed-path files stay. :func:`leftovers` lists them; :func:`sweep_leftovers`
-removes them, and the node runs it under its lock before it starts, so one interrupted run
-does not fail every run after it.
+chains, the policy enforcer's nftables table, shims and fixed-path files stay.
+:func:`leftovers` lists them; :func:`sweep_leftovers` removes them, and the node runs it under
+its lock before it starts, so one interrupted run does not fail every run after it.
 
 ``python -m devstack.leftovers`` prints each leftover and exits 1 if there is any (the test
 command runs it after pytest, next to its check of the pids the stack started);
@@ -36,6 +36,9 @@ CONTAINER_LOGS = Path("/var/log/containers")
 NODE_DIR_NAME = "deltaflow-node"
 NODE_WORK_MARK = f"/{NODE_DIR_NAME}/".encode()
 CHAIN_PREFIXES = ("KUBE-", "CNI-")
+# The NetworkPolicy enforcer's nftables table (inet family): left behind, its rule keeps sending
+# the pods' new connections to a queue no one reads, which drops them.
+NFT_TABLE = "kube-network-policies"
 
 
 class NodeLockError(RuntimeError):
@@ -105,6 +108,17 @@ def _chains(tool: str) -> list[str]:
     )
 
 
+def _nft_table() -> bool:
+    """Whether the enforcer's nftables table exists (no nft command: no table was ever made)."""
+    try:
+        listed = subprocess.run(
+            ["nft", "list", "table", "inet", NFT_TABLE], capture_output=True, check=False
+        )
+    except FileNotFoundError:
+        return False
+    return listed.returncode == 0
+
+
 def processes() -> list[tuple[int, list[bytes]]]:
     """(pid, argv) of every process on the machine (one that exits meanwhile is left out)."""
     found = []
@@ -121,7 +135,9 @@ def _processes() -> list[tuple[int, list[bytes]]]:
     """(pid, argv) of every node or object-store process (the stack's or anyone's)."""
     found = []
     for pid, argv in processes():
-        ours = argv[0].endswith((b"containerd-shim-runc-v2", b"kubelet", b"kube-proxy"))
+        ours = argv[0].endswith(
+            (b"containerd-shim-runc-v2", b"kubelet", b"kube-proxy", b"/kube-network-policies")
+        )
         # The stack's object store (stack/install/minio.sh builds it into the cache).
         ours = ours or (argv[0].endswith(b"/minio") and b"/minio/" in argv[0])
         if ours:
@@ -150,6 +166,8 @@ def leftovers() -> list[Leftover]:
         found.append(Leftover("network interface", BRIDGE))
     for tool in ("iptables", "ip6tables"):
         found += [Leftover(f"{tool} chain", c) for c in _chains(tool)]
+    if _nft_table():
+        found.append(Leftover("nftables table", f"inet {NFT_TABLE}"))
     found += [
         Leftover("process", f"{pid} {argv[0].decode(errors='replace')}")
         for pid, argv in _processes()
@@ -234,6 +252,10 @@ def sweep_leftovers(*, stack_started: bool = False) -> list[Leftover]:
     for tool in ("iptables", "ip6tables"):
         if _chains(tool):
             _drop_chains(tool)
+    if _nft_table():
+        subprocess.run(
+            ["nft", "delete", "table", "inet", NFT_TABLE], capture_output=True, check=False
+        )
     return found
 
 
@@ -255,8 +277,8 @@ def main(argv: list[str]) -> int:
         print(f"left behind: {item}")
     if not found:
         print(
-            "no mount, network namespace, interface, iptables chain or shim of the node, and no "
-            "object store, is left"
+            "no mount, network namespace, interface, iptables chain, nftables table or shim of "
+            "the node, and no object store, is left"
         )
     return 1 if found else 0
 

@@ -1,11 +1,13 @@
-"""A real Kubernetes node on this machine: containerd + runc + CNI, kubelet and kube-proxy.
+"""A real Kubernetes node on this machine: containerd + runc + CNI, kubelet, kube-proxy, and
+kube-network-policies, which enforces NetworkPolicies (the bridge CNI does not).
 
 Everything the node makes lives under its work directory (containerd root and state, kubelet
 root, pod logs, CNI state) or is recorded before it is made (network namespaces, iptables rules,
 the sysctls the kubelet sets), and :meth:`Node.stop` takes all of it away again: container
-processes, mounts, network namespaces (and with them the pods' veths), iptables chains,
-cgroups. The bridge belongs to devstack.network, which creates and removes it. Only one node can
-run on a machine at a time (kube-proxy's iptables chains are global): a lock file says so.
+processes, mounts, network namespaces (and with them the pods' veths), iptables chains, the
+policy enforcer's nftables table, cgroups. The bridge belongs to devstack.network, which creates
+and removes it. Only one node can run on a machine at a time (kube-proxy's iptables chains are
+global): a lock file says so.
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from devstack.kube import KubeControlPlane
+from devstack.install import installed_path
+from devstack.kube import KubeControlPlane, write_kubeconfig
 from devstack.leftovers import (
+    NFT_TABLE,
     NodeLockError,
     mountpoints,
     processes,
@@ -293,9 +297,13 @@ class Node:
     def stop(self) -> None:
         """Stop the node and remove every process, mount, namespace, link and rule it made."""
         by_name = {s.name: s for s in self.services}
-        for name in ("kube-proxy", "kubelet"):
+        for name in (NETWORK_POLICIES, "kube-proxy", "kubelet"):
             if name in by_name:
                 by_name[name].stop()
+        if NETWORK_POLICIES in by_name:
+            # It deletes its table when it stops; one killed before it could would keep dropping
+            # every new connection of a pod a policy selects.
+            _run(by_name[NETWORK_POLICIES].argv[0], "-cleanup", check=False)
         _kill_containers(self.work_dir)
         if "containerd" in by_name:
             by_name["containerd"].stop()
@@ -421,6 +429,7 @@ def start_node(
             print(f"[node] imported {image.name} in {time.monotonic() - t0:.0f}s", flush=True)
         _start_kubelet(node, plane, net, timeout)
         _start_kube_proxy(node, plane, net, timeout)
+        start_network_policies(node, plane, timeout)
     except BaseException:
         node.stop()
         raise
@@ -500,6 +509,53 @@ def _start_kube_proxy(node: Node, plane: KubeControlPlane, net: PodNetwork, time
         return "KUBE-SVC-" in _run("iptables-save", "-t", "nat", check=False)
 
     proxy.wait_ready(programmed, timeout, "programming Service rules")
+
+
+NETWORK_POLICIES = "kube-network-policies"
+NFQUEUE = 100  # the nfnetlink queue its nftables rule sends packets to (its default)
+
+
+def _queue_bound(queue: int) -> bool:
+    """Whether a process listens on the nfnetlink queue (its first column in the kernel's list)."""
+    lines = Path("/proc/net/netfilter/nfnetlink_queue").read_text().splitlines()
+    return any(line.split()[:1] == [str(queue)] for line in lines)
+
+
+def start_network_policies(node: Node, plane: KubeControlPlane, timeout: float) -> None:
+    """Start the NetworkPolicy enforcer (stack/install/network-policies.sh) for this node.
+
+    The first packet of each new connection from or to a pod a policy selects goes to the
+    enforcer (an nftables rule, NFQUEUE), which accepts or drops it by the policies; pods no
+    policy selects, and the node's root processes (the kubelet's probes), are not judged. It
+    fails closed: while it does not answer, those pods get no new connections. It watches pods,
+    namespaces and policies with the admin kubeconfig, as kube-proxy here does (a copy in the
+    node's work folder, so its command line names the node, like every node process)."""
+    work = node.work_dir
+    kubeconfig = work / "network-policies.kubeconfig"
+    write_kubeconfig(kubeconfig, plane.server, plane.ca_file, plane.admin_token)
+    binary = installed_path("network-policies") / NETWORK_POLICIES
+    # A table left by a run that was killed: the enforcer makes its own afresh.
+    _run(str(binary), "-cleanup", check=False)
+    enforcer = Service(
+        NETWORK_POLICIES,
+        [
+            str(binary),
+            f"-kubeconfig={kubeconfig}",
+            f"-hostname-override={node.name}",
+            f"-metrics-bind-address=127.0.0.1:{free_port()}",
+            f"-nfqueue-id={NFQUEUE}",
+            "-v=1",
+        ],
+        work / "kube-network-policies.log",
+    )
+    node.services.append(enforcer)
+    enforcer.start()
+
+    def enforcing() -> bool:
+        table = _run("nft", "list", "table", "inet", NFT_TABLE, check=False)
+        return "queue" in table and _queue_bound(NFQUEUE)
+
+    enforcer.wait_ready(enforcing, timeout, "enforcing NetworkPolicies (table and queue)")
 
 
 def record_container_pids(node: Node) -> None:

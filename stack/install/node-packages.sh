@@ -2,14 +2,15 @@
 # Installs what the local Kubernetes node and the image build need from Debian's packages:
 # containerd, runc and the CNI plugins (the node's container runtime), docker.io (dockerd builds
 # the project's image from its Dockerfile), debootstrap (base images without a registry),
-# iptables/conntrack (kube-proxy), gcc's static libc (the pause image). Root only; a no-op once
+# iptables/conntrack (kube-proxy), nftables (nft: the node checks and removes the NetworkPolicy
+# enforcer's table), gcc's static libc (the pause image). Root only; a no-op once
 # every package is present.
 STEP_NAME=node-packages
 RERUN="stack/install/node-packages.sh"
 source "$(dirname "$0")/lib.sh"
 
 PACKAGES=(containerd runc containernetworking-plugins docker.io debootstrap iptables conntrack
-  iproute2 socat kmod libc6-dev gcc ca-certificates)
+  nftables iproute2 socat kmod libc6-dev gcc ca-certificates)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -28,7 +29,7 @@ else
 fi
 # The packages' own services are never used: the stack starts containerd and dockerd by hand with
 # private roots and sockets. Nothing here starts them (there is no systemd on these machines).
-for bin in containerd containerd-shim-runc-v2 runc dockerd docker debootstrap iptables-save; do
+for bin in containerd containerd-shim-runc-v2 runc dockerd docker debootstrap iptables-save nft; do
   command -v "$bin" >/dev/null || die "$bin is missing after the install"
 done
 [ -x /usr/lib/cni/bridge ] || die "CNI plugins missing in /usr/lib/cni"
