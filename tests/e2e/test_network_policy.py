@@ -1,0 +1,315 @@
+"""Nobody else in, on the local node: a stream's driver takes Spark's traffic from its own
+executors only, and Spark answers only holders of the stream's secret.
+
+The chart's operator runs as a pod and a DeltaIngestion runs for real (driver and executor pods
+from the project's image, tables on the object store), with the NetworkPolicies the operator
+applies and the node's enforcer (kube-network-policies, devstack.node) judging every new
+connection. Probe pods, also from the project's image, then try what a stranger would:
+
+- from another namespace, even with the stream's executor labels: a TCP connection to the
+  driver's RPC and block-manager ports, and to an executor's block manager, gets nowhere, while
+  the driver's metrics port answers (the control: the address is reachable, only Spark's ports
+  are closed to it);
+- from the stream's namespace with the executor labels (what anyone who may create pods there,
+  or any pod on a network without policies, could do): the connection opens, and Spark's own
+  first call of an executor is refused without the secret, with or without Spark's
+  authentication, and answered with it (the control: the same client, the right secret).
+
+Meanwhile the stream keeps landing every record it is given. Tests run in file order and share
+the stream.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deltaflow_operator.api import DeltaIngestion
+from deltaflow_operator.builders.common import RUNTIME_UID, labels
+from deltaflow_operator.builders.driver import BLOCK_MANAGER_PORT, DRIVER_PORT
+from devstack.cluster import lake_credentials
+from devstack.demo import cluster_manifest, create_topic, pods, produce_orders, running, table_rows
+from devstack.install import REPO_ROOT
+from devstack.kafka import KafkaBroker
+from devstack.kube import KubeControlPlane
+from devstack.minio import ObjectStore
+from support.figures import record
+from support.operator_harness import OPERATOR_NAMESPACE, restricted_namespace, wait_for
+
+NS = "guarded"
+OTHER_NS = "elsewhere"
+NAME = "payments"
+TOPIC = "payments-e2e"
+LAKE = "s3a://lake/e2e-netpol"
+DRIVER = f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=driver"
+EXECUTORS = f"spark-role=executor,app.kubernetes.io/instance={NAME}"
+METRICS_PORT = 8090  # the operator's default runtime metrics port (Settings.runtime_metrics_port)
+ENFORCER = "kube-network-policies"
+SECRET_ENV = "SPARK_AUTHENTICATE_SECRET"  # where Spark hands executors the application's secret
+CHART = REPO_ROOT / "charts" / "deltaflow"
+# One JSON line per "host:port": "connected", or the error (TimeoutError: a dropped SYN).
+TCP_PROBE = """
+import json, socket, sys
+for target in sys.argv[1:]:
+    host, port = target.rsplit(":", 1)
+    s = socket.socket()
+    s.settimeout(5)
+    try:
+        s.connect((host, int(port)))
+        result = "connected"
+    except OSError as error:
+        result = type(error).__name__
+    finally:
+        s.close()
+    print(json.dumps({"target": target, "result": result}), flush=True)
+"""
+RPC_PROBE = (Path(__file__).parents[1] / "support" / "spark_rpc_probe.py").read_text()
+
+
+@dataclass
+class Guarded:
+    """The running stream and what the tests need to feed and check it."""
+
+    kube: KubeControlPlane
+    kafka: KafkaBroker
+    store: ObjectStore
+    ingestion: DeltaIngestion
+    produced: int = 0
+
+    def produce(self, count: int) -> None:
+        produce_orders(self.kafka, TOPIC, count, first_id=self.produced, broken=False)
+        self.produced += count
+
+    def wait_landed(self, timeout: float = 300) -> None:
+        """Until every record produced so far is in the table (all are valid)."""
+        options = self.store.storage_options()
+        wait_for(
+            f"{self.produced} records in the table",
+            lambda: table_rows(f"{LAKE}/{NAME}", options) >= self.produced,
+            timeout=timeout,
+            interval=2,
+        )
+        assert table_rows(f"{LAKE}/{NAME}_dead_letter", options) == 0
+        assert table_rows(f"{LAKE}/{NAME}", options) == self.produced
+
+    def running(self, selector: str) -> list[dict[str, Any]]:
+        found = pods(self.kube, NS, selector)
+        return [p for p in found if running(p) and not p["metadata"].get("deletionTimestamp")]
+
+    def ip(self, selector: str) -> str:
+        return str(
+            wait_for(f"a running {selector}", lambda: self.running(selector), 120)[0]["status"][
+                "podIP"
+            ]
+        )
+
+    def probe(
+        self,
+        namespace: str,
+        name: str,
+        pod_labels: dict[str, str],
+        args: list[str],
+        env: dict[str, str] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Run ``args`` in a pod of the project's image (restricted, like every pod here) until it
+        ends; its JSON output lines."""
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "labels": pod_labels},
+            "spec": {
+                "restartPolicy": "Never",
+                "automountServiceAccountToken": False,
+                "enableServiceLinks": False,
+                "securityContext": {
+                    "runAsNonRoot": True,
+                    "runAsUser": RUNTIME_UID,
+                    "runAsGroup": RUNTIME_UID,
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                },
+                "containers": [
+                    {
+                        "name": "probe",
+                        "image": self.kube.image,
+                        "imagePullPolicy": "IfNotPresent",
+                        "command": args[:1],
+                        "args": args[1:],
+                        "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
+                        "resources": {
+                            "requests": {"cpu": "100m", "memory": "512Mi"},
+                            "limits": {"memory": "1Gi"},
+                        },
+                        "securityContext": {
+                            "allowPrivilegeEscalation": False,
+                            "capabilities": {"drop": ["ALL"]},
+                        },
+                    }
+                ],
+            },
+        }
+        self.kube.kubectl("apply", "-f", "-", stdin=json.dumps(pod))
+
+        def ended() -> str | None:
+            phase = self.kube.kubectl_json("-n", namespace, "get", "pod", name)["status"].get(
+                "phase"
+            )
+            return str(phase) if phase in ("Succeeded", "Failed") else None
+
+        phase = wait_for(f"probe pod {namespace}/{name} to finish", ended, timeout=240)
+        log = self.kube.kubectl("-n", namespace, "logs", name).stdout
+        self.kube.kubectl("-n", namespace, "delete", "pod", name, "--wait=false")
+        assert phase == "Succeeded", log[-3000:]
+        return [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+
+    def tcp(
+        self, namespace: str, name: str, pod_labels: dict[str, str], targets: list[str]
+    ) -> dict[str, str]:
+        lines = self.probe(namespace, name, pod_labels, ["python", "-c", TCP_PROBE, *targets])
+        return {line["target"]: line["result"] for line in lines}
+
+
+@pytest.fixture(scope="module")
+def guarded(
+    chart_installed: KubeControlPlane, kafka: KafkaBroker, object_store: ObjectStore
+) -> Iterator[Guarded]:
+    """The chart's operator as one pod and one DeltaIngestion whose pods really run."""
+    kube = chart_installed
+    assert kube.node is not None
+    enforcer = [s for s in kube.node.services if s.name == ENFORCER]
+    assert enforcer, "the node runs no NetworkPolicy enforcer"
+    assert enforcer[0].alive(), "the node's NetworkPolicy enforcer has stopped"
+    # The session's release has no operator pods (the operator-logic tests run their own
+    # process); this module runs one, and gives the release back as it found it.
+    kube.helm(
+        "upgrade", "deltaflow", str(CHART), "--namespace", OPERATOR_NAMESPACE, "--reuse-values",
+        "--set=replicaCount=1", "--wait", "--timeout=5m",
+    )  # fmt: skip
+    restricted_namespace(kube, NS)
+    restricted_namespace(kube, OTHER_NS)
+    lake_credentials(kube, NS, object_store)
+    create_topic(kafka, TOPIC, 2)
+    assert kafka.pod_bootstrap_servers is not None
+    manifest = cluster_manifest(
+        NAME,
+        kafka.pod_bootstrap_servers,
+        topic=TOPIC,
+        trigger="2s",
+        namespace=NS,
+        storage=object_store.storage_spec(),
+        lake=LAKE,
+    )
+    manifest["spec"]["executor"]["coreLimit"] = "2"  # never throttled on the 2-core node
+    kube.kubectl("apply", "-f", "-", stdin=json.dumps(manifest))
+    stored = kube.kubectl_json("-n", NS, "get", "deltaingestion", NAME)
+    try:
+        yield Guarded(kube, kafka, object_store, DeltaIngestion.model_validate(stored))
+    finally:
+        kube.kubectl("-n", NS, "delete", "deltaingestion", NAME, "--timeout=120s", check=False)
+        for namespace in (NS, OTHER_NS):
+            kube.kubectl("delete", "namespace", namespace, "--timeout=180s", check=False)
+        kube.helm(
+            "upgrade", "deltaflow", str(CHART), "--namespace", OPERATOR_NAMESPACE,
+            "--reuse-values", "--set=replicaCount=0", "--wait", "--timeout=5m",
+        )  # fmt: skip
+
+
+def test_the_stream_lands_records_through_its_own_executors_with_its_policies_in_force(
+    guarded: Guarded,
+) -> None:
+    kube = guarded.kube
+    guarded.produce(2000)
+    started = time.monotonic()
+    wait_for("the driver pod Running", lambda: guarded.running(DRIVER), timeout=240)
+    # Applied with the other children, before the driver pod was created.
+    policies = kube.kubectl_json("-n", NS, "get", "networkpolicies")["items"]
+    assert sorted(p["metadata"]["name"] for p in policies) == [
+        f"{NAME}-driver",
+        f"{NAME}-executors",
+        f"{NAME}-maintenance",
+    ]
+    executors = wait_for("an executor pod Running", lambda: guarded.running(EXECUTORS), 240)
+    guarded.wait_landed()
+    record(f"stream behind NetworkPolicies: 2000 records landed {time.monotonic() - started:.0f}s")
+
+    # Spark made the application's secret and gave it to its executor in the pod's environment
+    # (Spark's trust boundary: whoever may get pods in the namespace); it is nowhere else.
+    env = {e["name"]: e for e in executors[0]["spec"]["containers"][0].get("env", [])}
+    secret = env[SECRET_ENV]["value"]
+    assert len(secret) >= 32, "no authentication secret on the executor"
+    defaults = kube.kubectl_json("-n", NS, "get", "configmap", f"{NAME}-config")["data"]
+    assert "spark.authenticate true\n" in defaults["spark-defaults.conf"]
+    assert "spark.network.crypto.enabled true\n" in defaults["spark-defaults.conf"]
+    for kinds in ("configmaps", "events", "deltaingestions"):
+        assert secret not in kube.kubectl("get", kinds, "-A", "-o", "json").stdout, kinds
+    driver_log = kube.kubectl("-n", NS, "logs", f"{NAME}-driver").stdout
+    assert secret not in driver_log
+
+
+def test_a_pod_of_another_namespace_cannot_open_the_driver_or_executor_ports(
+    guarded: Guarded,
+) -> None:
+    driver, executor = guarded.ip(DRIVER), guarded.ip(EXECUTORS)
+    # The stream's own executor labels: only the namespace differs from a real executor.
+    results = guarded.tcp(
+        OTHER_NS,
+        "intruder",
+        labels(guarded.ingestion, "executor"),
+        [
+            f"{driver}:{DRIVER_PORT}",
+            f"{driver}:{BLOCK_MANAGER_PORT}",
+            f"{executor}:{BLOCK_MANAGER_PORT}",
+            f"{driver}:{METRICS_PORT}",
+        ],
+    )
+    assert results == {
+        f"{driver}:{DRIVER_PORT}": "TimeoutError",
+        f"{driver}:{BLOCK_MANAGER_PORT}": "TimeoutError",
+        f"{executor}:{BLOCK_MANAGER_PORT}": "TimeoutError",
+        f"{driver}:{METRICS_PORT}": "connected",  # reachable: only Spark's ports are closed
+    }, results
+    # The stream's own executors kept working meanwhile.
+    guarded.produce(1000)
+    guarded.wait_landed()
+
+
+def test_a_process_without_the_streams_secret_cannot_register_as_its_executor(
+    guarded: Guarded,
+) -> None:
+    kube = guarded.kube
+    driver = guarded.ip(DRIVER)
+    executors = guarded.running(EXECUTORS)
+    env = {e["name"]: e for e in executors[0]["spec"]["containers"][0].get("env", [])}
+    secret = env[SECRET_ENV]["value"]
+    registered = len(executors)
+    # In the stream's namespace with the executor labels, the network lets a pod through ...
+    as_executor = labels(guarded.ingestion, "executor")
+    opened = guarded.tcp(NS, "knock", as_executor, [f"{driver}:{DRIVER_PORT}"])
+    assert opened == {f"{driver}:{DRIVER_PORT}": "connected"}, opened
+    # ... and Spark itself refuses the first call an executor makes (does the scheduler it
+    # registers with exist?) unless the caller holds the stream's secret.
+    answers = guarded.probe(
+        NS,
+        "rogue-executor",
+        as_executor,
+        ["python", "-c", RPC_PROBE, driver, str(DRIVER_PORT), "CoarseGrainedScheduler"],
+        # The probe's own JVM (py4j) stays small next to the stream's pods.
+        env={"PROBE_SECRET": secret, "PYSPARK_SUBMIT_ARGS": "--driver-memory 256m pyspark-shell"},
+    )
+    by_case = {a["case"]: a for a in answers}
+    assert set(by_case) == {"plain", "wrong-secret", "right-secret"}, answers
+    assert not by_case["plain"]["answered"]
+    assert "Unknown challenge message" in by_case["plain"]["error"], by_case["plain"]
+    assert not by_case["wrong-secret"]["answered"], by_case["wrong-secret"]
+    assert by_case["right-secret"]["answered"], by_case["right-secret"]  # the control
+    # No stranger joined: the driver runs with the executors Spark made for it, and goes on.
+    assert len(guarded.running(EXECUTORS)) == registered
+    guarded.produce(1000)
+    guarded.wait_landed()
+    status = kube.kubectl_json("-n", NS, "get", "deltaingestion", NAME)["status"]
+    assert status["executors"].get("current") == registered, status["executors"]
