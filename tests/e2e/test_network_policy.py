@@ -51,7 +51,7 @@ DRIVER = f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=driver"
 EXECUTORS = f"spark-role=executor,app.kubernetes.io/instance={NAME}"
 METRICS_PORT = 8090  # the operator's default runtime metrics port (Settings.runtime_metrics_port)
 ENFORCER = "kube-network-policies"
-SECRET_ENV = "SPARK_AUTHENTICATE_SECRET"  # where Spark hands executors the application's secret
+SECRET_ENV = "_SPARK_AUTH_SECRET"  # where Spark hands executors the application's secret
 CHART = REPO_ROOT / "charts" / "deltaflow"
 # One JSON line per "host:port": "connected", or the error (TimeoutError: a dropped SYN).
 TCP_PROBE = """

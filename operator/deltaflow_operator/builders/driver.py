@@ -163,7 +163,7 @@ def secret_env(ingestion: DeltaIngestion) -> list[dict[str, Any]]:
 # these (spark_conf applies them last, and so does the runtime, deltaflow_runtime.session).
 # Only holders of the application's secret: Spark makes one at start (spark.authenticate on
 # Kubernetes) and gives it to the executors it creates in their pod's environment
-# (SPARK_AUTHENTICATE_SECRET), so a pod that reaches the ports still cannot register as an
+# (_SPARK_AUTH_SECRET), so a pod that reaches the ports still cannot register as an
 # executor, fetch blocks or receive tasks (which carry the Kafka credentials). Traffic is
 # encrypted and authenticated: AES-GCM (CTR, Spark's default, lets a man in the middle flip
 # bits), the key derivation Spark's docs recommend (engine 2), no fallback to SASL DIGEST-MD5
