@@ -84,8 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--local-dir",
         type=Path,
         default=Path("deltaflow-local"),
-        help="where s3a://, gs://, abfss:// paths of the manifest go locally (default: "
-        "./deltaflow-local)",
+        help="where s3a:// and s3:// paths of the manifest go locally (default: ./deltaflow-local)",
     )
     run.add_argument(
         "--storage-endpoint",

@@ -22,7 +22,7 @@ from deltaflow_operator.api.identity import StreamIdentity, identity
 # The key of the operator's ConfigMap that holds the whole DeltaIngestion as YAML.
 CONFIG_MAP_KEY = "ingestion.yaml"
 
-_OBJECT_STORE = re.compile(r"^(s3a|s3|gs|abfss)://(?P<rest>.+)$")
+_OBJECT_STORE = re.compile(r"^(s3a|s3)://(?P<rest>.+)$")  # the object stores the API admits
 _DURATION = re.compile(r"^(?P<n>[0-9]+)(?P<unit>ms|s|m|h)$")
 
 

@@ -117,7 +117,7 @@ def test_localize_with_a_storage_endpoint_keeps_the_object_store_and_only_moves_
 def test_local_paths_stay_local(tmp_path: Path) -> None:
     assert local_path("file:///data/t", tmp_path) == "file:///data/t"
     assert local_path("/data/t", tmp_path) == "/data/t"
-    assert local_path("gs://b/k/t", tmp_path) == f"file://{tmp_path}/b/k/t"
+    assert local_path("s3://b/k/t", tmp_path) == f"file://{tmp_path}/b/k/t"
 
 
 @pytest.mark.parametrize(
