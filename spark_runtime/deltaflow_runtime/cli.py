@@ -230,6 +230,7 @@ def _dispatch(args: argparse.Namespace, pipeline: Pipeline) -> int:
     from deltaflow_runtime.offsets import DataLossError
     from deltaflow_runtime.parse import SchemaError
     from deltaflow_runtime.source import SourceConfigError
+    from deltaflow_runtime.topics import TopicPatternError, check_topic_pattern
 
     if args.command == "vacuum":
         # Refuse before starting a JVM.
@@ -252,6 +253,9 @@ def _dispatch(args: argparse.Namespace, pipeline: Pipeline) -> int:
         if args.command in ("run", "stream"):
             from deltaflow_runtime.stream import StreamOptions, run_stream
 
+            # Before any Kafka call: Spark would fail every start on a pattern Java refuses.
+            check_topic_pattern(spark, pipeline.ingestion.spec.source)
+
             hint = str(args.filename if args.command == "run" else args.config)
             options = StreamOptions(
                 available_now=args.available_now,
@@ -270,7 +274,7 @@ def _dispatch(args: argparse.Namespace, pipeline: Pipeline) -> int:
             emit(run_vacuum(spark, pipeline, args.retention_hours))
             return 0
         return _recover(spark, pipeline)
-    except (SchemaError, SourceConfigError, MaintenanceConfigError) as error:
+    except (SchemaError, SourceConfigError, TopicPatternError, MaintenanceConfigError) as error:
         return _fail(EXIT_CONFIG, FailureReason.INVALID_SPEC, str(error))
     except CheckpointMismatchError as error:
         return _fail(EXIT_CHECKPOINT, error.reason, str(error))

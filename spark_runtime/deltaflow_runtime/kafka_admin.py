@@ -12,6 +12,7 @@ from typing import Any
 
 from deltaflow_operator.api.v1alpha1 import KafkaSource
 from deltaflow_runtime.checkpoint import TopicOffsets
+from deltaflow_runtime.topics import matching_topics
 
 
 def client_config(
@@ -112,12 +113,10 @@ class KafkaAdmin:
         return KafkaIdentity(cluster.cluster_id or None, ids)
 
     def topics_matching(self, pattern: str) -> list[str]:
-        """Topic names that fully match a Java-style regex (as Spark's subscribePattern)."""
-        import re
-
+        """The topics Spark's subscribePattern reads (found in the name, not only matching it
+        whole: see :mod:`deltaflow_runtime.topics`)."""
         meta = self._admin.list_topics(timeout=self.timeout)
-        regex = re.compile(pattern)
-        return sorted(t for t in meta.topics if regex.fullmatch(t) and not t.startswith("__"))
+        return matching_topics(pattern, meta.topics)
 
     def _list_offsets(self, tps: list[tuple[str, int]], latest: bool) -> TopicOffsets:
         from confluent_kafka import TopicPartition
