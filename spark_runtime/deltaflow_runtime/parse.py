@@ -148,24 +148,21 @@ def avro_all_null_encoding(avro_schema: str) -> bytes | None:
     return bytes(out)
 
 
-def _check_columns(columns: Sequence[str], sink: DeltaSink, source_field: str) -> None:
-    reserved = set(METADATA_COLUMNS) if sink.kafka_metadata_columns else set()
-    clashes = sorted(reserved.intersection(columns))
-    if clashes:
-        raise SchemaError(
-            f"{source_field}: field(s) {', '.join(clashes)} clash with the Kafka metadata "
-            "columns; rename them or set spec.sink.kafkaMetadataColumns: false"
-        )
-    internal = [c for c in columns if c.startswith("__deltaflow")]
-    if internal:
-        raise SchemaError(f"{source_field}: names starting with __deltaflow are reserved")
-    available = set(columns) | reserved
-    unknown = [c for c in sink.partition_by if c not in available]
-    if unknown:
-        raise SchemaError(
-            f"spec.sink.partitionBy: {', '.join(unknown)} is not a column of the table "
-            f"(columns: {', '.join(sorted(available))})"
-        )
+def _check_columns(
+    columns: StructType, sink: DeltaSink, source_field: str, *, nested_not_null: bool = True
+) -> None:
+    """Refuse a table Delta cannot write (see :mod:`deltaflow_runtime.table_schema`)."""
+    from deltaflow_runtime.table_schema import schema_problems
+
+    problems = schema_problems(
+        columns,
+        field=source_field,
+        metadata=METADATA_COLUMNS if sink.kafka_metadata_columns else (),
+        partition_by=sink.partition_by,
+        nested_not_null=nested_not_null,
+    )
+    if problems:
+        raise SchemaError("; ".join(problems))
 
 
 def output_columns(spec: ParseSpec) -> list[str]:
@@ -181,7 +178,7 @@ def output_columns(spec: ParseSpec) -> list[str]:
 def parse_spec(spark: SparkSession, fmt: Format, sink: DeltaSink) -> ParseSpec:
     """Resolve the spec's format into a :class:`ParseSpec`; raise SchemaError naming the field."""
     from pyspark.errors import PySparkException
-    from pyspark.sql.types import DataType, StructType
+    from pyspark.sql.types import BinaryType, DataType, StructField, StructType
 
     common: dict[str, Any] = {
         "key_required": fmt.key_required,
@@ -190,7 +187,8 @@ def parse_spec(spark: SparkSession, fmt: Format, sink: DeltaSink) -> ParseSpec:
     }
     if fmt.type == "raw":
         spec = ParseSpec("raw", None, (), None, None, **common)
-        _check_columns(["key", "value"], sink, "spec.format.type")
+        raw = StructType([StructField("key", BinaryType()), StructField("value", BinaryType())])
+        _check_columns(raw, sink, "spec.format.type")
         return spec
     if fmt.type == "json":
         try:
@@ -204,7 +202,8 @@ def parse_spec(spark: SparkSession, fmt: Format, sink: DeltaSink) -> ParseSpec:
         nullable = StructType.fromJson(parsed.jsonValue())
         for field in nullable.fields:
             field.nullable = True
-        _check_columns(nullable.fieldNames(), sink, "spec.format.schema")
+        # The JSON parse does not enforce NOT NULL below the top level (see table_schema).
+        _check_columns(parsed, sink, "spec.format.schema", nested_not_null=False)
         return ParseSpec("json", nullable, required, None, None, **common)
     avro_schema = str(fmt.schema_)
     try:
@@ -216,7 +215,7 @@ def parse_spec(spark: SparkSession, fmt: Format, sink: DeltaSink) -> ParseSpec:
     except PySparkException as error:
         message = str(error).splitlines()[0]
         raise SchemaError(f"spec.format.schema: not a valid Avro schema: {message}") from None
-    _check_columns(value_schema.fieldNames(), sink, "spec.format.schema")
+    _check_columns(value_schema, sink, "spec.format.schema")
     return ParseSpec(
         "avro",
         value_schema,
