@@ -416,6 +416,39 @@ INVALID_CASES: list[InvalidCase] = [
         _set("spec.sparkConf", {"spark.SSL.KeyStorePassword": "p"}),
     ),
     _case(
+        "spark-conf-authentication-off",
+        "spec.sparkConf",
+        _set("spec.sparkConf", {"spark.authenticate": "false"}),
+    ),
+    _case(
+        "spark-conf-encryption-off",
+        "spec.sparkConf",
+        _set("spec.sparkConf", {"spark.network.crypto.enabled": "false"}),
+    ),
+    _case(
+        "spark-conf-ui-on",
+        "spec.sparkConf",
+        _set("spec.sparkConf", {"spark.ui.enabled": "true"}),
+    ),
+    _case(
+        "spark-conf-driver-port",
+        "spec.sparkConf",
+        _set("spec.sparkConf", {"spark.driver.port": "9999"}),
+    ),
+    _case(
+        "avro-confluent-without-schema-ids",
+        "spec.format.schemaIds",
+        _set(
+            "spec.format",
+            {
+                "type": "avro",
+                "schema": '{"type": "record", "name": "R", "fields": [{"name": "id", '
+                '"type": "long"}]}',
+                "avroWireFormat": "confluent",
+            },
+        ),
+    ),
+    _case(
         "spark-conf-authenticate-secret",
         "spec.sparkConf",
         _set("spec.sparkConf", {"spark.authenticate.secret": "s"}),
@@ -542,11 +575,9 @@ VALID_LOOK_ALIKES: list[InvalidCase] = [
                 "spark.hadoop.fs.s3a.aws.credentials.provider": "software.amazon.awssdk.auth."
                 "credentials.WebIdentityTokenFileCredentialsProvider",
                 "spark.hadoop.fs.s3a.delegation.token.binding": "x",
-                "spark.authenticate.secret.file": "/etc/secret/spark",
                 "spark.security.credentials.hive.enabled": "false",
                 "spark.ssl.keyStore": "/etc/ssl/keystore.jks",
                 "spark.io.encryption.keySizeBits": "256",
-                "spark.network.crypto.saslFallback": "false",
             },
         ),
     ),

@@ -247,9 +247,9 @@ class Format(ApiModel):
         list[Annotated[int, Field(ge=0, le=2_147_483_647)]],
         Field(
             max_length=32,
-            description="avro with confluent framing: the registry ids under which "
-            "spec.format.schema was registered; a value framed with another id is dead-lettered "
-            "(read with this schema it would be misread). Empty: any id.",
+            description="avro with confluent framing (required there): the registry ids "
+            "under which spec.format.schema was registered; a value framed with another id is "
+            "dead-lettered (read with this schema it would be misread).",
         ),
     ] = []
     rules = (
@@ -263,6 +263,18 @@ class Format(ApiModel):
                 or (v.get("avroWireFormat", "plain") == "plain" and not v.get("schemaIds"))
             ),
             field_path=".avroWireFormat",
+        ),
+        Rule(
+            cel="!has(self.avroWireFormat) || self.avroWireFormat != 'confluent' || "
+            "(has(self.schemaIds) && size(self.schemaIds) > 0)",
+            message="avroWireFormat confluent needs schemaIds, the registry ids spec.format.schema "
+            "was registered under: a value framed with another id would be decoded with this "
+            "schema and land misread (fields of the same type swapped, say); find them with the "
+            "registry's GET /subjects/<subject>/versions",
+            check=lambda v: (
+                v.get("avroWireFormat", "plain") != "confluent" or bool(v.get("schemaIds"))
+            ),
+            field_path=".schemaIds",
         ),
         Rule(
             cel="!has(self.schemaIds) || size(self.schemaIds) == 0 || "
@@ -730,8 +742,24 @@ def _z_order_not_partitioned(spec: Mapping[str, Any]) -> bool:
 # sparkConf keys the operator or the runtime set, or whose change would split the stream's view
 # of its topics: with the deprecated offset reader Spark matches topicPattern against whole topic
 # names, while Deltaflow's lag searches it as the default reader does.
-_OWNED_CONF_PREFIXES = ("spark.kubernetes.", "spark.dynamicAllocation.")
-_OWNED_CONF_KEYS = ("spark.master", "spark.sql.streaming.kafka.useDeprecatedOffsetFetching")
+# Who may talk to the driver and executors is the operator's: Spark's authentication and
+# encryption, the UI and the ports the stream's NetworkPolicies open.
+_OWNED_CONF_PREFIXES = (
+    "spark.kubernetes.",
+    "spark.dynamicAllocation.",
+    "spark.authenticate",
+    "spark.network.crypto.",
+    "spark.network.sasl.",
+)
+_OWNED_CONF_KEYS = (
+    "spark.master",
+    "spark.sql.streaming.kafka.useDeprecatedOffsetFetching",
+    "spark.ui.enabled",
+    "spark.driver.port",
+    "spark.driver.blockManager.port",
+    "spark.blockManager.port",
+    "spark.driver.bindAddress",
+)
 
 
 class DeltaIngestionSpec(ApiModel):
@@ -787,6 +815,10 @@ class DeltaIngestionSpec(ApiModel):
             + "]))",
             message="sparkConf keys must start with spark. and must not set spark.master, "
             "spark.kubernetes.* or spark.dynamicAllocation.* (the operator owns those), nor "
+            "Spark's authentication, encryption, UI or ports (spark.authenticate*, "
+            "spark.network.crypto.*, spark.network.sasl.*, spark.ui.enabled, spark.driver.port, "
+            "spark.driver.blockManager.port, spark.blockManager.port, spark.driver.bindAddress: "
+            "the operator owns who may talk to the driver and executors), nor "
             "spark.sql.streaming.kafka.useDeprecatedOffsetFetching (that reader matches "
             "topicPattern differently from Deltaflow's lag)",
             check=lambda v: all(
