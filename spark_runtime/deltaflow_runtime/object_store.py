@@ -26,15 +26,19 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 LOGSTORE_CLASS = "io.deltaflow.storage.S3ConditionalLogStore"
+# file:// tables (local disks, PersistentVolumes, NFS): commits published by link(2).
+LOCAL_LOGSTORE_CLASS = "io.deltaflow.storage.LocalLinkLogStore"
 ENV_PROVIDER = "software.amazon.awssdk.auth.credentials.EnvironmentVariableCredentialsProvider"
 DEFAULT_CHAIN = "software.amazon.awssdk.auth.credentials.DefaultCredentialsProvider"
 DEFAULT_REGION = "us-east-1"
 OBJECT_STORE_SCHEMES = ("s3a", "s3")
 
-# For every s3a:// writer, whatever the spec says: what keeps two writers from losing a commit.
-PINNED_S3_CONF = {
+# For every writer, whatever the spec says: what keeps two writers (the stream and its OPTIMIZE
+# job) from losing a commit, on the object store and on a file system.
+PINNED_COMMIT_CONF = {
     "spark.delta.logStore.s3a.impl": LOGSTORE_CLASS,
     "spark.delta.logStore.s3.impl": LOGSTORE_CLASS,
+    "spark.delta.logStore.file.impl": LOCAL_LOGSTORE_CLASS,
     "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
     "spark.hadoop.fs.s3a.create.conditional.enabled": "true",
 }

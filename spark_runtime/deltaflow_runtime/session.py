@@ -128,7 +128,7 @@ def runtime_conf(
         **pod_conf(e),
         **(extra or {}),
         **PINNED_CONF,
-        **object_store.PINNED_S3_CONF,
+        **object_store.PINNED_COMMIT_CONF,
     }
     if master is not None:
         conf["spark.master"] = master

@@ -19,6 +19,8 @@ def local_spark_conf(work_dir: Path, cores: int = 2) -> dict[str, str]:
         "spark.jars": ",".join(str(j) for j in spark_jars()),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        # The runtime's own commit store for file:// tables (object_store.PINNED_COMMIT_CONF).
+        "spark.delta.logStore.file.impl": "io.deltaflow.storage.LocalLinkLogStore",
         "spark.sql.shuffle.partitions": "2",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
