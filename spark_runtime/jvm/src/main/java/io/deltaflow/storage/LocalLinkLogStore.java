@@ -4,7 +4,6 @@ import io.delta.storage.HadoopFileSystemLogStore;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
-import java.nio.charset.StandardCharsets;
 import java.nio.file.FileAlreadyExistsException;
 import java.nio.file.Files;
 import java.nio.file.Paths;
@@ -43,7 +42,7 @@ public class LocalLinkLogStore extends HadoopFileSystemLogStore {
     java.nio.file.Path temp =
         target.resolveSibling("." + target.getFileName() + "." + UUID.randomUUID() + ".tmp");
     try {
-      writeDurably(temp, join(actions));
+      writeDurably(temp, S3ConditionalLogStore.join(actions));
       if (overwrite) {
         // Only for files Delta allows to be replaced (e.g. _last_checkpoint).
         Files.move(
@@ -82,13 +81,5 @@ public class LocalLinkLogStore extends HadoopFileSystemLogStore {
       }
       channel.force(true);
     }
-  }
-
-  private static byte[] join(Iterator<String> actions) {
-    StringBuilder text = new StringBuilder();
-    while (actions.hasNext()) {
-      text.append(actions.next()).append('\n');
-    }
-    return text.toString().getBytes(StandardCharsets.UTF_8);
   }
 }

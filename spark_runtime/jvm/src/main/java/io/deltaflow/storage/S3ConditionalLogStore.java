@@ -117,7 +117,8 @@ public class S3ConditionalLogStore extends HadoopFileSystemLogStore {
     return false; // one PUT: an object is visible whole or not at all
   }
 
-  private static byte[] join(Iterator<String> actions) {
+  /** A commit's actions as its file holds them: one JSON line each, UTF-8 (both stores). */
+  static byte[] join(Iterator<String> actions) {
     ByteArrayOutputStream buffer = new ByteArrayOutputStream();
     while (actions.hasNext()) {
       buffer.writeBytes((actions.next() + "\n").getBytes(StandardCharsets.UTF_8));
