@@ -72,7 +72,10 @@ class Loop:
                 )
             finally:
                 self.running.pop(key, None)
-        self.managed.add(key)
+        if self.reconciler.serves(namespace, name):
+            self.managed.add(key)
+        else:
+            self.managed.discard(key)
         metrics.MANAGED_RESOURCES.labels("DeltaIngestion").set(len(self.managed))
         return requeue
 

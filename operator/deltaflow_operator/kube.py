@@ -94,6 +94,28 @@ class Kube:
             if e.status != 404:  # deleted meanwhile: nothing to report on
                 raise
 
+    def claim(
+        self, namespace: str, name: str, resource_version: str, operator: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """Write ``status.operator`` only if the resource is still at ``resource_version`` (a
+        compare-and-swap: of two operators claiming at once, one wins). Returns the resource as
+        stored after the write, or None when it changed meanwhile (or is gone)."""
+        patch = {
+            "metadata": {"resourceVersion": resource_version},
+            "status": {"operator": operator},
+        }
+        try:
+            return cast(
+                dict[str, Any],
+                self.custom.patch_namespaced_custom_object_status(
+                    GROUP, VERSION, namespace, PLURAL, name, patch
+                ),
+            )
+        except ApiException as e:
+            if e.status in (404, 409):
+                return None
+            raise
+
     # --- children -------------------------------------------------------------------------
     def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
         """Server-side apply ``manifest`` as the operator's field manager; returns the object."""

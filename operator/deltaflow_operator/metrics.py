@@ -25,6 +25,10 @@ DRIVER_ACTIONS = Counter(
     "Driver pods created or deleted",
     ["action", "reason"],
 )
+STANDING_BACK = Gauge(
+    "deltaflow_operator_standing_back_resources",
+    "DeltaIngestions this operator leaves to another release that serves them",
+)
 IS_LEADER = Gauge("deltaflow_operator_leader", "1 while this replica holds the leader Lease")
 # Autoscaling (see deltaflow_operator.scaling).
 LAG_RECORDS = Gauge(

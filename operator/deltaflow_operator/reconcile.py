@@ -36,6 +36,12 @@ from deltaflow_operator.builders.network_policy import network_policies
 from deltaflow_operator.decisions.changes import changed_fields, needs_driver_replacement
 from deltaflow_operator.decisions.conditions import condition, set_condition
 from deltaflow_operator.decisions.driver import DriverPlan, Observed, decide_driver, running_since
+from deltaflow_operator.decisions.ownership import (
+    Ownership,
+    Sighting,
+    decide_ownership,
+    read_claim,
+)
 from deltaflow_operator.decisions.progress import stream_progress
 from deltaflow_operator.kube import Kube
 from deltaflow_operator.scaling import Autoscaler, trigger_seconds
@@ -45,6 +51,9 @@ log = logging.getLogger(__name__)
 
 # Children are re-applied at least this often even when nothing changed: drift repair.
 CHILDREN_RESYNC_SECONDS = 600.0
+# Another release serves a resource being deleted: how long this one waits for it to stop the
+# driver before doing so itself.
+FINALIZE_WAIT_SECONDS = 60.0
 # The pod watch has not delivered this resource's driver pod (yet): read it from the API.
 UNSEEN: dict[str, Any] = {"unseen": True}
 
@@ -92,6 +101,11 @@ class Reconciler:
         self.settings = settings
         self.autoscaler = Autoscaler(kube)
         self._applied: dict[str, _Applied] = {}
+        # Ownership (decisions.ownership): other releases' claims as last seen, what this
+        # process told about each, and the resources it stands back from.
+        self._sightings: dict[str, Sighting] = {}
+        self._told: dict[str, tuple[str, str]] = {}
+        self._standing_back: set[str] = set()
 
     def reconcile(
         self, namespace: str, name: str, watched_pod: dict[str, Any] | None = UNSEEN
@@ -102,19 +116,87 @@ class Reconciler:
         or ``UNSEEN`` to read it from the API server."""
         started = time.monotonic()
         try:
-            return self._reconcile(namespace, name, watched_pod)
-        except Exception as error:
-            self._report_failure(namespace, name, error)
-            raise
+            body = self._serving(namespace, name)
+            if body is None:
+                return None  # gone, being deleted, or served by another operator release
+            try:
+                return self._reconcile(body, watched_pod)
+            except Exception as error:
+                self._report_failure(namespace, name, error)
+                raise
         finally:
             metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
 
-    def _reconcile(
-        self, namespace: str, name: str, watched_pod: dict[str, Any] | None
-    ) -> float | None:
-        seen = self._observe(namespace, name, watched_pod)
+    def _serving(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The resource as stored if this operator serves it (claiming or renewing its claim in
+        ``status.operator`` when due, see :mod:`~deltaflow_operator.decisions.ownership`);
+        None if it is gone, being deleted, or another release serves it."""
+        key = f"{namespace}/{name}"
+        for _ in range(3):  # a claim lost to a concurrent write is decided again on fresh data
+            body = self.kube.get_ingestion(namespace, name)
+            if body is None or body["metadata"].get("deletionTimestamp"):
+                return None  # no series for a resource being deleted (finalize removed them)
+            decision = self._ownership(key, body)
+            if decision.action == "stand_back":
+                self._stand_back(key, body, decision)
+                return None
+            self._sightings.pop(key, None)
+            self._standing_back.discard(key)
+            metrics.STANDING_BACK.set(len(self._standing_back))
+            if decision.action == "serve":
+                return body
+            now = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+            record = {"name": self.settings.identity, "renewedAt": now}
+            stored = self.kube.claim(namespace, name, body["metadata"]["resourceVersion"], record)
+            if stored is None:
+                continue
+            if decision.action == "claim" and read_claim(body.get("status")) is not None:
+                log.warning("%s: %s", key, decision.message)
+                self.kube.post_event(
+                    stored, "Warning", EventReason.OPERATOR_TOOK_OVER, decision.message
+                )
+            elif decision.action == "claim":
+                log.info("%s: serving it (status.operator: %s)", key, self.settings.identity)
+            return stored
+        return None
+
+    def _ownership(self, key: str, body: dict[str, Any]) -> Ownership:
+        return decide_ownership(
+            read_claim(body.get("status")),
+            me=self.settings.identity,
+            now=datetime.now(UTC),
+            monotonic=time.monotonic(),
+            sighting=self._sightings.get(key),
+            renew_after=self.settings.ownership_renew_seconds,
+            expire_after=self.settings.ownership_expire_seconds,
+        )
+
+    def _stand_back(self, key: str, body: dict[str, Any], decision: Ownership) -> None:
+        """Leave the resource to its owner; say so once per owner (log and Event)."""
+        assert decision.sighting is not None  # standing back is always about a claim seen
+        self._sightings[key] = decision.sighting
+        told = (str(body["metadata"].get("uid")), decision.owner)
+        if self._told.get(key) != told:
+            log.info("%s: %s", key, decision.message)
+            self.kube.post_event(
+                body, "Normal", EventReason.OPERATOR_STANDING_BACK, decision.message
+            )
+            self._told[key] = told
+        # Should this operator take over later, it starts from what the cluster holds.
+        self._applied.pop(key, None)
+        self.autoscaler.forget(*key.split("/", 1))
+        self._standing_back.add(key)
+        metrics.STANDING_BACK.set(len(self._standing_back))
+
+    def serves(self, namespace: str, name: str) -> bool:
+        """False while another operator release serves the resource (this one stands back)."""
+        return f"{namespace}/{name}" not in self._standing_back
+
+    def _reconcile(self, body: dict[str, Any], watched_pod: dict[str, Any] | None) -> float | None:
+        seen = self._observe(body, watched_pod)
         if seen is None:
             return None
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
         body, ingestion, changed, pod = seen.body, seen.ingestion, seen.changed, seen.driver_pod
         self._apply_children(body, ingestion, seen.first_time, changed)
 
@@ -139,13 +221,9 @@ class Reconciler:
         waits = [w for w in (plan.requeue_after, recheck_in) if w is not None]
         return min(waits) if waits else None
 
-    def _observe(
-        self, namespace: str, name: str, watched_pod: dict[str, Any] | None
-    ) -> Seen | None:
+    def _observe(self, body: dict[str, Any], watched_pod: dict[str, Any] | None) -> Seen | None:
         """Everything this round decides on, read once (None: nothing to reconcile)."""
-        body = self.kube.get_ingestion(namespace, name)
-        if body is None or body["metadata"].get("deletionTimestamp"):
-            return None  # no series for a resource being deleted (finalize removed them)
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
         metrics.RECONCILES.labels(namespace, name).inc()
         try:
             ingestion = DeltaIngestion.model_validate(body)
@@ -390,15 +468,44 @@ class Reconciler:
         """On deletion: stop the driver first (its executors follow); GC removes the rest.
 
         The table and the checkpoint are never touched: deleting the resource stops ingesting,
-        it does not delete data.
+        it does not delete data. Another release that serves the resource stops its driver:
+        this one waits for that (kopf removes the finalizer both share once both are done),
+        and acts itself only if the owner's claim has expired or the driver outlives a minute.
         """
-        self.autoscaler.forget(namespace, name)
-        self._applied.pop(f"{namespace}/{name}", None)
-        metrics.forget_resource(namespace, name)
+        key = f"{namespace}/{name}"
+        body = self.kube.get_ingestion(namespace, name)
+        if body is not None and self._ownership(key, body).action == "stand_back":
+            if self._wait_driver_gone(namespace, name, FINALIZE_WAIT_SECONDS):
+                self._forget(namespace, name)
+                return
+            log.warning(
+                "%s: its operator did not stop the driver in %.0fs: stopping it",
+                key,
+                FINALIZE_WAIT_SECONDS,
+            )
+        self._forget(namespace, name)
         pod = self.kube.get_pod(namespace, driver_pod_name(name))
         if pod is not None:
             self.kube.delete_pod(namespace, driver_pod_name(name), uid=pod["metadata"]["uid"])
             metrics.DRIVER_ACTIONS.labels("delete", "resource deleted").inc()
+
+    def _wait_driver_gone(self, namespace: str, name: str, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while self.kube.get_pod(namespace, driver_pod_name(name)) is not None:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(2)
+        return True
+
+    def _forget(self, namespace: str, name: str) -> None:
+        key = f"{namespace}/{name}"
+        self.autoscaler.forget(namespace, name)
+        self._applied.pop(key, None)
+        self._sightings.pop(key, None)
+        self._told.pop(key, None)
+        self._standing_back.discard(key)
+        metrics.STANDING_BACK.set(len(self._standing_back))
+        metrics.forget_resource(namespace, name)
 
 
 def _short(error: Exception) -> str:

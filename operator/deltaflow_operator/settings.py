@@ -30,6 +30,15 @@ class Settings:
     # Who may scrape a driver's metrics port (builders.network_policy): a JSON list of
     # NetworkPolicyPeers, the chart's networkPolicy.metricsFrom; empty: anyone.
     driver_metrics_from: str = ""
+    # Another release's claim on a resource (decisions.ownership): renewed this often by its
+    # owner, taken over after this long unchanged (a release removed hands its streams over).
+    ownership_renew_seconds: float = 300.0
+    ownership_expire_seconds: float = 900.0
+
+    @property
+    def identity(self) -> str:
+        """This release as ``status.operator`` names it: its replicas share it."""
+        return f"{self.namespace}/{self.lease_name}"
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -65,6 +74,12 @@ class Settings:
                 )
             ),
             driver_metrics_from=_peers(e.get("DELTAFLOW_DRIVER_METRICS_FROM", "")),
+            ownership_renew_seconds=float(
+                e.get("DELTAFLOW_OWNERSHIP_RENEW_SECONDS", d.ownership_renew_seconds)
+            ),
+            ownership_expire_seconds=float(
+                e.get("DELTAFLOW_OWNERSHIP_EXPIRE_SECONDS", d.ownership_expire_seconds)
+            ),
         )
 
 

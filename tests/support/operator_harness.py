@@ -67,8 +67,9 @@ class OperatorUnderTest:
     services: list[Service]
     replicas: list[Replica] = field(default_factory=list)
 
-    def start(self, name: str = "operator") -> Replica:
-        """Start one operator replica (it campaigns for the Lease)."""
+    def start(self, name: str = "operator", env: dict[str, str] | None = None) -> Replica:
+        """Start one operator replica (it campaigns for the Lease); ``env`` overrides the
+        defaults below (another release's identity, say)."""
         health, metrics = free_port(), free_port()
         env = {
             **os.environ,
@@ -83,6 +84,10 @@ class OperatorUnderTest:
             "DELTAFLOW_BACKOFF_BASE_SECONDS": "1",
             "DELTAFLOW_BACKOFF_MAX_SECONDS": "4",
             "DELTAFLOW_DEGRADED_AFTER_FAILURES": "3",
+            # Claims renewed at every reconcile, so a second release's short expiry in
+            # tests/e2e/test_operator_releases.py measures a stopped owner, not a slow one.
+            "DELTAFLOW_OWNERSHIP_RENEW_SECONDS": "5",
+            **(env or {}),
         }
         service = Service(
             name,

@@ -121,6 +121,10 @@ class EventReason(StrEnum):
     # A spec change applied in place, without a new driver.
     CONFIG_UPDATED = "ConfigUpdated"
     RECONCILE_FAILED = "ReconcileFailed"
+    # Another operator release serves the resource (status.operator): this one does nothing.
+    OPERATOR_STANDING_BACK = "OperatorStandingBack"
+    # This release took over a resource whose serving release stopped renewing its claim.
+    OPERATOR_TOOK_OVER = "OperatorTookOver"
     INVALID_SPEC = FailureReason.INVALID_SPEC.value
     SUSPENDED = "Suspended"
     DRIVER_CREATED = "DriverCreated"

@@ -1005,6 +1005,18 @@ class AutoscalerStatus(StatusModel):
     shortfall_since: float | None = None
 
 
+class OperatorClaimStatus(StatusModel):
+    """The operator release that serves this resource (decisions.ownership): others stand back."""
+
+    name: str = Field(
+        description="The serving release as <namespace>/<leader Lease name>; another release "
+        "watching this namespace stands back while this claim is renewed."
+    )
+    renewed_at: datetime = Field(
+        description="When the serving operator last renewed its claim (every few minutes)."
+    )
+
+
 class DeltaIngestionStatus(StatusModel):
     """What the operator reports: is my data flowing?"""
 
@@ -1016,6 +1028,7 @@ class DeltaIngestionStatus(StatusModel):
     autoscaler: AutoscalerStatus = AutoscalerStatus()
     checkpoint_path: str | None = None
     dead_letter_table_path: str | None = None
+    operator: OperatorClaimStatus | None = None
 
 
 NAME_RULES = (
