@@ -563,6 +563,23 @@ def _valid_columns(spec: ParseSpec) -> list[Column]:
     return [*columns, *(_metadata() if spec.metadata_columns else [])]
 
 
+def _table_column_sources(spec: ParseSpec) -> dict[str, str]:
+    """Each table column's name -> the split frame's column it is written from."""
+    if spec.format == "raw":
+        sources = {"key": "key", "value": TEXT}
+    else:
+        assert spec.value_schema is not None
+        sources = {n: _value_column(i) for i, n in enumerate(spec.value_schema.fieldNames())}
+    if spec.metadata_columns:
+        sources.update(
+            _kafka_topic="topic",
+            _kafka_partition="partition",
+            _kafka_offset="offset",
+            _kafka_timestamp="timestamp",
+        )
+    return sources
+
+
 def _detail(spec: ParseSpec) -> Column:
     """A human-readable explanation next to the machine-readable reason."""
     from pyspark.sql import functions as F  # noqa: N812
@@ -842,6 +859,26 @@ class Router:
     def refused(self, split_rows: DataFrame) -> DataFrame:
         """The refused rows of a split frame (:func:`refused`)."""
         return split_rows.where(self._is_refused)
+
+    def by_table_partition(
+        self, split_rows: DataFrame, partition_by: list[str], tasks: int
+    ) -> DataFrame:
+        """``sink.optimizeWrite``: a split frame shuffled so each of the table's partitions is
+        written by one of ``tasks`` tasks (one file per table partition per batch; an
+        unpartitioned table: ``tasks`` files).
+
+        The shuffle is the stream's own, *below* the table pass's observation, not Delta's
+        optimized write (which shuffles the frame it is given, observation included): Spark
+        applies a shuffle-map task's accumulator updates once per successful attempt, so a map
+        task run again (its executor lost, its output fetched in vain) would count its rows and
+        collect its refused records twice; a result task's, once per partition of the job
+        (DAGScheduler.handleTaskCompletion). Above this shuffle the observation runs in the
+        write's own tasks."""
+        from pyspark.sql import functions as F  # noqa: N812
+
+        sources = {n.lower(): c for n, c in _table_column_sources(self.spec).items()}
+        columns = [F.col(sources[name.lower()]) for name in partition_by]
+        return split_rows.repartition(max(1, tasks), *columns)
 
     def table_pass_columns(self, expected_refused: int, inline_rows: int) -> list[Column]:
         """:func:`table_pass_columns`, built again only when its sizes change."""

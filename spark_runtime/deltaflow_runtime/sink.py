@@ -332,12 +332,13 @@ class BatchWriter:
         batch_id: int,
         metadata: str,
         partition_by: list[str],
-        optimize_write: bool = False,
     ) -> Counts:
         writer = (
             frame.write.format("delta")
             .mode("append")
-            .option("optimizeWrite", "true" if optimize_write else "false")
+            # Never Delta's: its shuffle would put the observation in a shuffle-map stage
+            # (see parse.Router.by_table_partition, which does sink.optimizeWrite's instead).
+            .option("optimizeWrite", "false")
             .option("txnAppId", self.stream.txn_app_id)
             .option("txnVersion", str(batch_id))
             .option("userMetadata", metadata)
@@ -440,6 +441,10 @@ class BatchWriter:
         # push a filter through it, so the value is parsed once (pushed below the parse, the
         # filter would substitute the reason's expression and parse it again).
         split_rows = self.router.split(batch)
+        if self.optimize_write:
+            split_rows = self.router.by_table_partition(
+                split_rows, self.partition_by, reading if self.partition_by else tasks or reading
+            )
         observed = split_rows.observe(
             observation,
             *self.router.table_pass_columns(
@@ -447,7 +452,7 @@ class BatchWriter:
             ),
         )
         table_rows = self.router.valid_rows(observed)
-        if tasks is not None:
+        if tasks is not None and not self.optimize_write:
             # A small batch: fewer, larger files. The whole pass (read, parse, write) runs in
             # these tasks; at this size the parse is a small part of the write.
             table_rows = table_rows.coalesce(tasks)
@@ -458,7 +463,6 @@ class BatchWriter:
             batch_id=batch_id,
             metadata=metadata,
             partition_by=self.partition_by,
-            optimize_write=self.optimize_write,
         )
         with self._flush_lock:
             self.table_batch = batch_id

@@ -379,9 +379,9 @@ class DeltaSink(ApiModel):
     )
     optimize_write: bool = Field(
         default=False,
-        description="Shuffle each batch by the table's partitions before writing (Delta's "
-        "optimized writes): one file per table partition per batch even for large batches, at "
-        "the cost of a shuffle (about 10% more CPU per record). Without it, small batches are "
+        description="Shuffle each batch by the table's partition columns before writing: one "
+        "file per table partition per batch even for large batches, at the cost of a shuffle "
+        "(about 10% more CPU per record). Without it, small batches are "
         "written by fewer tasks (no shuffle) and large ones by one task per Kafka partition.",
     )
     storage: Storage | None = None

@@ -276,3 +276,46 @@ def test_the_writer_knows_a_table_s_file_count_without_replaying_its_log(
     runtime_spark.sparkContext._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()  # type: ignore[union-attr]
     assert table_state(runtime_spark, path, "s").stream_batch == 2
     assert known_files(runtime_spark, path) == files
+
+
+def test_optimize_write_shuffles_below_the_observation_and_writes_a_file_per_partition(
+    runtime_spark: SparkSession, tmp_path: Path
+) -> None:
+    """sink.optimizeWrite: the table pass's observation runs in the write's own (result) tasks,
+    above the stream's shuffle by the table's partition columns, where Spark applies each task's
+    counts and collected records once (a shuffle-map task's would be applied again for every
+    successful re-run); each table partition gets one file per batch, and the counts are exact."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F  # noqa: N812
+
+    spec = _spec()
+    router = Router(spec)
+    countries = ("DE", "FR", "NL")
+    rows = _kafka_rows(runtime_spark, bad_every=500).withColumn(
+        "value",
+        F.regexp_replace(
+            F.col("value").cast("string"),
+            '"DE"',
+            F.concat(F.lit('"'), F.element_at(F.array(*map(F.lit, countries)),
+                                              (F.col("offset") % 3 + 1).cast("int")), F.lit('"')),
+        ).cast("binary"),
+    ).repartition(4)  # fmt: skip
+    shuffled = router.by_table_partition(router.split(rows), ["country"], tasks=4)
+    observation = Observation()
+    observed = shuffled.observe(observation, *router.table_pass_columns(0, 100))
+    table = router.valid_rows(observed)
+
+    plan = str(table._jdf.queryExecution().executedPlan().toString())
+    assert "Exchange hashpartitioning" in plan
+    assert plan.index("CollectMetrics") < plan.index("Exchange"), plan  # the observation above
+
+    path = str(tmp_path / "optimized")
+    table.write.format("delta").option("optimizeWrite", "false").partitionBy("country").save(path)
+    refused_count = len(range(0, ROWS, 500))
+    assert int(observation.get["rows"]) == ROWS
+    assert int(observation.get["valid"]) == ROWS - refused_count
+    assert len(observation.get[REFUSED_ROWS]) == refused_count
+    files = sorted(p.parent.name for p in (tmp_path / "optimized").glob("*/*.parquet"))
+    assert files == [f"country={c}" for c in countries]
+    landed = runtime_spark.read.format("delta").load(path)
+    assert landed.count() == ROWS - refused_count

@@ -951,7 +951,10 @@ def test_optimize_and_vacuum_while_the_stream_appends(
     bootstrap = kafka.bootstrap_servers
     topic = unique("maint")
     create_topic(bootstrap, topic, partitions=2)
-    doc = manifest(unique("maint"), topic, bootstrap, tmp_path, sink={"partitionBy": ["country"]})
+    # With optimized writes: the stream's shuffle by country (parse.Router.by_table_partition)
+    # under OPTIMIZE and VACUUM, still exactly once.
+    sink = {"partitionBy": ["country"], "optimizeWrite": True}
+    doc = manifest(unique("maint"), topic, bootstrap, tmp_path, sink=sink)
     runner = StreamRunner(runtime_spark, pipeline(doc), StreamOptions())
     runner.start()
     sent: list[Sent] = []
@@ -990,6 +993,11 @@ def _optimize_and_vacuum(
 
     path = runner.pipeline.identity.table_path
     wait_for(lambda: _versions_or(path) >= 5, 180, "five stream commits (small files)")
+    # Optimized writes: each batch wrote one file per country it held, whatever the two Kafka
+    # partitions its tasks read.
+    appends = [h for h in DeltaTable(path).history() if h["operation"] == "WRITE"]
+    assert appends
+    assert all(int(h["operationMetrics"]["numFiles"]) <= 3 for h in appends), appends
     report = optimize_table(
         runtime_spark,
         path,
