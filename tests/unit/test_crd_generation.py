@@ -93,3 +93,23 @@ def test_crd_has_status_subresource_and_columns() -> None:
     executors = schema["properties"]["status"]["properties"]["executors"]["properties"]
     # Unknown is absent, never a default 0 that looks measured.
     assert all("default" not in executors[k] for k in ("desired", "current", "pending"))
+
+
+def _undescribed(node: dict[str, Any], path: str) -> list[str]:
+    missing: list[str] = []
+    for name, child in (node.get("properties") or {}).items():
+        where = f"{path}.{name}"
+        if not child.get("description"):
+            missing.append(where)
+        missing += _undescribed(child, where)
+        if isinstance(child.get("items"), dict):
+            missing += _undescribed(child["items"], f"{where}[]")
+    return missing
+
+
+def test_kubectl_explain_answers_for_every_spec_field() -> None:
+    """`kubectl explain deltaingestion.spec.<field>` prints the field's description: each one,
+    nested and in list items, has one."""
+    version = yaml.safe_load(crd.render())["spec"]["versions"][0]
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert _undescribed(spec, "spec") == []

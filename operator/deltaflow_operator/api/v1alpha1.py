@@ -129,17 +129,31 @@ class ApiModel(BaseModel):
 class SecretKeyRef(ApiModel):
     """A key in a Secret in the resource's namespace; the operator never reads its value."""
 
-    name: Annotated[str, Field(pattern=K8S_NAME_PATTERN, max_length=253)]
-    key: Annotated[str, Field(pattern=SECRET_KEY_PATTERN)]
+    name: Annotated[
+        str,
+        Field(pattern=K8S_NAME_PATTERN, max_length=253, description="The Secret's name."),
+    ]
+    key: Annotated[
+        str, Field(pattern=SECRET_KEY_PATTERN, description="The key within the Secret's data.")
+    ]
 
 
 class KafkaAuth(ApiModel):
     """How the stream authenticates to Kafka; credentials only by reference."""
 
-    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "SASL_SSL"
-    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
-    username: SecretKeyRef | None = None
-    password: SecretKeyRef | None = None
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        default="SASL_SSL",
+        description="Kafka's security.protocol: TLS (SSL), SASL, both (SASL_SSL) or neither.",
+    )
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = Field(
+        default=None, description="The SASL mechanism; required with a SASL_* protocol."
+    )
+    username: SecretKeyRef | None = Field(
+        default=None, description="The SASL user name, from a Secret."
+    )
+    password: SecretKeyRef | None = Field(
+        default=None, description="The SASL password, from a Secret (never in a ConfigMap)."
+    )
     ca_certificate: SecretKeyRef | None = Field(
         default=None, description="PEM CA bundle that signs the brokers' certificates."
     )
@@ -163,7 +177,13 @@ class KafkaSource(ApiModel):
     bootstrap_servers: Annotated[
         str, Field(pattern=BOOTSTRAP_PATTERN, max_length=2048, description="host:port[,host:port]")
     ]
-    topic: Annotated[str | None, Field(pattern=KAFKA_TOPIC_PATTERN)] = None
+    topic: Annotated[
+        str | None,
+        Field(
+            pattern=KAFKA_TOPIC_PATTERN,
+            description="The one topic to read (or topicPattern); immutable.",
+        ),
+    ] = None
     topic_pattern: Annotated[
         str | None,
         Field(
@@ -180,7 +200,16 @@ class KafkaSource(ApiModel):
         default="earliest",
         description="Where a new stream starts; ignored once it has a checkpoint.",
     )
-    max_offsets_per_trigger: Annotated[int | None, Field(ge=1, le=100_000_000)] = None
+    max_offsets_per_trigger: Annotated[
+        int | None,
+        Field(
+            ge=1,
+            le=100_000_000,
+            description="At most this many records a batch, over all partitions (Spark's "
+            "maxOffsetsPerTrigger); unset: everything waiting. Bounds a catch-up batch's memory "
+            "and time.",
+        ),
+    ] = None
     min_partitions: Annotated[
         int | None,
         Field(
@@ -198,7 +227,9 @@ class KafkaSource(ApiModel):
         default=True,
         description="Fail loudly when retention deleted offsets the stream had not read yet.",
     )
-    auth: KafkaAuth | None = None
+    auth: KafkaAuth | None = Field(
+        default=None, description="Authentication and TLS; unset: PLAINTEXT without credentials."
+    )
     rules = (
         Rule(
             cel="has(self.topic) != has(self.topicPattern)",
@@ -234,10 +265,29 @@ class KafkaSource(ApiModel):
 class Format(ApiModel):
     """How record values are parsed; anything that does not parse goes to the dead-letter table."""
 
-    type: Literal["json", "avro", "raw"]
-    schema_: Annotated[str | None, Field(alias="schema", min_length=1, max_length=65536)] = None
+    type: Literal["json", "avro", "raw"] = Field(
+        description="json: a JSON object per value; avro: an Avro binary record; raw: the bytes "
+        "as they are (key and value columns). Immutable."
+    )
+    schema_: Annotated[
+        str | None,
+        Field(
+            alias="schema",
+            min_length=1,
+            max_length=65536,
+            description="json: a Spark DDL string (id BIGINT NOT NULL, name STRING, ...); avro: "
+            "the Avro schema as JSON. Values that do not match go to the dead-letter table.",
+        ),
+    ] = None
     key_required: bool = Field(default=False, description="Dead-letter records with a null key.")
-    max_record_bytes: Annotated[int, Field(ge=1, le=104_857_600)] = 1_048_576
+    max_record_bytes: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=104_857_600,
+            description="A value larger than this is dead-lettered (record_too_large) unparsed.",
+        ),
+    ] = 1_048_576
     avro_wire_format: Literal["plain", "confluent"] = Field(
         default="plain",
         description="avro only. plain: each value is one Avro binary record. confluent: the "
@@ -301,11 +351,29 @@ class Format(ApiModel):
 class Storage(ApiModel):
     """Object-store access for s3a:// tables; keys by reference."""
 
-    endpoint: Annotated[str | None, Field(pattern=r"^https?://[^\s]+$")] = None
-    region: Annotated[str | None, Field(pattern=r"^[a-z0-9-]{1,64}$")] = None
-    path_style_access: bool = False
-    access_key_id: SecretKeyRef | None = None
-    secret_access_key: SecretKeyRef | None = None
+    endpoint: Annotated[
+        str | None,
+        Field(
+            pattern=r"^https?://[^\s]+$",
+            description="The S3 API's URL (MinIO, Ceph, ...); unset: AWS S3.",
+        ),
+    ] = None
+    region: Annotated[
+        str | None, Field(pattern=r"^[a-z0-9-]{1,64}$", description="The bucket's region.")
+    ] = None
+    path_style_access: bool = Field(
+        default=False,
+        description="Address buckets as <endpoint>/<bucket> (most S3-compatible stores) "
+        "instead of <bucket>.<endpoint>.",
+    )
+    access_key_id: SecretKeyRef | None = Field(
+        default=None,
+        description="The access key id, from a Secret; unset with secretAccessKey: the pod's "
+        "workload identity.",
+    )
+    secret_access_key: SecretKeyRef | None = Field(
+        default=None, description="The secret access key, from a Secret."
+    )
     rules = (
         Rule(
             cel="has(self.accessKeyId) == has(self.secretAccessKey)",
@@ -361,9 +429,22 @@ _TABLE_AT_ROOT = (
 class DeltaSink(ApiModel):
     """The Delta table the stream appends to."""
 
-    table_path: Annotated[str, Field(pattern=TABLE_PATH_PATTERN, max_length=2048)]
+    table_path: Annotated[
+        str,
+        Field(
+            pattern=TABLE_PATH_PATTERN,
+            max_length=2048,
+            description="The Delta table: s3a://bucket/folder, s3://, or file:// (a volume). "
+            "Created by the first batch; immutable.",
+        ),
+    ]
     partition_by: Annotated[
-        list[Annotated[str, Field(pattern=COLUMN_PATTERN, max_length=128)]], Field(max_length=8)
+        list[Annotated[str, Field(pattern=COLUMN_PATTERN, max_length=128)]],
+        Field(
+            max_length=8,
+            description="The table's partition columns (columns of the schema or the _kafka_* "
+            "metadata columns, not ARRAY, MAP or STRUCT); immutable.",
+        ),
     ] = []
     checkpoint_path: Annotated[
         str | None,
@@ -384,7 +465,11 @@ class DeltaSink(ApiModel):
         "(about 10% more CPU per record). Without it, small batches are "
         "written by fewer tasks (no shuffle) and large ones by one task per Kafka partition.",
     )
-    storage: Storage | None = None
+    storage: Storage | None = Field(
+        default=None,
+        description="Object-store access for s3a:// paths (the table, the dead-letter table, "
+        "the checkpoint).",
+    )
     rules = (
         *_path_rules("tablePath", "tablePath", _TABLE_AT_ROOT),
         *_path_rules(
@@ -430,7 +515,14 @@ class DeltaSink(ApiModel):
 class DeadLetter(ApiModel):
     """Where refused records go, with the reason; defaults to ``<tablePath>_dead_letter``."""
 
-    table_path: Annotated[str | None, Field(pattern=TABLE_PATH_PATTERN, max_length=2048)] = None
+    table_path: Annotated[
+        str | None,
+        Field(
+            pattern=TABLE_PATH_PATTERN,
+            max_length=2048,
+            description="The dead-letter table; default: <sink.tablePath>_dead_letter.",
+        ),
+    ] = None
     rules = _path_rules(
         "tablePath", "deadLetter.tablePath", "VACUUM of a table there would judge every file of it"
     )
@@ -439,7 +531,13 @@ class DeadLetter(ApiModel):
 class Trigger(ApiModel):
     """How often a micro-batch starts."""
 
-    interval: Annotated[str, Field(pattern=DURATION_PATTERN)] = "10s"
+    interval: Annotated[
+        str,
+        Field(
+            pattern=DURATION_PATTERN,
+            description="A duration (500ms, 10s, 1m): a batch starts at most this often.",
+        ),
+    ] = "10s"
 
 
 class Scaling(ApiModel):
@@ -461,11 +559,37 @@ class Scaling(ApiModel):
             "minExecutors when unset.",
         ),
     ] = None
-    min_executors: Annotated[int, Field(ge=1, le=1000)] = 1
-    max_executors: Annotated[int, Field(ge=1, le=1000)] = 4
-    target_lag_seconds: Annotated[int, Field(ge=1, le=86_400)] = 60
-    scale_up_stabilization_seconds: Annotated[int, Field(ge=0, le=3600)] = 30
-    scale_down_stabilization_seconds: Annotated[int, Field(ge=0, le=86_400)] = 300
+    min_executors: Annotated[
+        int, Field(ge=1, le=1000, description="The fewest executors, in either mode.")
+    ] = 1
+    max_executors: Annotated[
+        int, Field(ge=1, le=1000, description="The most executors, in either mode.")
+    ] = 4
+    target_lag_seconds: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=86_400,
+            description="Lag mode: the backlog's age (records waiting / arrival rate) to keep "
+            "under; the operator adds executors when it would not.",
+        ),
+    ] = 60
+    scale_up_stabilization_seconds: Annotated[
+        int,
+        Field(
+            ge=0,
+            le=3600,
+            description="Lag mode: a scale-up must be called for this long before it happens.",
+        ),
+    ] = 30
+    scale_down_stabilization_seconds: Annotated[
+        int,
+        Field(
+            ge=0,
+            le=86_400,
+            description="Lag mode: scale down to the highest count recommended over this window.",
+        ),
+    ] = 300
     rules = (
         Rule(
             cel="self.maxExecutors >= self.minExecutors",
@@ -500,11 +624,21 @@ LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
 class Toleration(ApiModel):
     """A Kubernetes toleration (the pod's ``spec.tolerations`` entry)."""
 
-    key: Annotated[str | None, Field(max_length=253)] = None
-    operator: Literal["Exists", "Equal"] | None = None
-    value: Annotated[str | None, Field(max_length=63)] = None
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-    toleration_seconds: int | None = None
+    key: Annotated[
+        str | None, Field(max_length=253, description="The taint key; unset with Exists: all.")
+    ] = None
+    operator: Literal["Exists", "Equal"] | None = Field(
+        default=None, description="Equal (the default) or Exists."
+    )
+    value: Annotated[
+        str | None, Field(max_length=63, description="The taint value, with Equal.")
+    ] = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="The taint effect to tolerate; unset: all."
+    )
+    toleration_seconds: int | None = Field(
+        default=None, description="NoExecute: how long the pod stays once the taint appears."
+    )
 
 
 def _own_keys_rule(field: str) -> Rule:
@@ -524,13 +658,20 @@ class PodOptions(ApiModel):
     cost and identity rules need. Deltaflow's own labels win over equal keys here."""
 
     labels: Annotated[
-        dict[str, Annotated[str, Field(pattern=LABEL_VALUE_PATTERN)]], Field(max_length=32)
+        dict[str, Annotated[str, Field(pattern=LABEL_VALUE_PATTERN)]],
+        Field(max_length=32, description="Extra pod labels (not under deltaflow.io/)."),
     ] = {}
-    annotations: Annotated[dict[str, str], Field(max_length=32)] = {}
+    annotations: Annotated[
+        dict[str, str],
+        Field(max_length=32, description="Extra pod annotations (not under deltaflow.io/)."),
+    ] = {}
     node_selector: Annotated[
-        dict[str, Annotated[str, Field(pattern=LABEL_VALUE_PATTERN)]], Field(max_length=16)
+        dict[str, Annotated[str, Field(pattern=LABEL_VALUE_PATTERN)]],
+        Field(max_length=16, description="The pod's nodeSelector."),
     ] = {}
-    tolerations: Annotated[list[Toleration], Field(max_length=32)] = []
+    tolerations: Annotated[
+        list[Toleration], Field(max_length=32, description="The pod's tolerations.")
+    ] = []
     affinity: Annotated[
         dict[str, Any],
         Field(
@@ -539,16 +680,19 @@ class PodOptions(ApiModel):
             json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
         ),
     ] = {}
-    priority_class_name: Annotated[str | None, Field(pattern=K8S_NAME_PATTERN, max_length=253)] = (
-        None
-    )
+    priority_class_name: Annotated[
+        str | None,
+        Field(pattern=K8S_NAME_PATTERN, max_length=253, description="The pod's PriorityClass."),
+    ] = None
     rules = (_own_keys_rule("labels"), _own_keys_rule("annotations"))
 
 
 class LocalObjectReference(ApiModel):
     """A Secret in the resource's namespace, by name (e.g. an image pull secret)."""
 
-    name: Annotated[str, Field(pattern=K8S_NAME_PATTERN, max_length=253)]
+    name: Annotated[
+        str, Field(pattern=K8S_NAME_PATTERN, max_length=253, description="The Secret's name.")
+    ]
 
 
 class ServiceAccountOptions(ApiModel):
@@ -651,7 +795,7 @@ class Volume(ApiModel):
             "a directory above them or under them.",
         ),
     ]
-    read_only: bool = False
+    read_only: bool = Field(default=False, description="Mount the volume read-only.")
     rules = (
         Rule(
             cel=volume_name_allowed_cel("self.name"),
@@ -673,10 +817,17 @@ class Volume(ApiModel):
 class OptimizeSchedule(ApiModel):
     """Periodic OPTIMIZE (bin-packing, optional Z-ORDER) of the table."""
 
-    enabled: bool = True
-    schedule: Annotated[str, Field(pattern=CRON_PATTERN, max_length=128)] = "0 * * * *"
+    enabled: bool = Field(default=True, description="Run the OPTIMIZE CronJob.")
+    schedule: Annotated[
+        str,
+        Field(pattern=CRON_PATTERN, max_length=128, description="A cron schedule (UTC)."),
+    ] = "0 * * * *"
     z_order_by: Annotated[
-        list[Annotated[str, Field(pattern=COLUMN_PATTERN, max_length=128)]], Field(max_length=4)
+        list[Annotated[str, Field(pattern=COLUMN_PATTERN, max_length=128)]],
+        Field(
+            max_length=4,
+            description="Columns to Z-ORDER by (not partition columns); empty: bin-packing only.",
+        ),
     ] = []
     recent_partitions_only: bool = Field(
         default=False, description="Only compact partitions written since the last OPTIMIZE."
@@ -686,9 +837,20 @@ class OptimizeSchedule(ApiModel):
 class VacuumSchedule(ApiModel):
     """Periodic VACUUM; the retention keeps what readers and restarts need."""
 
-    enabled: bool = True
-    schedule: Annotated[str, Field(pattern=CRON_PATTERN, max_length=128)] = "30 3 * * *"
-    retention_hours: Annotated[int, Field(ge=1, le=87_600)] = 168
+    enabled: bool = Field(default=True, description="Run the VACUUM CronJob.")
+    schedule: Annotated[
+        str,
+        Field(pattern=CRON_PATTERN, max_length=128, description="A cron schedule (UTC)."),
+    ] = "30 3 * * *"
+    retention_hours: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=87_600,
+            description="Files removed from the table longer ago than this are deleted (both "
+            "tables); under 168 needs allowUnsafeRetention.",
+        ),
+    ] = 168
     allow_unsafe_retention: bool = Field(
         default=False,
         description="Allow retentionHours under 168: readers and restarts may lose files.",
@@ -782,9 +944,20 @@ class DeltaIngestionSpec(ApiModel):
     scaling: Scaling = Scaling()
     driver: Resources = Resources()
     executor: Resources = Resources(memory="2g")
-    image_pull_secrets: Annotated[list[LocalObjectReference], Field(max_length=8)] = []
+    image_pull_secrets: Annotated[
+        list[LocalObjectReference],
+        Field(max_length=8, description="Secrets to pull spec.image with."),
+    ] = []
     service_account: ServiceAccountOptions = ServiceAccountOptions()
-    spark_conf: Annotated[dict[str, str], Field(max_length=64)] = {}
+    spark_conf: Annotated[
+        dict[str, str],
+        Field(
+            max_length=64,
+            description="Extra Spark properties for the driver and executors. Refused: the keys "
+            "the operator owns (spark.kubernetes.*, ports, authentication, the master, ...) "
+            "and keys that would hold secrets (this map lands in a ConfigMap).",
+        ),
+    ] = {}
     maintenance: Maintenance = Maintenance()
     volumes: Annotated[
         list[Volume],
