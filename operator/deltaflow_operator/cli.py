@@ -11,8 +11,15 @@ from deltaflow_operator import __version__
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every `deltaflow` subcommand."""
+    # The data plane's commands are listed here too (their arguments are built by the runtime's
+    # own parser code; nothing of Spark is imported to build them).
+    from deltaflow_runtime.cli import EXIT_CODES_HELP, add_commands
+
     parser = argparse.ArgumentParser(
-        prog="deltaflow", description="Kafka -> Delta Lake, on Kubernetes."
+        prog="deltaflow",
+        description="Kafka -> Delta Lake, on Kubernetes.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"deltaflow {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -24,20 +31,22 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "operator", help="run the operator (leader election, kopf, metrics, health)"
     )
+    add_commands(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `deltaflow` console script."""
-    # Data-plane commands (run, stream, optimize, vacuum, recover-checkpoint) parse their own
-    # arguments in deltaflow_runtime.cli, imported only here: the operator never loads Spark.
     given = sys.argv[1:] if argv is None else argv
-    if given and given[0] in ("run", "stream", "optimize", "vacuum", "recover-checkpoint"):
+    parser = build_parser()
+    args = parser.parse_args(given)
+    from deltaflow_runtime.cli import COMMANDS
+
+    if args.command in COMMANDS:
+        # The data plane runs its commands itself (Spark is imported there, only when needed).
         from deltaflow_runtime.cli import main as runtime_main
 
         return runtime_main(given)
-    parser = build_parser()
-    args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 2

@@ -68,11 +68,30 @@ def _stream_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Arguments of the data-plane subcommands."""
-    parser = argparse.ArgumentParser(prog="deltaflow", description="Deltaflow data plane.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+EXIT_CODES_HELP = """exit codes:
+  0  done
+  1  failed (in a pod: restarted with backoff)
+  2  invalid manifest or arguments
+  3  checkpoint and table disagree (needs a decision: see the message)
+  4  Kafka retention deleted records the stream had not read
+  5  maintenance refused (e.g. an unsafe VACUUM retention)"""
 
+
+def build_parser() -> argparse.ArgumentParser:
+    """Arguments of the data-plane subcommands (``python -m deltaflow_runtime``)."""
+    parser = argparse.ArgumentParser(
+        prog="deltaflow",
+        description="Deltaflow data plane.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_commands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+    return parser
+
+
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the data-plane subcommands (``COMMANDS``) to a ``deltaflow`` parser: this one's, and
+    the ``deltaflow`` command's, which lists them with the operator's."""
     run = commands.add_parser(
         "run", help="run a DeltaIngestion manifest locally (Spark local mode)"
     )
@@ -117,7 +136,6 @@ def build_parser() -> argparse.ArgumentParser:
                 help="override spec.maintenance.vacuum.retentionHours (the 168 h floor still "
                 "needs allowUnsafeRetention in the spec)",
             )
-    return parser
 
 
 def _setup_logging() -> None:
