@@ -24,7 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"deltaflow {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     crd = commands.add_parser(
-        "crd", help="regenerate crds/ and the chart's CRD from the API models"
+        "crd",
+        help="regenerate crds/, the chart's CRD and docs/crd-reference.md from the API models",
     )
     crd.add_argument("--repo", type=Path, default=Path.cwd(), help="repository root to write into")
     crd.add_argument("--stdout", action="store_true", help="print the CRD instead of writing files")
@@ -55,12 +56,12 @@ def main(argv: list[str] | None = None) -> int:
 
         return run()
     if args.command == "crd":
-        from deltaflow_operator.api import crd
+        from deltaflow_operator.api import crd, reference
 
         if args.stdout:
             sys.stdout.write(crd.render())
         else:
-            for path in crd.write(args.repo):
+            for path in [*crd.write(args.repo), reference.write(args.repo)]:
                 print(f"wrote {path}")
     return 0
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from deltaflow_operator.api import crd
+from deltaflow_operator.api import crd, reference
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -19,6 +19,8 @@ def test_committed_crds_match_the_models() -> None:
         REPO / "charts/deltaflow/crds" / crd.CRD_FILE_NAME,
     ):
         assert path.read_text() == expected, f"{path} drifted from the models: run `deltaflow crd`"
+    page = REPO / reference.REFERENCE_PATH
+    assert page.read_text() == reference.render(), f"{page} drifted: run `deltaflow crd`"
 
 
 def _walk(node: Any, path: str = "") -> list[str]:

@@ -54,6 +54,18 @@ class FailureReason(StrEnum):
     FAILED = "Failed"
 
 
+# Reasons only a command ends with (a maintenance job, `deltaflow recover-checkpoint`), never a
+# driver: a job's failure is its CronJob's to retry, a command's is its user's to read.
+COMMAND_FAILURES = frozenset(
+    {
+        FailureReason.VACUUM_REFUSED,
+        FailureReason.NOTHING_TO_RECOVER,
+        FailureReason.TABLE_RESTORED,
+        FailureReason.OFFSETS_NOT_RECORDED,
+        FailureReason.CHECKPOINT_EXISTS,
+    }
+)
+
 # What a restart cannot fix, and what to do instead.
 _NEEDS_ACTION: dict[FailureReason, str] = {
     FailureReason.INVALID_SPEC: "fix the spec",
