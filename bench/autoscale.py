@@ -915,7 +915,7 @@ def main(argv: list[str] | None = None) -> int:
         or DEFAULT_TASKS_PER_CORE * LIMITS.max_executors * args.cores,
     )
     base = BASE_SHARE * setup.max_capacity()
-    # KEDA's default lagThreshold (5 records per replica) suits one-record-at-a-time consumers:
+    # KEDA's default lagThreshold (10 records per replica) suits one-record-at-a-time consumers:
     # against a micro-batch stream, whose lag swings by a whole trigger of arrivals, it pins the
     # count at the maximum. 10% of the target lag at base rate puts maxExecutors at about 1.2x
     # the target lag at base rate.

@@ -4,8 +4,8 @@ dead-letter table.
 Both are safe next to the running stream: the stream only appends (blind appends never conflict
 with a compaction), and VACUUM keeps Delta's retention check on, so files that readers or an
 in-flight write still need are kept. Each job reports what it did as one JSON object per table on
-stdout and, for Kubernetes, in the container's termination message, for the operator to turn into
-Events.
+stdout and, for Kubernetes, in the container's termination message (read it from the Job's pod:
+the operator does not watch Jobs).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-# The operator's names for the same annotations: deltaflow_operator.autoscaler.channel (a unit
+# The operator's names for the same annotations: deltaflow_operator.autoscaler.observe (a unit
 # test checks they agree).
 DESIRED_ANNOTATION = "deltaflow.io/executors-desired"
 REPORT_ANNOTATION = "deltaflow.io/driver-report"
