@@ -126,3 +126,39 @@ def test_a_topic_deleted_and_created_again_is_refused_at_start(
     assert refused.value.reason.value == "TopicRecreated"
     assert "create a new DeltaIngestion" in str(refused.value)
     assert len(read_table(ident.table_path)) == 50  # nothing read from the new log
+
+
+def test_a_stream_pointed_at_another_kafka_cluster_is_refused_at_start(
+    kafka: KafkaBroker, runtime_spark: SparkSession, tmp_path: Path
+) -> None:
+    """bootstrapServers moved to another cluster holding a topic of the same name: its offsets
+    mean other records (failOnDataLoss sees nothing wrong when they are larger), so the start
+    is refused with what to do, naming both clusters, before anything is read."""
+    from devstack.kafka import start_kafka
+
+    topic = unique("moved")
+    create_topic(kafka.bootstrap_servers, topic, partitions=1)
+    produce(kafka.bootstrap_servers, topic, [(b"k", order(i)) for i in range(40)])
+    doc = manifest(unique("moved"), topic, kafka.bootstrap_servers, tmp_path)
+
+    def drain(bootstrap: str) -> StreamRunner:
+        doc["spec"]["source"]["bootstrapServers"] = bootstrap
+        runner = StreamRunner(runtime_spark, pipeline(doc), StreamOptions(available_now=True))
+        runner.start()
+        runner.wait(timeout=600)
+        return runner
+
+    ident = drain(kafka.bootstrap_servers).pipeline.identity
+    assert len(read_table(ident.table_path)) == 40
+
+    other = start_kafka(tmp_path / "other-cluster")
+    try:
+        create_topic(other.bootstrap_servers, topic, partitions=1)
+        produce(other.bootstrap_servers, topic, [(b"k", order(i)) for i in range(500, 600)])
+        moved = pytest.raises(CheckpointMismatchError, match="mean nothing in another cluster")
+        with moved as refused:
+            drain(other.bootstrap_servers)
+    finally:
+        other.stop()
+    assert refused.value.reason.value == "KafkaClusterChanged"
+    assert len(read_table(ident.table_path)) == 40  # nothing read from the other cluster
