@@ -49,8 +49,10 @@ RUN --mount=type=bind,source=stack/install/versions.env,target=/mnt/versions.env
 # --- The project as a wheel (the runtime stage installs it without its dependencies) ------------
 FROM uv AS wheel
 COPY pyproject.toml uv.lock README.md /src/
+COPY api /src/api
 COPY operator /src/operator
 COPY spark_runtime /src/spark_runtime
+COPY cli /src/cli
 RUN --mount=type=cache,id=deltaflow-uv,target=/root/.cache/uv \
     --mount=type=secret,id=ca-bundle,required=false \
     --mount=type=tmpfs,target=/tmp \

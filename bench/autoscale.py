@@ -39,10 +39,11 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO / "operator") not in sys.path:
-    sys.path.insert(0, str(REPO / "operator"))
+for folder in ("api", "operator"):
+    if str(REPO / folder) not in sys.path:
+        sys.path.insert(0, str(REPO / folder))
 
-from deltaflow_operator.api.v1alpha1 import DEFAULT_TASKS_PER_CORE  # noqa: E402
+from deltaflow_api.v1alpha1 import DEFAULT_TASKS_PER_CORE  # noqa: E402
 from deltaflow_operator.autoscaler.policy import (  # noqa: E402
     Capacity,
     History,
@@ -53,7 +54,7 @@ from deltaflow_operator.autoscaler.policy import (  # noqa: E402
     split_tasks,
 )
 
-# The CRD defaults (deltaflow_operator.api.v1alpha1.Scaling), except maxExecutors (4 there): room
+# The CRD defaults (deltaflow_api.v1alpha1.Scaling), except maxExecutors (4 there): room
 # to scale to one core per partition.
 LIMITS = Limits(
     min_executors=1,

@@ -240,7 +240,7 @@ def processes() -> dict[int, ProcessCpu]:
 
 def json_parse_spec(spark: Any, schema: str) -> Any:
     """The runtime's ParseSpec of a JSON format with ``schema`` (Spark DDL)."""
-    from deltaflow_operator.api.v1alpha1 import DeltaSink, Format
+    from deltaflow_api.v1alpha1 import DeltaSink, Format
     from deltaflow_runtime.parse import parse_spec
 
     return parse_spec(

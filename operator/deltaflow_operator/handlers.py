@@ -24,8 +24,8 @@ from typing import Any
 
 import kopf
 
+from deltaflow_api import GROUP, PLURAL, VERSION
 from deltaflow_operator import metrics
-from deltaflow_operator.api import GROUP, PLURAL, VERSION
 from deltaflow_operator.builders.common import MANAGED_BY
 from deltaflow_operator.kube import Kube
 from deltaflow_operator.reconcile import UNSEEN, Reconciler

@@ -25,8 +25,8 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import DynamicApiError
 
-from deltaflow_operator.api import GROUP, PLURAL, VERSION
-from deltaflow_operator.api.reasons import EventReason
+from deltaflow_api import GROUP, PLURAL, VERSION
+from deltaflow_api.reasons import EventReason
 
 FIELD_MANAGER = "deltaflow-operator"
 T = TypeVar("T")

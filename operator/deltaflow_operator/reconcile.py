@@ -21,13 +21,13 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from deltaflow_api import DeltaIngestion
+from deltaflow_api.crd import strip_nones
+from deltaflow_api.errors import describe
+from deltaflow_api.identity import identity
+from deltaflow_api.reasons import ConditionType, EventReason, Reason
+from deltaflow_api.v1alpha1 import DeltaIngestionStatus
 from deltaflow_operator import metrics
-from deltaflow_operator.api import DeltaIngestion
-from deltaflow_operator.api.crd import strip_nones
-from deltaflow_operator.api.errors import describe
-from deltaflow_operator.api.identity import identity
-from deltaflow_operator.api.reasons import ConditionType, EventReason, Reason
-from deltaflow_operator.api.v1alpha1 import DeltaIngestionStatus
 from deltaflow_operator.autoscaler.observe import ReportReading
 from deltaflow_operator.builders import driver as driver_builders
 from deltaflow_operator.builders.common import config_map_name, driver_pod_name

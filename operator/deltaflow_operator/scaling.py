@@ -15,10 +15,10 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from deltaflow_operator import metrics
-from deltaflow_operator.api import DeltaIngestion
-from deltaflow_operator.api.reasons import EventReason, Reason
-from deltaflow_operator.api.v1alpha1 import (
+from deltaflow_api import DeltaIngestion
+from deltaflow_api.channel import DESIRED_ANNOTATION, REPORT_ANNOTATION
+from deltaflow_api.reasons import EventReason, Reason
+from deltaflow_api.v1alpha1 import (
     AutoscalerStatus,
     CapacityStatus,
     DeltaIngestionStatus,
@@ -28,10 +28,9 @@ from deltaflow_operator.api.v1alpha1 import (
     RecommendationStatus,
     ScaleActionStatus,
 )
+from deltaflow_operator import metrics
 from deltaflow_operator.autoscaler.observe import (
-    DESIRED_ANNOTATION,
     MIN_RATE_INTERVAL_SECONDS,
-    REPORT_ANNOTATION,
     DriverReport,
     KafkaView,
     OffsetSnapshot,

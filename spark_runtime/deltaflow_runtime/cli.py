@@ -1,4 +1,4 @@
-"""The data-plane commands of ``deltaflow`` (dispatched here by ``deltaflow_operator.cli``).
+"""The data-plane commands of ``deltaflow`` (dispatched here by ``deltaflow_cli.main``).
 
 ``run``       try a manifest locally: Spark local mode, local Kafka, object-store paths mapped to a
               local directory (same code as the driver).
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from deltaflow_operator.api.failures import FailureReason
+from deltaflow_api.failures import FailureReason
 from deltaflow_runtime.config import ConfigError, Pipeline, load_ingestion, localize
 from deltaflow_runtime.session import InClusterConfigError
 
@@ -162,7 +162,8 @@ def _session(pipeline: Pipeline, args: argparse.Namespace, work_dir: Path | None
 
 
 def _metrics_port(args: argparse.Namespace) -> int | None:
-    from deltaflow_runtime.metrics import DEFAULT_METRICS_PORT, ENV_METRICS_PORT
+    from deltaflow_api.driver_pod import ENV_METRICS_PORT
+    from deltaflow_runtime.metrics import DEFAULT_METRICS_PORT
 
     port = args.metrics_port
     if port is None:

@@ -15,9 +15,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from deltaflow_operator.api import DeltaIngestion
-from deltaflow_operator.api.errors import describe
-from deltaflow_operator.api.identity import StreamIdentity, identity
+from deltaflow_api import DeltaIngestion
+from deltaflow_api.errors import describe
+from deltaflow_api.identity import StreamIdentity, identity
 
 # The key of the operator's ConfigMap that holds the whole DeltaIngestion as YAML.
 CONFIG_MAP_KEY = "ingestion.yaml"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from deltaflow_operator.api.failures import FailureReason
+from deltaflow_api.failures import FailureReason
 from deltaflow_runtime.checkpoint import CheckpointState, TopicOffsets, render_offsets
 from deltaflow_runtime.kafka_admin import KafkaIdentity
 from deltaflow_runtime.table import StreamCommit, TableState

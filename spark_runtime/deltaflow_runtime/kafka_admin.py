@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from deltaflow_operator.api.v1alpha1 import KafkaSource
+from deltaflow_api.v1alpha1 import KafkaSource
 from deltaflow_runtime.checkpoint import TopicOffsets
 from deltaflow_runtime.topics import matching_topics
 

@@ -17,7 +17,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from deltaflow_runtime.checkpoint import TopicOffsets
 from deltaflow_runtime.parse import REASONS
 
-ENV_METRICS_PORT = "DELTAFLOW_METRICS_PORT"
 DEFAULT_METRICS_PORT = 8090
 
 # Spark's durationMs parts of a micro-batch (see StreamingQueryProgress.durationMs).

@@ -19,8 +19,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from deltaflow_operator.api.failures import FailureReason
-from deltaflow_operator.api.v1alpha1 import Storage
+from deltaflow_api.failures import FailureReason
+from deltaflow_api.v1alpha1 import Storage
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

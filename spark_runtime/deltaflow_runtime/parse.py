@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal
 
-from deltaflow_operator.api.v1alpha1 import DeltaSink, Format
+from deltaflow_api.v1alpha1 import DeltaSink, Format
 
 if TYPE_CHECKING:
     from pyspark import SparkContext

@@ -12,10 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-# The operator's names for the same annotations: deltaflow_operator.autoscaler.observe (a unit
-# test checks they agree).
-DESIRED_ANNOTATION = "deltaflow.io/executors-desired"
-REPORT_ANNOTATION = "deltaflow.io/driver-report"
+from deltaflow_api.channel import DESIRED_ANNOTATION, REPORT_ANNOTATION
 
 
 class PodChannel:

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from deltaflow_operator.api import DeltaIngestion
-from deltaflow_operator.builders.driver import NETWORK_CONF
+from deltaflow_api import DeltaIngestion
+from deltaflow_api.driver_pod import ENV_POD_IP, ENV_SPARK_MASTER, IN_CLUSTER_MASTER, NETWORK_CONF
 from deltaflow_runtime import object_store
 from deltaflow_runtime.table import SNAPSHOT_PARTITIONS, UNKNOWN_SIZE_SNAPSHOT_PARTITIONS
 
@@ -25,10 +25,6 @@ if TYPE_CHECKING:
 
 ENV_SPARK_JARS = "DELTAFLOW_SPARK_JARS"
 ENV_CACHE = "DELTAFLOW_CACHE"
-# Set on the driver pod by the operator (deltaflow_operator.builders.driver holds the same names).
-ENV_POD_IP = "DELTAFLOW_POD_IP"
-ENV_SPARK_MASTER = "DELTAFLOW_SPARK_MASTER"
-IN_CLUSTER_MASTER = "k8s://in-cluster"
 # Set by the kubelet in every container: the API server's Service address, as an IP.
 ENV_K8S_HOST = "KUBERNETES_SERVICE_HOST"
 ENV_K8S_PORT = "KUBERNETES_SERVICE_PORT"

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from deltaflow_operator.api.identity import StreamIdentity
+from deltaflow_api.identity import StreamIdentity
 from deltaflow_runtime.checkpoint import Checkpoint, TopicOffsets
 from deltaflow_runtime.dead_letters import DeadLetterLedger
 from deltaflow_runtime.kafka_admin import KafkaIdentity

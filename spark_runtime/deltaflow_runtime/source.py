@@ -13,18 +13,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from deltaflow_operator.api.v1alpha1 import KafkaSource
+from deltaflow_api.driver_pod import ENV_KAFKA_PASSWORD, ENV_KAFKA_USERNAME, KAFKA_CA_FILE
+from deltaflow_api.v1alpha1 import KafkaSource
 from deltaflow_runtime.checkpoint import TopicOffsets
 from deltaflow_runtime.kafka_admin import client_config
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-ENV_USERNAME = "DELTAFLOW_KAFKA_USERNAME"
-ENV_PASSWORD = "DELTAFLOW_KAFKA_PASSWORD"
+ENV_USERNAME, ENV_PASSWORD = ENV_KAFKA_USERNAME, ENV_KAFKA_PASSWORD
 ENV_CA_FILE = "DELTAFLOW_KAFKA_CA_FILE"
-# Where the operator mounts spec.source.auth.caCertificate (CONFIG_MOUNT/kafka-ca/ca.crt).
-DEFAULT_CA_FILE = "/etc/deltaflow/kafka-ca/ca.crt"
+# Where the operator mounts spec.source.auth.caCertificate.
+DEFAULT_CA_FILE = KAFKA_CA_FILE
 
 _JAAS_MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from deltaflow_operator.api.failures import FailureReason
+from deltaflow_api.failures import FailureReason
 from deltaflow_runtime.checkpoint import Checkpoint, TopicOffsets, render_offsets
 from deltaflow_runtime.config import Pipeline, trigger_seconds
 from deltaflow_runtime.executors import ExecutorControl

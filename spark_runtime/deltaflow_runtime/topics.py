@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from deltaflow_operator.api.v1alpha1 import KafkaSource
+from deltaflow_api.v1alpha1 import KafkaSource
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -27,7 +27,7 @@ DATA_ROOT="$DELTAFLOW_CACHE/docker"
 # What the Dockerfile reads from the build context. Only these files are sent to the build, and
 # the image tag hashes exactly them (tests/unit/test_image.py checks the Dockerfile reads nothing
 # else).
-CONTEXT_PATHS=(Dockerfile .dockerignore pyproject.toml uv.lock README.md operator spark_runtime
+CONTEXT_PATHS=(Dockerfile .dockerignore pyproject.toml uv.lock README.md api operator spark_runtime cli
   image stack/install/versions.env stack/install/maven/spark-jars.pom.xml)
 
 # apt_uri SUITE: the first URI apt's sources give for SUITE (one-line .list or deb822 .sources).

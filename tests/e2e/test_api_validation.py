@@ -14,8 +14,8 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from deltaflow_operator.api import DeltaIngestion
-from deltaflow_operator.api.names import MAX_NAME_LENGTH, executor_pod_name
+from deltaflow_api import DeltaIngestion
+from deltaflow_api.names import MAX_NAME_LENGTH, executor_pod_name
 from deltaflow_operator.builders import driver as driver_builders
 from deltaflow_operator.reconcile import children
 from deltaflow_operator.settings import Settings

@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from deltaflow_operator.api import DeltaIngestion
+from deltaflow_api import DeltaIngestion
 from deltaflow_operator.builders.common import RUNTIME_UID, labels
 from deltaflow_operator.builders.driver import BLOCK_MANAGER_PORT, DRIVER_PORT
 from devstack.cluster import lake_credentials

@@ -9,10 +9,10 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from deltaflow_operator.api import DeltaIngestion
-from deltaflow_operator.api.errors import describe
-from deltaflow_operator.api.identity import identity
-from deltaflow_operator.api.rules import canonical_path, dead_letter_place, places_apart
+from deltaflow_api import DeltaIngestion
+from deltaflow_api.errors import describe
+from deltaflow_api.identity import identity
+from deltaflow_api.rules import canonical_path, dead_letter_place, places_apart
 from support.manifests import INVALID_CASES, VALID_LOOK_ALIKES, InvalidCase, valid_manifest
 
 REPO = Path(__file__).resolve().parents[2]

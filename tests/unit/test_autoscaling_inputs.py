@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from deltaflow_operator.api import DeltaIngestion
-from deltaflow_operator.api.v1alpha1 import AutoscalerStatus
+from deltaflow_api import DeltaIngestion, channel
+from deltaflow_api.v1alpha1 import AutoscalerStatus
+from deltaflow_operator import scaling
 from deltaflow_operator.autoscaler import observe
 from deltaflow_operator.autoscaler.observe import OffsetSnapshot, kafka_view, parse_report
 from deltaflow_operator.autoscaler.policy import Capacity, History, LastAction, Recommendation
@@ -27,8 +28,11 @@ from support.manifests import valid_manifest
 
 
 def test_both_sides_use_the_same_annotations() -> None:
+    # One owner (deltaflow_api.channel); the operator's reader and writer and the driver's side
+    # use its names.
     assert observe.DESIRED_ANNOTATION == pod_channel.DESIRED_ANNOTATION
-    assert observe.REPORT_ANNOTATION == pod_channel.REPORT_ANNOTATION
+    assert scaling.REPORT_ANNOTATION == pod_channel.REPORT_ANNOTATION
+    assert scaling.DESIRED_ANNOTATION == channel.DESIRED_ANNOTATION
 
 
 @pytest.mark.parametrize(

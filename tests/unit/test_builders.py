@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from deltaflow_operator.api import DeltaIngestion
+from deltaflow_api import DeltaIngestion
 from deltaflow_operator.builders import driver as b
 from deltaflow_operator.builders.common import SPEC_HASH_ANNOTATION
 from deltaflow_operator.builders.maintenance import maintenance_cronjob
@@ -360,7 +360,7 @@ def test_executors_get_the_kafka_ca_and_credentials_the_driver_has() -> None:
 
 
 def test_the_runtime_finds_the_ca_where_executors_mount_it() -> None:
-    from deltaflow_operator.api.v1alpha1 import KafkaSource
+    from deltaflow_api.v1alpha1 import KafkaSource
     from deltaflow_runtime.source import KafkaSecrets, spark_kafka_options
 
     ing = ingestion(source={**valid_manifest()["spec"]["source"], "auth": SASL_AUTH})

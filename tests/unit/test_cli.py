@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from deltaflow_operator.cli import main
+from deltaflow_cli.main import main
 from deltaflow_runtime.cli import COMMANDS
 
 

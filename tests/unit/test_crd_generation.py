@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from deltaflow_operator.api import crd, reference
+from deltaflow_api import crd, reference
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from deltaflow_operator.api import DeltaIngestion
+from deltaflow_api import DeltaIngestion
 from deltaflow_operator.builders.common import SPEC_HASH_ANNOTATION
 from deltaflow_operator.decisions.changes import changed_fields, needs_driver_replacement
 from deltaflow_operator.decisions.conditions import set_condition

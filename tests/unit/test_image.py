@@ -166,7 +166,7 @@ def test_image_tag_changes_with_the_build_context_only(repo_copy: Path) -> None:
     (repo_copy / "tests/test_x.py").write_text("x = 2\n")  # not in the build context
     assert _tag(repo_copy) == first
 
-    code = repo_copy / "operator/deltaflow_operator/cli.py"
+    code = repo_copy / "cli/deltaflow_cli/main.py"
     original = code.read_text()
     code.write_text(original + "# changed\n")
     assert _tag(repo_copy) != first

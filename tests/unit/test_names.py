@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from deltaflow_operator.api import DeltaIngestion
-from deltaflow_operator.api.names import CRONJOB, DNS_LABEL, MAX_NAME_LENGTH, executor_pod_name
+from deltaflow_api import DeltaIngestion
+from deltaflow_api.names import CRONJOB, DNS_LABEL, MAX_NAME_LENGTH, executor_pod_name
 from deltaflow_operator.builders import driver as b
 from deltaflow_operator.reconcile import children
 from deltaflow_operator.settings import Settings

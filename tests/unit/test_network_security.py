@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from deltaflow_operator.api import DeltaIngestion
+from deltaflow_api import DeltaIngestion
 from deltaflow_operator.builders import driver as b
 from deltaflow_operator.builders.maintenance import JOBS, maintenance_cronjob
 from deltaflow_operator.builders.network_policy import network_policies

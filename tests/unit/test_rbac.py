@@ -23,8 +23,8 @@ import pytest
 import yaml
 from kubernetes.leaderelection.resourcelock import leaselock
 
+from deltaflow_api import GROUP, PLURAL, DeltaIngestion
 from deltaflow_operator import handlers, kube, reconcile
-from deltaflow_operator.api import GROUP, PLURAL, DeltaIngestion
 from deltaflow_operator.builders import driver as builders
 from deltaflow_operator.settings import Settings
 from deltaflow_runtime import pod_channel

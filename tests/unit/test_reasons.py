@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, get_args
 
-from deltaflow_operator.api.failures import FailureReason, restart_helps
-from deltaflow_operator.api.reasons import ConditionType, EventReason, Reason
-from deltaflow_operator.api.v1alpha1 import DeltaIngestionStatus
+from deltaflow_api.failures import FailureReason, restart_helps
+from deltaflow_api.reasons import ConditionType, EventReason, Reason
+from deltaflow_api.v1alpha1 import DeltaIngestionStatus
 from deltaflow_operator.autoscaler.policy import Verdict
 from deltaflow_operator.decisions.conditions import condition, set_condition
 from deltaflow_operator.kube import Kube

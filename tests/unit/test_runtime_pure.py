@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 
-from deltaflow_operator.api import DeltaIngestion
+from deltaflow_api import DeltaIngestion
 from deltaflow_runtime.maintenance import (
     MaintenanceReport,
     UnsafeRetentionError,

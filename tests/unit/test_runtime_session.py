@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from deltaflow_operator.api import DeltaIngestion
+from deltaflow_api import DeltaIngestion
 from deltaflow_runtime.session import (
     IN_CLUSTER_MASTER,
     InClusterConfigError,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from deltaflow_operator.api.v1alpha1 import DeltaIngestionSpec, KafkaSource
+from deltaflow_api.v1alpha1 import DeltaIngestionSpec, KafkaSource
 from deltaflow_runtime.source import (
     KafkaSecrets,
     SourceConfigError,

@@ -14,8 +14,8 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from deltaflow_operator.api import DeltaIngestion
-from deltaflow_operator.api.v1alpha1 import (
+from deltaflow_api import DeltaIngestion
+from deltaflow_api.v1alpha1 import (
     AutoscalerStatus,
     CapacityStatus,
     DeltaIngestionStatus,

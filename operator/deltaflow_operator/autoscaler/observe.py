@@ -2,8 +2,8 @@
 two Kafka offset snapshots (the driver reads them and puts them in its report) into lag,
 arrival and consumption rates.
 
-The operator and the driver talk through annotations on the driver pod (see
-``deltaflow_runtime.pod_channel``, which holds the same names; a unit test checks they agree).
+The operator and the driver talk through annotations on the driver pod, named in
+``deltaflow_api.channel`` (the runtime's side is ``deltaflow_runtime.pod_channel``).
 """
 
 from __future__ import annotations
@@ -13,10 +13,9 @@ import math
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
+from deltaflow_api.channel import DESIRED_ANNOTATION
 from deltaflow_operator.autoscaler.policy import Capacity, PartitionLag
 
-DESIRED_ANNOTATION = "deltaflow.io/executors-desired"
-REPORT_ANNOTATION = "deltaflow.io/driver-report"
 # A report older than this says the driver stopped reporting (it publishes every 2 s).
 REPORT_STALE_SECONDS = 30.0
 # How far a report's clock may run ahead of the operator's (nodes' clocks are synchronized to

@@ -6,15 +6,14 @@ import hashlib
 import json
 from typing import Any
 
-from deltaflow_operator.api import GROUP, KIND, VERSION, DeltaIngestion, names
-from deltaflow_operator.api.rules import reserved_key
-from deltaflow_operator.api.v1alpha1 import PodOptions
+from deltaflow_api import GROUP, KIND, VERSION, DeltaIngestion, names
+from deltaflow_api.rules import reserved_key
+from deltaflow_api.v1alpha1 import PodOptions
 
 Manifest = dict[str, Any]
 MANAGED_BY = "deltaflow-operator"
 SPEC_HASH_ANNOTATION = f"{GROUP}/driver-spec-hash"
 RUNTIME_UID = 185  # the spark user of the runtime image; never root
-CONFIG_MOUNT = "/etc/deltaflow"
 
 
 def driver_pod_name(name: str) -> str:

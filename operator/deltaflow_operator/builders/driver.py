@@ -18,10 +18,23 @@ from typing import Any
 
 import yaml
 
-from deltaflow_operator.api import DeltaIngestion
-from deltaflow_operator.api.v1alpha1 import Resources, Scaling, SecretKeyRef, Volume
-from deltaflow_operator.builders.common import (
+from deltaflow_api import DeltaIngestion
+from deltaflow_api.driver_pod import (
+    BLOCK_MANAGER_PORT,
     CONFIG_MOUNT,
+    DRIVER_PORT,
+    ENV_KAFKA_PASSWORD,
+    ENV_KAFKA_USERNAME,
+    ENV_METRICS_PORT,
+    ENV_POD_IP,
+    ENV_SPARK_MASTER,
+    IN_CLUSTER_MASTER,
+    KAFKA_CA_DIR,
+    KAFKA_CA_FILE_NAME,
+    NETWORK_CONF,
+)
+from deltaflow_api.v1alpha1 import Resources, Scaling, SecretKeyRef, Volume
+from deltaflow_operator.builders.common import (
     SPEC_HASH_ANNOTATION,
     Manifest,
     config_map_name,
@@ -41,28 +54,16 @@ from deltaflow_operator.builders.common import (
 )
 from deltaflow_operator.settings import Settings
 
-# The ports the stream's NetworkPolicies open (builders.network_policy): the driver's RPC, and the
-# block manager of the driver and of every executor (pinned: Spark picks a random one otherwise).
-DRIVER_PORT = 7078
-BLOCK_MANAGER_PORT = 7079
 EXECUTOR_CONTAINER = "executor"
 SPARK_CONF_DIR = f"{CONFIG_MOUNT}/spark"
-KAFKA_CA_DIR = f"{CONFIG_MOUNT}/kafka-ca"
 # Environment variables the runtime reads its secrets from (values come from secretKeyRefs).
-ENV_KAFKA_USERNAME = "DELTAFLOW_KAFKA_USERNAME"
-ENV_KAFKA_PASSWORD = "DELTAFLOW_KAFKA_PASSWORD"
 ENV_STORAGE_KEY_ID = "AWS_ACCESS_KEY_ID"
 ENV_STORAGE_SECRET = "AWS_SECRET_ACCESS_KEY"
-# The driver's own address and master, resolved by the runtime at start (deltaflow_runtime.session
-# holds the same names).
-ENV_POD_IP = "DELTAFLOW_POD_IP"
-ENV_SPARK_MASTER = "DELTAFLOW_SPARK_MASTER"
-IN_CLUSTER_MASTER = "k8s://in-cluster"
 
 
 def memory_with_overhead_mib(resources: Resources) -> int:
     """Container memory for a Spark JVM: heap plus Spark's default overhead (10%, >= 384 MiB)."""
-    from deltaflow_operator.api.rules import memory_mib
+    from deltaflow_api.rules import memory_mib
 
     heap = memory_mib(resources.memory)
     return heap + max(384, heap // 10)
@@ -70,7 +71,7 @@ def memory_with_overhead_mib(resources: Resources) -> int:
 
 def spark_memory(resources: Resources) -> str:
     """``memory`` in the one form every Spark setting reads: MiB, 'm'."""
-    from deltaflow_operator.api.rules import memory_mib
+    from deltaflow_api.rules import memory_mib
 
     return f"{memory_mib(resources.memory)}m"
 
@@ -157,30 +158,6 @@ def secret_env_refs(ingestion: DeltaIngestion) -> list[tuple[str, SecretKeyRef]]
 def secret_env(ingestion: DeltaIngestion) -> list[dict[str, Any]]:
     """Environment variables filled from Secrets by the kubelet: values never pass the operator."""
     return [_secret_env(name, ref) for name, ref in secret_env_refs(ingestion)]
-
-
-# Who may talk to the driver and the executors, and on which ports; spec.sparkConf cannot change
-# these (spark_conf applies them last, and so does the runtime, deltaflow_runtime.session).
-# Only holders of the application's secret: Spark makes one at start (spark.authenticate on
-# Kubernetes) and gives it to the executors it creates in their pod's environment
-# (_SPARK_AUTH_SECRET), so a pod that reaches the ports still cannot register as an
-# executor, fetch blocks or receive tasks (which carry the Kafka credentials). Traffic is
-# encrypted and authenticated: AES-GCM (CTR, Spark's default, lets a man in the middle flip
-# bits), the key derivation Spark's docs recommend (engine 2), no fallback to SASL DIGEST-MD5
-# (only old external shuffle services need it, and none is used). The UI goes: Spark's
-# authentication does not cover it, and nothing here reads it.
-NETWORK_CONF = {
-    "spark.authenticate": "true",
-    "spark.network.crypto.enabled": "true",
-    "spark.network.crypto.cipher": "AES/GCM/NoPadding",
-    "spark.network.crypto.authEngineVersion": "2",
-    "spark.network.crypto.saslFallback": "false",
-    "spark.ui.enabled": "false",
-    "spark.driver.bindAddress": "0.0.0.0",
-    "spark.driver.port": str(DRIVER_PORT),
-    "spark.driver.blockManager.port": str(BLOCK_MANAGER_PORT),
-    "spark.blockManager.port": str(BLOCK_MANAGER_PORT),
-}
 
 
 def spark_conf(ingestion: DeltaIngestion, settings: Settings) -> dict[str, str]:
@@ -298,13 +275,16 @@ def kafka_ca_volumes(ingestion: DeltaIngestion) -> list[dict[str, Any]]:
     return [
         {
             "name": "kafka-ca",
-            "secret": {"secretName": ref.name, "items": [{"key": ref.key, "path": "ca.crt"}]},
+            "secret": {
+                "secretName": ref.name,
+                "items": [{"key": ref.key, "path": KAFKA_CA_FILE_NAME}],
+            },
         }
     ]
 
 
 def kafka_ca_mounts(ingestion: DeltaIngestion) -> list[dict[str, Any]]:
-    """Where the runtime's Kafka clients find the CA bundle (KAFKA_CA_DIR/ca.crt), if any."""
+    """Where the runtime's Kafka clients find the CA bundle (driver_pod.KAFKA_CA_FILE), if any."""
     if not kafka_ca_volumes(ingestion):
         return []
     return [{"name": "kafka-ca", "mountPath": KAFKA_CA_DIR, "readOnly": True}]
@@ -428,7 +408,7 @@ def driver_pod(ingestion: DeltaIngestion, settings: Settings) -> Manifest:
                     "env": [
                         {"name": "SPARK_CONF_DIR", "value": SPARK_CONF_DIR},
                         {
-                            "name": "DELTAFLOW_METRICS_PORT",
+                            "name": ENV_METRICS_PORT,
                             "value": str(settings.runtime_metrics_port),
                         },
                         {"name": "HOME", "value": "/tmp"},

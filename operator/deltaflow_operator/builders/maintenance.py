@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from deltaflow_operator.api import DeltaIngestion
+from deltaflow_api import DeltaIngestion
+from deltaflow_api.driver_pod import CONFIG_MOUNT
 from deltaflow_operator.builders.common import (
-    CONFIG_MOUNT,
     Manifest,
     cronjob_name,
     labels,

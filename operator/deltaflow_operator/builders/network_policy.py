@@ -23,10 +23,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from deltaflow_operator.api import DeltaIngestion
-from deltaflow_operator.api.names import DNS_SUBDOMAIN, ChildName
+from deltaflow_api import DeltaIngestion
+from deltaflow_api.driver_pod import BLOCK_MANAGER_PORT, DRIVER_PORT
+from deltaflow_api.names import DNS_SUBDOMAIN, ChildName
 from deltaflow_operator.builders.common import Manifest, labels, metadata
-from deltaflow_operator.builders.driver import BLOCK_MANAGER_PORT, DRIVER_PORT
 from deltaflow_operator.builders.maintenance import JOBS
 from deltaflow_operator.settings import Settings
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from deltaflow_operator.api.reasons import ConditionType, Reason
-from deltaflow_operator.api.v1alpha1 import Condition
+from deltaflow_api.reasons import ConditionType, Reason
+from deltaflow_api.v1alpha1 import Condition
 
 
 def set_condition(  # noqa: PLR0917 - mirrors the metav1.Condition fields

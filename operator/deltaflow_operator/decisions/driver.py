@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from deltaflow_operator.api import DeltaIngestion
-from deltaflow_operator.api.failures import Termination, restart_helps, what_to_do
-from deltaflow_operator.api.reasons import ConditionType, EventReason, Reason
-from deltaflow_operator.api.v1alpha1 import Condition, DriverStatus, SecretKeyRef
+from deltaflow_api import DeltaIngestion
+from deltaflow_api.failures import Termination, restart_helps, what_to_do
+from deltaflow_api.reasons import ConditionType, EventReason, Reason
+from deltaflow_api.v1alpha1 import Condition, DriverStatus, SecretKeyRef
 from deltaflow_operator.builders.common import SPEC_HASH_ANNOTATION
 from deltaflow_operator.builders.driver import secret_refs
 from deltaflow_operator.decisions.conditions import set_condition

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from deltaflow_operator.api.reasons import Reason
+from deltaflow_api.reasons import Reason
 from deltaflow_operator.autoscaler.observe import REPORT_STALE_SECONDS, DriverReport
 from deltaflow_operator.decisions.driver import at_text
 

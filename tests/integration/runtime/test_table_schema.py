@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from deltaflow_operator.api.v1alpha1 import DeltaSink, Format
+from deltaflow_api.v1alpha1 import DeltaSink, Format
 from deltaflow_runtime.parse import ParseSpec, Router, SchemaError, parse_spec
 from deltaflow_runtime.table_schema import schema_problems
 

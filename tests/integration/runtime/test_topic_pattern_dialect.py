@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from runtime_kit import run_cli
 
-from deltaflow_operator.api.rules import topic_pattern_in_dialect
-from deltaflow_operator.api.v1alpha1 import KafkaSource
+from deltaflow_api.rules import topic_pattern_in_dialect
+from deltaflow_api.v1alpha1 import KafkaSource
 from deltaflow_runtime.topics import TopicPatternError, check_topic_pattern
 
 if TYPE_CHECKING:

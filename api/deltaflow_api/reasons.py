@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from deltaflow_operator.api.failures import FailureReason
+from deltaflow_api.failures import FailureReason
 
 
 class ConditionType(StrEnum):

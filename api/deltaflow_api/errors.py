@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from deltaflow_operator.api.rules import RuleViolationError
+from deltaflow_api.rules import RuleViolationError
 
 
 def _path(loc: tuple[int | str, ...]) -> str:

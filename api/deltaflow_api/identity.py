@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from deltaflow_operator.api.v1alpha1 import DeltaIngestion
+from deltaflow_api.v1alpha1 import DeltaIngestion
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from deltaflow_operator import api
-from deltaflow_operator.api import crd
-from deltaflow_operator.api.failures import (
+import deltaflow_api as api
+from deltaflow_api import crd
+from deltaflow_api.failures import (
     COMMAND_FAILURES,
     FailureReason,
     restart_helps,
@@ -100,7 +100,7 @@ def render() -> str:
     failures = "\n".join(
         f"| `{r.value}` | {_restarted(r)} | {_cell(what_to_do(r))} |" for r in FailureReason
     )
-    generated = "<!-- Generated from deltaflow_operator/api by `deltaflow crd`. Do not edit. -->"
+    generated = "<!-- Generated from deltaflow_api by `deltaflow crd`. Do not edit. -->"
     return f"""{generated}
 # DeltaIngestion reference ({api.GROUP}/{api.VERSION})
 

@@ -3,7 +3,7 @@
 Imports nothing heavy: the runtime, the builders and the handlers all read these models.
 """
 
-from deltaflow_operator.api.v1alpha1 import (
+from deltaflow_api.v1alpha1 import (
     GROUP,
     KIND,
     PLURAL,

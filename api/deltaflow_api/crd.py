@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from deltaflow_operator.api import v1alpha1 as api
-from deltaflow_operator.api.rules import Rule
+from deltaflow_api import v1alpha1 as api
+from deltaflow_api.rules import Rule
 
 CRD_FILE_NAME = f"{api.GROUP}_{api.PLURAL}.yaml"
 _DROPPED_KEYS = {"title"}
@@ -208,7 +208,7 @@ class _PlainDumper(yaml.SafeDumper):
 
 def render() -> str:
     """The CRD as the YAML committed in ``crds/`` and the chart."""
-    header = "# Generated from deltaflow_operator/api by `deltaflow crd`. Do not edit by hand.\n"
+    header = "# Generated from deltaflow_api by `deltaflow crd`. Do not edit by hand.\n"
     body = yaml.dump(crd_manifest(), Dumper=_PlainDumper, sort_keys=False, width=100)
     return header + body
 

@@ -2,7 +2,7 @@
 
 The CRD in ``crds/`` is generated from these models (``deltaflow crd``). Field names are camelCase
 on the wire, as Kubernetes users expect, and snake_case in Python. Every cross-field rule is a
-:class:`~deltaflow_operator.api.rules.Rule`, so the API server (CEL) and pydantic judge alike.
+:class:`~deltaflow_api.rules.Rule`, so the API server (CEL) and pydantic judge alike.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from deltaflow_operator.api.names import MAX_NAME_LENGTH, NAME_LIMITED_BY
-from deltaflow_operator.api.rules import (
+from deltaflow_api.names import MAX_NAME_LENGTH, NAME_LIMITED_BY
+from deltaflow_api.rules import (
     MEMORY_MIB_CEL,
     PATH_SCHEMES_TEXT,
     RESERVED_KEY_DOMAIN,

@@ -236,7 +236,7 @@ def places_apart_cel(a: str, b: str) -> str:
 
 def dead_letter_place(table: str, dead_letter: str | None) -> str:
     """The canonical place of the dead-letter table: ``deadLetter.tablePath``, else
-    ``<tablePath>_dead_letter`` (as :func:`~deltaflow_operator.api.identity.identity`)."""
+    ``<tablePath>_dead_letter`` (as :func:`~deltaflow_api.identity.identity`)."""
     if dead_letter is not None:
         return canonical_path(dead_letter)
     return canonical_path(table)[:-1] + "_dead_letter/"

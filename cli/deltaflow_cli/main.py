@@ -1,4 +1,4 @@
-"""The `deltaflow` command line."""
+"""The `deltaflow` command line: one parser for every command, above operator and runtime."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return run()
     if args.command == "crd":
-        from deltaflow_operator.api import crd, reference
+        from deltaflow_api import crd, reference
 
         if args.stdout:
             sys.stdout.write(crd.render())
