@@ -35,7 +35,13 @@ from deltaflow_operator.builders.maintenance import JOBS, maintenance_cronjob
 from deltaflow_operator.builders.network_policy import network_policies
 from deltaflow_operator.decisions.changes import changed_fields, needs_driver_replacement
 from deltaflow_operator.decisions.conditions import condition, set_condition
-from deltaflow_operator.decisions.driver import DriverPlan, Observed, decide_driver, running_since
+from deltaflow_operator.decisions.driver import (
+    DeleteReason,
+    DriverPlan,
+    Observed,
+    decide_driver,
+    running_since,
+)
 from deltaflow_operator.decisions.ownership import (
     Ownership,
     Sighting,
@@ -205,7 +211,7 @@ class Reconciler:
         plan = self._plan(ingestion, pod, changed)
         for _ in range(2):
             pod = self._act(body, ingestion, plan, pod)
-            if plan.action != "delete" or plan.delete_reason != "spec changed":
+            if plan.action != "delete" or plan.delete_reason != DeleteReason.SPEC_CHANGED:
                 break
             ingestion = ingestion.model_copy(update={"status": self._status(ingestion, plan)})
             plan = self._plan(ingestion, pod, changed)
@@ -381,7 +387,7 @@ class Reconciler:
         after = pod
         if plan.action == "delete" and pod is not None:
             self.kube.delete_pod(ns, pod_name, uid=pod["metadata"]["uid"])
-            metrics.DRIVER_ACTIONS.labels("delete", plan.delete_reason).inc()
+            metrics.DRIVER_ACTIONS.labels("delete", str(plan.delete_reason)).inc()
             after = self.kube.get_pod(ns, pod_name)  # gone at once, or terminating
         elif plan.action == "create":
             if not self.kube.create_pod(driver_builders.driver_pod(ingestion, self.settings)):
@@ -487,7 +493,7 @@ class Reconciler:
         pod = self.kube.get_pod(namespace, driver_pod_name(name))
         if pod is not None:
             self.kube.delete_pod(namespace, driver_pod_name(name), uid=pod["metadata"]["uid"])
-            metrics.DRIVER_ACTIONS.labels("delete", "resource deleted").inc()
+            metrics.DRIVER_ACTIONS.labels("delete", str(DeleteReason.RESOURCE_DELETED)).inc()
 
     def _wait_driver_gone(self, namespace: str, name: str, timeout: float) -> bool:
         deadline = time.monotonic() + timeout

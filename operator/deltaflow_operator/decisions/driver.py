@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from typing import Any, Literal
 
 from deltaflow_api import DeltaIngestion
@@ -32,6 +33,16 @@ IMAGE_PULL_FAILURES = frozenset(
 CONFIG_FAILURES = frozenset({"CreateContainerConfigError", "CreateContainerError"})
 
 DriverAction = Literal["none", "create", "delete", "wait"]
+
+
+class DeleteReason(StrEnum):
+    """Why a driver pod is deleted (also the ``reason`` label of driver_actions_total)."""
+
+    NONE = ""
+    SUSPENDED = "suspended"
+    FAILED = "failed"
+    SPEC_CHANGED = "spec changed"  # the one a replacement follows in the same round
+    RESOURCE_DELETED = "resource deleted"
 
 
 @dataclass(frozen=True)
@@ -63,7 +74,7 @@ class DriverPlan:
     conditions: list[Condition]
     events: list[Event] = field(default_factory=list)
     requeue_after: float | None = None
-    delete_reason: str = ""
+    delete_reason: DeleteReason = DeleteReason.NONE
 
 
 def backoff_seconds(failures: int, settings: Settings) -> float:
@@ -336,7 +347,9 @@ def _suspended(
     driver = driver.model_copy(update={"consecutive_failures": 0, "next_start_after": None})
     if has_pod and not deleting:
         event = Event("Normal", EventReason.SUSPENDED, "spec.suspend set: stopping the driver")
-        return DriverPlan("delete", driver, conds.items, [event], delete_reason="suspended")
+        return DriverPlan(
+            "delete", driver, conds.items, [event], delete_reason=DeleteReason.SUSPENDED
+        )
     return DriverPlan(
         "wait" if deleting else "none", driver, conds.items, requeue_after=1.0 if deleting else None
     )
@@ -400,7 +413,12 @@ def _failed(
     )
     conds.degraded(crash_loop)
     return DriverPlan(
-        "delete", driver, conds.items, events, requeue_after=delay, delete_reason="failed"
+        "delete",
+        driver,
+        conds.items,
+        events,
+        requeue_after=delay,
+        delete_reason=DeleteReason.FAILED,
     )
 
 
@@ -444,7 +462,12 @@ def _replace(
     conds.degraded(_crash_loop_message(driver, settings))
     event = Event("Normal", EventReason.DRIVER_REPLACING, message)
     return DriverPlan(
-        "delete", driver, conds.items, [event], requeue_after=1.0, delete_reason="spec changed"
+        "delete",
+        driver,
+        conds.items,
+        [event],
+        requeue_after=1.0,
+        delete_reason=DeleteReason.SPEC_CHANGED,
     )
 
 
