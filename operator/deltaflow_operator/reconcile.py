@@ -107,11 +107,10 @@ class Reconciler:
         self.settings = settings
         self.autoscaler = Autoscaler(kube)
         self._applied: dict[str, _Applied] = {}
-        # Ownership (decisions.ownership): other releases' claims as last seen, what this
-        # process told about each, and the resources it stands back from.
+        # Ownership (decisions.ownership): another release's claim on each resource this
+        # process stands back from, as last seen, and what it told about each.
         self._sightings: dict[str, Sighting] = {}
         self._told: dict[str, tuple[str, str]] = {}
-        self._standing_back: set[str] = set()
 
     def reconcile(
         self, namespace: str, name: str, watched_pod: dict[str, Any] | None = UNSEEN
@@ -147,8 +146,7 @@ class Reconciler:
                 self._stand_back(key, body, decision)
                 return None
             self._sightings.pop(key, None)
-            self._standing_back.discard(key)
-            metrics.STANDING_BACK.set(len(self._standing_back))
+            metrics.STANDING_BACK.set(len(self._sightings))
             if decision.action == "serve":
                 return body
             now = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
@@ -191,12 +189,11 @@ class Reconciler:
         # Should this operator take over later, it starts from what the cluster holds.
         self._applied.pop(key, None)
         self.autoscaler.forget(*key.split("/", 1))
-        self._standing_back.add(key)
-        metrics.STANDING_BACK.set(len(self._standing_back))
+        metrics.STANDING_BACK.set(len(self._sightings))
 
     def serves(self, namespace: str, name: str) -> bool:
         """False while another operator release serves the resource (this one stands back)."""
-        return f"{namespace}/{name}" not in self._standing_back
+        return f"{namespace}/{name}" not in self._sightings
 
     def _reconcile(self, body: dict[str, Any], watched_pod: dict[str, Any] | None) -> float | None:
         seen = self._observe(body, watched_pod)
@@ -509,8 +506,7 @@ class Reconciler:
         self._applied.pop(key, None)
         self._sightings.pop(key, None)
         self._told.pop(key, None)
-        self._standing_back.discard(key)
-        metrics.STANDING_BACK.set(len(self._standing_back))
+        metrics.STANDING_BACK.set(len(self._sightings))
         metrics.forget_resource(namespace, name)
 
 

@@ -21,7 +21,6 @@ from deltaflow_runtime.kafka_admin import client_config
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-ENV_USERNAME, ENV_PASSWORD = ENV_KAFKA_USERNAME, ENV_KAFKA_PASSWORD
 ENV_CA_FILE = "DELTAFLOW_KAFKA_CA_FILE"
 # Where the operator mounts spec.source.auth.caCertificate.
 DEFAULT_CA_FILE = KAFKA_CA_FILE
@@ -54,8 +53,12 @@ class KafkaSecrets:
             return cls()
         username = password = ca_file = None
         if auth.security_protocol.startswith("SASL"):
-            username, password = e.get(ENV_USERNAME), e.get(ENV_PASSWORD)
-            missing = [n for n, v in ((ENV_USERNAME, username), (ENV_PASSWORD, password)) if not v]
+            username, password = e.get(ENV_KAFKA_USERNAME), e.get(ENV_KAFKA_PASSWORD)
+            missing = [
+                n
+                for n, v in ((ENV_KAFKA_USERNAME, username), (ENV_KAFKA_PASSWORD, password))
+                if not v
+            ]
             if missing:
                 raise SourceConfigError(
                     f"spec.source.auth uses {auth.security_protocol} but {', '.join(missing)} "

@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 
 from deltaflow_operator.builders.common import service_account_name
-from devstack.install import REPO_ROOT
-from devstack.kube import write_kubeconfig
 from support.operator_harness import (
     OPERATOR_NAMESPACE,
     OperatorUnderTest,
     Replica,
+    install_chart,
     load_example,
     restricted_namespace,
+    service_account_kubeconfig,
     wait_for,
 )
 
@@ -40,23 +40,10 @@ def second_release(operator: OperatorUnderTest, stack_dir: Path) -> Iterator[dic
     """`helm install team-b`: the chart again (the CRD is already there); the environment of
     its operator, under its own ServiceAccount."""
     kube = operator.kube
-    repository, tag = kube.image.rsplit(":", 1)
-    kube.helm(
-        "install",
-        "team-b",
-        str(REPO_ROOT / "charts" / "deltaflow"),
-        "--namespace",
-        SECOND_NS,
-        "--create-namespace",
-        "--set=replicaCount=0",
-        f"--set=image.repository={repository}",
-        f"--set=image.tag={tag}",
+    install_chart(kube, "team-b", SECOND_NS)
+    kubeconfig = service_account_kubeconfig(
+        kube, SECOND_NS, SECOND_NAME, stack_dir / "team-b.kubeconfig", user="team-b"
     )
-    token = kube.kubectl(
-        "-n", SECOND_NS, "create", "token", SECOND_NAME, "--duration=1h"
-    ).stdout.strip()
-    kubeconfig = stack_dir / "team-b.kubeconfig"
-    write_kubeconfig(kubeconfig, kube.server, kube.ca_file, token, user="team-b")
     yield {
         "KUBECONFIG": str(kubeconfig),
         "DELTAFLOW_NAMESPACE": SECOND_NS,

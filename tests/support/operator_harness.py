@@ -179,6 +179,34 @@ def restricted_namespace(kube: KubeControlPlane, name: str) -> None:
     )
 
 
+def install_chart(kube: KubeControlPlane, release: str, namespace: str) -> None:
+    """`helm install` of the chart as release ``release``, with the node's image and no operator
+    replicas (the tests run the operator process themselves)."""
+    repository, tag = kube.image.rsplit(":", 1)
+    kube.helm(
+        "install",
+        release,
+        str(REPO_ROOT / "charts" / "deltaflow"),
+        "--namespace",
+        namespace,
+        "--create-namespace",
+        "--set=replicaCount=0",
+        f"--set=image.repository={repository}",
+        f"--set=image.tag={tag}",
+    )
+
+
+def service_account_kubeconfig(
+    kube: KubeControlPlane, namespace: str, account: str, path: Path, user: str
+) -> Path:
+    """A kubeconfig at ``path`` acting as the ServiceAccount ``namespace/account`` (4 h token)."""
+    token = kube.kubectl(
+        "-n", namespace, "create", "token", account, "--duration=4h"
+    ).stdout.strip()
+    write_kubeconfig(path, kube.server, kube.ca_file, token, user=user)
+    return path
+
+
 @pytest.fixture(scope="session")
 def chart_installed(kube: KubeControlPlane) -> KubeControlPlane:
     """`helm install` of the chart: CRD, operator RBAC, a Deployment at 0 replicas.
@@ -186,18 +214,7 @@ def chart_installed(kube: KubeControlPlane) -> KubeControlPlane:
     The operator-logic tests run the operator process themselves, under the chart's
     ServiceAccount (see `operator`); the chart's own pods run in tests/e2e/test_running_pods.py.
     """
-    repository, tag = kube.image.rsplit(":", 1)
-    kube.helm(
-        "install",
-        "deltaflow",
-        str(REPO_ROOT / "charts" / "deltaflow"),
-        "--namespace",
-        OPERATOR_NAMESPACE,
-        "--create-namespace",
-        "--set=replicaCount=0",
-        f"--set=image.repository={repository}",
-        f"--set=image.tag={tag}",
-    )
+    install_chart(kube, "deltaflow", OPERATOR_NAMESPACE)
     wait_for(
         "the CRD to be established",
         lambda: (
@@ -218,12 +235,10 @@ def chart_installed(kube: KubeControlPlane) -> KubeControlPlane:
 @pytest.fixture(scope="session")
 def operator_identity(chart_installed: KubeControlPlane, stack_dir: Path) -> Path:
     """A kubeconfig for the chart's ServiceAccount: the operator runs with exactly its RBAC."""
-    token = chart_installed.kubectl(
-        "-n", OPERATOR_NAMESPACE, "create", "token", "deltaflow-operator", "--duration=4h"
-    ).stdout.strip()
     path = stack_dir / "operator.kubeconfig"
-    write_kubeconfig(path, chart_installed.server, chart_installed.ca_file, token, user="operator")
-    return path
+    return service_account_kubeconfig(
+        chart_installed, OPERATOR_NAMESPACE, "deltaflow-operator", path, user="operator"
+    )
 
 
 @pytest.fixture(scope="module")
