@@ -1,7 +1,7 @@
-"""A MinIO server (S3-compatible) for s3a:// tables: one process, one data folder, credentials
-made up per run.
+"""S3-compatible servers for s3a:// tables: MinIO (the one the stack writes to) and S3Proxy (one
+that ignores conditional PUTs); one process each, one data folder, credentials made up per run.
 
-It listens on one address: the pod network's gateway when the node runs (host processes reach it
+MinIO listens on one address: the pod network's gateway when the node runs (host processes reach it
 there too, as Kafka's pod listener), else loopback. Path-style access (no bucket DNS names).
 """
 
@@ -104,6 +104,50 @@ def start_minio(work_dir: Path, address: str = "127.0.0.1", timeout: float = 60.
     endpoint = f"http://{address}:{port}"
     try:
         service.wait_ready(lambda: _live(endpoint), timeout, "live")
+    except Exception:
+        service.stop()
+        raise
+    return ObjectStore(endpoint, access_key, secret_key, service)
+
+
+def _answers(endpoint: str) -> bool:
+    """Any HTTP answer (S3Proxy refuses the unsigned request, which is enough)."""
+    import urllib.error
+
+    try:
+        with urllib.request.urlopen(endpoint, timeout=2):
+            return True
+    except urllib.error.HTTPError:
+        return True
+
+
+def start_s3proxy(work_dir: Path, address: str = "127.0.0.1", timeout: float = 60.0) -> ObjectStore:
+    """Start S3Proxy over a local folder, signed requests only: an S3-compatible server that
+    ignores ``If-None-Match`` on PUT (its PutObject never reads the header)."""
+    jar = installed_path("s3proxy")
+    port = free_port()
+    access_key, secret_key = "deltaflow", secrets.token_hex(16)
+    data = work_dir / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    properties = work_dir / "s3proxy.conf"
+    properties.write_text(
+        f"s3proxy.endpoint=http://{address}:{port}\n"
+        "s3proxy.authorization=aws-v2-or-v4\n"
+        f"s3proxy.identity={access_key}\n"
+        f"s3proxy.credential={secret_key}\n"
+        "jclouds.provider=filesystem\n"
+        f"jclouds.filesystem.basedir={data}\n"
+    )
+    properties.chmod(0o600)
+    service = Service(
+        "s3proxy",
+        ["java", "-Xmx256m", "-jar", str(jar), "--properties", str(properties)],
+        work_dir / "s3proxy.log",
+    )
+    service.start()
+    endpoint = f"http://{address}:{port}"
+    try:
+        service.wait_ready(lambda: _answers(endpoint), timeout, "answering")
     except Exception:
         service.stop()
         raise

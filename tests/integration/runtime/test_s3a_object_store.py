@@ -33,9 +33,11 @@ from runtime_kit import (
     wait_for,
 )
 
+from deltaflow_api.failures import FailureReason
+from deltaflow_runtime.maintenance import ENV_TERMINATION_LOG
 from devstack.demo import BROKEN
 from devstack.kafka import KafkaBroker
-from devstack.minio import REGION, ObjectStore
+from devstack.minio import REGION, ObjectStore, start_s3proxy
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -196,21 +198,25 @@ def test_run_the_example_manifest_on_the_object_store_lands_good_and_bad_records
     assert sorted(tpos(read_table("s3a://lake/orders", options))) == sorted(rows)
 
 
-def test_wrong_credentials_a_missing_bucket_or_no_endpoint_fail_naming_what_to_fix(
+def test_wrong_credentials_a_missing_bucket_no_endpoint_or_a_store_ignoring_conditions_fail(
     kafka: KafkaBroker, object_store: ObjectStore, tmp_path: Path
 ) -> None:
     bootstrap = kafka.bootstrap_servers
     topic = unique("s3-errors")
     create_topic(bootstrap, topic, partitions=1)
     wrong_secret = "wrong-" + uuid.uuid4().hex
+    # A real server that answers 200 to a second `If-None-Match: *` PUT and replaces the object.
+    lax = start_s3proxy(tmp_path / "s3proxy")
+    lax.create_bucket("lax")
     cases = [
-        # (what, where the tables go, endpoint, env, words the error must hold)
+        # (what, where the tables go, endpoint, env, words the error must hold, failure reason)
         (
             "wrong secret key",
             "s3a://lake/errors",
             object_store.endpoint,
             {**object_store.env(), "AWS_SECRET_ACCESS_KEY": wrong_secret},
             ["bucket 'lake'", object_store.endpoint, "secretAccessKey"],
+            FailureReason.OBJECT_STORE_ACCESS_DENIED,
         ),
         (
             "missing bucket",
@@ -218,6 +224,7 @@ def test_wrong_credentials_a_missing_bucket_or_no_endpoint_fail_naming_what_to_f
             object_store.endpoint,
             object_store.env(),
             ["bucket 'no-such-bucket'", "does not exist"],
+            FailureReason.BUCKET_NOT_FOUND,
         ),
         (
             "nothing listening at the endpoint",
@@ -225,13 +232,48 @@ def test_wrong_credentials_a_missing_bucket_or_no_endpoint_fail_naming_what_to_f
             "http://127.0.0.1:9",
             object_store.env(),
             ["bucket 'lake'", "http://127.0.0.1:9", "does not answer"],
+            FailureReason.OBJECT_STORE_UNREACHABLE,
+        ),
+        (
+            "store ignoring If-None-Match",
+            "s3a://lax/orders",
+            lax.endpoint,
+            lax.env(),
+            ["bucket 'lax'", "If-None-Match", "Nothing was written"],
+            FailureReason.CONDITIONAL_PUT_IGNORED,
         ),
     ]
-    for what, root, endpoint, env, words in cases:
+    try:
+        secrets = [wrong_secret, object_store.secret_key, lax.secret_key]
+        _fail_each(
+            cases, kafka, topic, tmp_path, storage=object_store.storage_spec(), secrets=secrets
+        )
+        # Refused before the first commit: no table, checkpoint or probe object on the store's
+        # disk (S3Proxy keeps each object as a file under its data folder).
+        assert [p for p in (tmp_path / "s3proxy" / "data").rglob("*") if p.is_file()] == []
+    finally:
+        lax.stop()
+
+
+def _fail_each(
+    cases: list[tuple[str, str, str, dict[str, str], list[str], FailureReason]],
+    kafka: KafkaBroker,
+    topic: str,
+    tmp_path: Path,
+    *,
+    storage: dict[str, object],
+    secrets: list[str],
+) -> None:
+    """Run the driver once per case: each exits non-zero, naming what to fix, with the reason in
+    the termination message the operator reads, leaking no secret, and within seconds."""
+    bootstrap = kafka.bootstrap_servers
+    for what, root, endpoint, env, words, reason in cases:
+        name = what.replace(" ", "-")
+        termination = tmp_path / f"{name}.termination"
         config, _, _ = write_config(
-            tmp_path / f"{what.replace(' ', '-')}.yaml", "orders", topic, bootstrap, root,
+            tmp_path / f"{name}.yaml", "orders", topic, bootstrap, root,
             max_offsets=100,
-            storage={**object_store.storage_spec(), "endpoint": endpoint},
+            storage={**storage, "endpoint": endpoint},
         )  # fmt: skip
         started = time.monotonic()
         result = run_cli(
@@ -239,7 +281,7 @@ def test_wrong_credentials_a_missing_bucket_or_no_endpoint_fail_naming_what_to_f
              "--metrics-port", "0"],
             cwd=tmp_path,
             timeout=300,
-            env=env,
+            env={**env, ENV_TERMINATION_LOG: str(termination)},
         )  # fmt: skip
         took = time.monotonic() - started
         output = result.stdout + result.stderr
@@ -250,8 +292,10 @@ def test_wrong_credentials_a_missing_bucket_or_no_endpoint_fail_naming_what_to_f
         )
         for word in words:
             assert word in message, f"{what}: {word!r} not in {message!r}"
-        assert wrong_secret not in output
-        assert object_store.secret_key not in output
+        assert json.loads(termination.read_text())["reason"] == reason.value, what
+        for secret in secrets:
+            assert secret not in output
+        # S3A's own retries would take minutes: the probe gives up after one attempt.
         assert took < 120, f"{what}: {took:.0f}s to fail"
 
 
