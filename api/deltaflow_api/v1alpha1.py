@@ -7,6 +7,7 @@ on the wire, as Kubernetes users expect, and snake_case in Python. Every cross-f
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Annotated, Any, ClassVar, Literal
@@ -538,6 +539,19 @@ class Trigger(ApiModel):
             description="A duration (500ms, 10s, 1m): a batch starts at most this often.",
         ),
     ] = "10s"
+
+    @property
+    def seconds(self) -> float:
+        """The interval in seconds (the operator's autoscaler and the driver's trigger)."""
+        return duration_seconds(self.interval)
+
+
+def duration_seconds(text: str) -> float:
+    """A duration of DURATION_PATTERN's form (``10s``, ``500ms``, ``2m``, ``1h``) in seconds."""
+    match = re.fullmatch(r"([0-9]+)(ms|s|m|h)", text)
+    if match is None:
+        raise ValueError(f"not a duration: {text!r}")
+    return int(match[1]) * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}[match[2]]
 
 
 class Scaling(ApiModel):

@@ -30,7 +30,7 @@ STANDING_BACK = Gauge(
     "DeltaIngestions this operator leaves to another release that serves them",
 )
 IS_LEADER = Gauge("deltaflow_operator_leader", "1 while this replica holds the leader Lease")
-# Autoscaling (see deltaflow_operator.scaling).
+# Autoscaling (see deltaflow_operator.autoscaler.explain).
 LAG_RECORDS = Gauge(
     "deltaflow_operator_kafka_lag_records",
     "Records in the topic the stream has not committed yet",

@@ -28,6 +28,7 @@ from deltaflow_api.identity import identity
 from deltaflow_api.reasons import ConditionType, EventReason, Reason
 from deltaflow_api.v1alpha1 import DeltaIngestionStatus
 from deltaflow_operator import metrics
+from deltaflow_operator.autoscaler.engine import Autoscaler
 from deltaflow_operator.autoscaler.observe import ReportReading
 from deltaflow_operator.builders import driver as driver_builders
 from deltaflow_operator.builders.common import config_map_name, driver_pod_name
@@ -50,7 +51,6 @@ from deltaflow_operator.decisions.ownership import (
 )
 from deltaflow_operator.decisions.progress import stream_progress
 from deltaflow_operator.kube import Kube
-from deltaflow_operator.scaling import Autoscaler, trigger_seconds
 from deltaflow_operator.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -326,7 +326,7 @@ class Reconciler:
             reading.report,
             running_for=(now - started).total_seconds(),
             lag_records=status.lag.records,
-            trigger_seconds=trigger_seconds(ingestion),
+            trigger_seconds=ingestion.spec.trigger.seconds,
             now=now.timestamp(),
             refused=reading.refused,
         )

@@ -23,7 +23,6 @@ from deltaflow_api.identity import StreamIdentity, identity
 CONFIG_MAP_KEY = "ingestion.yaml"
 
 _OBJECT_STORE = re.compile(r"^(s3a|s3)://(?P<rest>.+)$")  # the object stores the API admits
-_DURATION = re.compile(r"^(?P<n>[0-9]+)(?P<unit>ms|s|m|h)$")
 
 
 class ConfigError(Exception):
@@ -79,15 +78,6 @@ def load_ingestion(path: Path) -> DeltaIngestion:
             str(path), [f"expected exactly one DeltaIngestion, found {len(candidates)} documents"]
         )
     return parse_ingestion(candidates[0], str(path))
-
-
-def trigger_seconds(interval: str) -> float:
-    """The trigger interval (``10s``, ``500ms``, ``2m``, ``1h``) in seconds."""
-    match = _DURATION.match(interval)
-    if match is None:
-        raise ValueError(f"not a duration: {interval!r}")
-    scale = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}[match["unit"]]
-    return int(match["n"]) * scale
 
 
 def local_path(uri: str, local_dir: Path) -> str:

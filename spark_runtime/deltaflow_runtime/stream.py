@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from deltaflow_api.failures import FailureReason
 from deltaflow_runtime.checkpoint import Checkpoint, TopicOffsets, render_offsets
-from deltaflow_runtime.config import Pipeline, trigger_seconds
+from deltaflow_runtime.config import Pipeline
 from deltaflow_runtime.executors import ExecutorControl
 from deltaflow_runtime.guard import StreamFacts, check_checkpoint, check_kafka_identity
 from deltaflow_runtime.kafka_admin import KafkaIdentity
@@ -231,9 +231,7 @@ class StreamRunner:
         if self.options.available_now:
             writer = writer.trigger(availableNow=True)
         else:
-            writer = writer.trigger(
-                processingTime=f"{trigger_seconds(ingestion.spec.trigger.interval)} seconds"
-            )
+            writer = writer.trigger(processingTime=f"{ingestion.spec.trigger.seconds} seconds")
         log.info(
             "%s",
             json.dumps(

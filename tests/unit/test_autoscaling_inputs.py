@@ -9,12 +9,11 @@ import pytest
 
 from deltaflow_api import DeltaIngestion, channel
 from deltaflow_api.v1alpha1 import AutoscalerStatus
-from deltaflow_operator import scaling
-from deltaflow_operator.autoscaler import observe
+from deltaflow_operator.autoscaler import engine, observe, realizer
+from deltaflow_operator.autoscaler.explain import executor_selector, history_of, history_status
 from deltaflow_operator.autoscaler.observe import OffsetSnapshot, kafka_view, parse_report
 from deltaflow_operator.autoscaler.policy import Capacity, History, LastAction, Recommendation
 from deltaflow_operator.builders.driver import spark_conf
-from deltaflow_operator.scaling import executor_selector, history_of, history_status
 from deltaflow_operator.settings import Settings
 from deltaflow_runtime import pod_channel
 from deltaflow_runtime.capacity import (
@@ -31,8 +30,8 @@ def test_both_sides_use_the_same_annotations() -> None:
     # One owner (deltaflow_api.channel); the operator's reader and writer and the driver's side
     # use its names.
     assert observe.DESIRED_ANNOTATION == pod_channel.DESIRED_ANNOTATION
-    assert scaling.REPORT_ANNOTATION == pod_channel.REPORT_ANNOTATION
-    assert scaling.DESIRED_ANNOTATION == channel.DESIRED_ANNOTATION
+    assert engine.REPORT_ANNOTATION == pod_channel.REPORT_ANNOTATION
+    assert realizer.DESIRED_ANNOTATION == channel.DESIRED_ANNOTATION
 
 
 @pytest.mark.parametrize(

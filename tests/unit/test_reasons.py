@@ -12,10 +12,10 @@ from typing import Any, get_args
 from deltaflow_api.failures import FailureReason, restart_helps
 from deltaflow_api.reasons import ConditionType, EventReason, Reason
 from deltaflow_api.v1alpha1 import DeltaIngestionStatus
+from deltaflow_operator.autoscaler.explain import LIMIT_VERDICTS
 from deltaflow_operator.autoscaler.policy import Verdict
 from deltaflow_operator.decisions.conditions import condition, set_condition
 from deltaflow_operator.kube import Kube
-from deltaflow_operator.scaling import LIMIT_VERDICTS
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -47,7 +47,8 @@ def test_the_readme_conditions_table_names_every_reason_and_nothing_else() -> No
 
 
 def test_every_autoscaler_verdict_is_a_condition_reason() -> None:
-    # The policy may not import the API (an import contract): scaling.py maps with Reason(verdict).
+    # The policy may not import the API (an import contract): autoscaler/explain.py maps with
+    # Reason(verdict).
     verdicts = get_args(Verdict)
     assert len(verdicts) >= 10
     for verdict in verdicts:

@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from deltaflow_api.v1alpha1 import Trigger, duration_seconds
 from deltaflow_runtime.config import (
     ConfigError,
     load_ingestion,
     local_path,
     localize,
     parse_ingestion,
-    trigger_seconds,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -124,4 +124,5 @@ def test_local_paths_stay_local(tmp_path: Path) -> None:
     ("text", "seconds"), [("10s", 10.0), ("500ms", 0.5), ("2m", 120.0), ("1h", 3600.0)]
 )
 def test_trigger_seconds(text: str, seconds: float) -> None:
-    assert trigger_seconds(text) == seconds
+    assert duration_seconds(text) == seconds
+    assert Trigger(interval=text).seconds == seconds

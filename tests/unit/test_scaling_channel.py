@@ -21,6 +21,7 @@ from deltaflow_api.v1alpha1 import (
     DeltaIngestionStatus,
     ExecutorStatus,
 )
+from deltaflow_operator.autoscaler.explain import history_status, lag_status
 from deltaflow_operator.autoscaler.observe import (
     CLOCK_SKEW_SECONDS,
     REPORT_STALE_SECONDS,
@@ -34,7 +35,6 @@ from deltaflow_operator.autoscaler.policy import History, Limits, Observation, d
 from deltaflow_operator.builders import driver as builders
 from deltaflow_operator.builders.maintenance import maintenance_cronjob
 from deltaflow_operator.decisions.progress import stream_progress
-from deltaflow_operator.scaling import history_status, lag_status
 from deltaflow_operator.settings import Settings
 from deltaflow_runtime.scaling_agent import SpecBounds, clamp_target
 from support.manifests import valid_manifest

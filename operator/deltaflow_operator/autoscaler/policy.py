@@ -1,122 +1,14 @@
-"""How many executors the stream should run, from Kafka lag and the driver's measured capacity.
+"""Decide: how many executors the stream should run, from Kafka lag and the driver's measured
+capacity.
 
-Observations in, a desired executor count and a reason in words out. Pure: no Kubernetes, no
-Kafka, no Spark, no clock (the caller passes the time in), so every rule is checked in unit tests
-over simulated time.
+Observations in, a desired executor count, a verdict and a reason in words out. Pure: no
+Kubernetes, no Kafka, no Spark, no clock (the caller passes the time in), so every rule is
+checked in unit tests over simulated time (tests/unit/test_autoscaler_policy.py).
 
-The model of one configuration (DS2-like: sized from measured capacity, not from lag alone)
-    The driver measures ``r``, the records one busy core processes per second, and the fixed
-    overhead of a micro-batch (planning, commit). A batch runs one task per Kafka partition (P
-    tasks) on ``slots = executors * cores`` task slots, in ``waves = ceil(P / slots)`` waves, so
-    its effective parallelism is ``P / waves``: only counts that remove a wave add capacity (with
-    P = 8 and one core each, 5, 6 and 7 executors are no faster than 4). With the source's
-    minPartitions above the partition count (the driver sets two tasks per core at maxExecutors
-    unless the spec says otherwise), Spark splits each partition's range in proportion
-    to its share (``split_tasks``): P is then the task count and the hottest task a piece of the
-    hottest partition. A batch of R records
-    takes ``overhead + max(R / (r * P / waves), R * hottest_share / r)``: the second term is the
-    hottest partition's task, which runs on one core however many executors there are.
-    Throughput is R over that time, where R is what the next batch would take: one trigger
-    interval of arrivals plus the backlog (below), capped by maxOffsetsPerTrigger. A count keeps
-    up when its throughput on such batches reaches the arrival rate, i.e. when a batch of one
-    interval's arrivals fits in the interval.
-
-Backlog
-    A micro-batch stream that keeps up always has lag: the records that arrived since the last
-    trigger (up to one interval of arrivals) and the batch in flight, committed only when it
-    ends (its run time of arrivals). Kafka's lag of such a stream is up to
-    ``arrivals * (triggerInterval + batch time)`` however many executors it has. That is not
-    backlog: counted as backlog (about 13 s of arrivals with a 10 s trigger), it added ~20% to
-    the need with a 60 s target and scaled up early. The backlog is
-    ``max(0, lag - arrivals * (triggerInterval + batch time))``, where the batch time is what the
-    model gives for a batch of one interval's arrivals at the registered count (the batch in
-    flight runs on those), at most one interval. From the model rather than trigger + overhead:
-    near a boundary, where the decision matters, the tasks' time is most of a batch's time; and
-    capped, because a count whose batches overrun the interval does not keep up, so what piles
-    up beyond two intervals of arrivals is backlog to clear. The same backlog, never the lag,
-    feeds the scale-down's need and the hottest partition's share.
-
-Sizing
-    The stream needs ``arrivals + backlog / targetLagSeconds`` records/s: keep up and clear the
-    backlog within the target. When the current count falls short, the recommendation is the
-    smallest count that meets the need. When no count within the bounds does, it is the smallest
-    count reaching the best throughput there is (executors that add nothing are never asked for)
-    and the verdict says what stops it: HotPartition (the hottest partition carries more than
-    1.5 times an even share of the work and its task outlasts a whole wave; it runs on one core
-    whatever the count), BatchCap (maxOffsetsPerTrigger over the batch overhead caps the rate),
-    PartitionCeiling (as many task slots as partitions already) or AtMaximum (maxExecutors).
-    With partitions evenly loaded but for noise, a task a few percent longer than the others is
-    not a hot partition: the ceiling or the maximum is named. This is found from the model before
-    anything is asked for, not by trying. The hottest share is weighed like the need: each
-    partition's arrivals plus its own backlog (its lag beyond its natural lag) over the target.
-
-    New executors are not useful at once: until they register, the registered ones fall short of
-    the arrivals and the backlog grows by ``(arrivals - throughput now) * start time``, the start
-    time being what the driver last measured from asking for executors to their registration
-    (pod scheduling, image, JVM; its first executors count). A scale-up is sized to clear that
-    too within the target (Flink's autoscaler adds the records of its restart time to the
-    catch-up the same way). Without it, a count that just meets the need once its executors run
-    leaves what piled up meanwhile to a second scale-up. The pile-up sizes a count, never limits
-    it: when no count clears it, the best count there is is asked for. It does not cover the
-    time a registered executor still runs slowly (a cold JVM on busy cores): that shows in the
-    capacity the driver measures next.
-
-    A capacity that is only a lower bound (the driver has seen batches of one size: records / busy
-    time, each batch's fixed cost counted as work) under-rates every count, most of all at small
-    batches. With it, a stream whose lag is within the target is not scaled up on the model
-    alone: the measured lag wins, and the count goes up (sized by the same model) once the lag
-    passes the target. A fitted capacity scales up ahead of the lag.
-
-    A smaller count is only recommended with 15% headroom over the highest arrival rate seen in
-    the scale-down window (plus the backlog term), judged on the batches arrivals at that rate
-    would make (a count whose batches stretch past the trigger keeps up as long as they stay
-    within half the target), while scaling up needs no headroom; between the two the count
-    holds, so noise of +-10% around a boundary never flips it back and forth.
-
-Stabilization
-    Each round's recommendation is kept (by the caller, in the resource status). Like the HPA's
-    behavior windows, but over sized recommendations: the count goes up once every
-    recommendation in force during the scale-up window asked for more (a spike shorter than the
-    window does nothing; a window of 0 acts at once), to the latest one: the window confirms the
-    rise, the freshest round sizes it (the least of the window is the round that straddled a
-    step and measured part of the new rate). It goes down to the highest in force during the
-    scale-down window. A recommendation stays in force until the next one, and a window acts
-    only once all of it has been observed: after an operator restart nothing scales down for a
-    whole window (nor up for a whole scale-up window, unlike the HPA, which acts on an empty
-    history). While
-    executors already asked for are starting, a further scale-up goes no higher than the count
-    the arrivals alone need: the backlog that grows while pods start is not counted twice, but
-    a rate that kept rising is answered without waiting for the pods (after a step, the round
-    that straddles it measures part of the new rate; waiting for that round's executors to
-    register before sizing on the full rate added their start time to the catch-up).
-
-Unknowns and mistakes
-    When Kafka or the driver cannot be reached, or capacity or arrival rates are not measured
-    yet, the count is held (clamped into the bounds, which the spec may have changed), never
-    dropped, and such rounds are not recorded. A scale-up is checked afterwards, on the
-    consumption rate (records committed per second over the last round, ~10 s): once its
-    executors have registered and a scale-up window (at least two triggers) has passed, a round
-    of a stream still behind its target that commits less than half of the promised rate starts a
-    shortfall (``History.shortfall_since``). One round proves little: while one long catch-up
-    batch runs nothing commits, and the round reads 0. So the shortfall is Ineffective only once
-    it has lasted the longest of the scale-up window, three trigger intervals, 60 s and the time
-    the model gives the next batch at the registered count; any round committing half of the
-    promise or more ends it. While it lasts nothing more is added (Stabilizing; the
-    recommendations are still recorded, so the scale-up window runs), and once Ineffective,
-    nothing more is added until the stream commits 80% of the promise, catches up, or scales
-    down.
-
-Compared with other autoscalers
-    KEDA's Kafka scaler sets ``replicas = ceil(total lag / lagThreshold)`` and the HPA scales up
-    at once and down after a 300 s stabilization window; the lag alone says nothing about how
-    fast a replica is, so it jumps between min and max (kedacore/keda #1983, #3904). Flink's
-    autoscaler sizes each vertex's parallelism as target rate over true processing rate with a
-    target utilization, adds a catch-up term (lag over the catch-up duration), and holds scale
-    down back by its stabilization and interval windows; each change restarts the job's tasks.
-    DS2 (Kalavri et al., OSDI'18) sizes from the true processing rate measured from busy time and
-    converges in at most three steps. Deltaflow sizes from the capacity the driver measures, in
-    one step (a second one only when the backlog grew while the scale-up window ran), and changes
-    the executors live inside the running driver: nothing restarts.
+The model (a batch's time from measured capacity, its waves and its hottest task), the natural
+lag of a micro-batch stream, the need, the stabilization windows, the verdicts and the check of
+a scale-up are described in docs/autoscaling.md, with why each rule is as it is and how it
+compares with KEDA and Flink's autoscaler. The constants below say why they have their values.
 """
 
 from __future__ import annotations
