@@ -14,6 +14,8 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from deltaflow_runtime.errors import DeltaflowError
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -23,7 +25,7 @@ TopicOffsets = dict[str, dict[int, int]]
 OFFSET_LOG_VERSION = "v1"
 
 
-class CheckpointFormatError(Exception):
+class CheckpointFormatError(DeltaflowError):
     """A checkpoint file is not in the format this runtime reads."""
 
 

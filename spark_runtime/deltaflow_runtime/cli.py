@@ -23,14 +23,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from deltaflow_api.failures import FailureReason
-from deltaflow_runtime.config import ConfigError, Pipeline, load_ingestion, localize
-from deltaflow_runtime.session import InClusterConfigError
+from deltaflow_runtime.config import Pipeline, load_ingestion, localize
+from deltaflow_runtime.errors import DeltaflowError, ExitCode
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 COMMANDS = ("run", "stream", "optimize", "vacuum", "recover-checkpoint")
-EXIT_FAILED, EXIT_CONFIG, EXIT_CHECKPOINT, EXIT_DATA_LOSS, EXIT_REFUSED = 1, 2, 3, 4, 5
 
 log = logging.getLogger("deltaflow")
 
@@ -192,22 +191,20 @@ def _fail(code: int, reason: FailureReason, message: str) -> int:
     return code
 
 
-# Errors raised inside a batch reach here wrapped in Spark's StreamingQueryException: told
-# apart by their class name in its text.
-_BATCH_FAILURES = (
-    ("RoutingChangedError", FailureReason.ROUTING_CHANGED),
-    ("BatchMismatchError", FailureReason.BATCH_MISMATCH),
-    ("DuplicateWriterError", FailureReason.DUPLICATE_WRITER),
-)
-
-
 def failure_reason(error: Exception) -> FailureReason:
-    """The reason for an error no handler classified (``Failed`` unless a batch named it)."""
+    """The reason for an error that is no DeltaflowError: ``Failed``, unless it is Spark's
+    wrapper around one a batch raised (its text names the class)."""
+    from deltaflow_runtime.sink import BATCH_ERRORS
+
     text = f"{type(error).__name__}: {error}"
-    for marker, reason in _BATCH_FAILURES:
-        if marker in text:
-            return reason
+    for batch_error in BATCH_ERRORS:
+        if batch_error.__name__ in text:
+            return batch_error.reason
     return FailureReason.FAILED
+
+
+def _failed(error: DeltaflowError) -> int:
+    return _fail(error.exit_code, error.reason, error.message)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -215,8 +212,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         pipeline = _load(args)
-    except ConfigError as error:
-        return _fail(EXIT_CONFIG, FailureReason.INVALID_SPEC, error.render())
+    except DeltaflowError as error:
+        return _failed(error)
     _setup_logging()
     if args.command == "run":
         ident = pipeline.identity
@@ -229,36 +226,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     try:
         return _dispatch(args, pipeline)
-    except ConfigError as error:
-        return _fail(EXIT_CONFIG, FailureReason.INVALID_SPEC, error.render())
-    except InClusterConfigError as error:
-        return _fail(EXIT_FAILED, FailureReason.NO_KUBERNETES_MASTER, str(error))
+    except DeltaflowError as error:  # raised before Spark runs (the session's master)
+        return _failed(error)
 
 
 def _dispatch(args: argparse.Namespace, pipeline: Pipeline) -> int:
-    from deltaflow_runtime.guard import CheckpointMismatchError
-    from deltaflow_runtime.maintenance import (
-        MaintenanceConfigError,
-        UnsafeRetentionError,
-        check_retention,
-        emit,
-        run_optimize,
-        run_vacuum,
-    )
-    from deltaflow_runtime.object_store import ObjectStoreError, check_access
-    from deltaflow_runtime.offsets import DataLossError
-    from deltaflow_runtime.parse import SchemaError
-    from deltaflow_runtime.source import SourceConfigError
-    from deltaflow_runtime.topics import TopicPatternError, check_topic_pattern
+    from deltaflow_runtime.maintenance import check_retention, emit, run_optimize, run_vacuum
+    from deltaflow_runtime.object_store import check_access
+    from deltaflow_runtime.topics import check_topic_pattern
 
     if args.command == "vacuum":
         # Refuse before starting a JVM.
         vac = pipeline.ingestion.spec.maintenance.vacuum
         hours = vac.retention_hours if args.retention_hours is None else args.retention_hours
-        try:
-            check_retention(hours, vac.allow_unsafe_retention)
-        except UnsafeRetentionError as error:
-            return _fail(EXIT_REFUSED, FailureReason.VACUUM_REFUSED, str(error))
+        check_retention(hours, vac.allow_unsafe_retention)
     work_dir = args.local_dir.resolve() / ".spark" if args.command == "run" else None
     spark = _session(pipeline, args, work_dir)
     try:
@@ -293,20 +274,12 @@ def _dispatch(args: argparse.Namespace, pipeline: Pipeline) -> int:
             emit(run_vacuum(spark, pipeline, args.retention_hours))
             return 0
         return _recover(spark, pipeline)
-    except (SchemaError, SourceConfigError, TopicPatternError, MaintenanceConfigError) as error:
-        return _fail(EXIT_CONFIG, FailureReason.INVALID_SPEC, str(error))
-    except CheckpointMismatchError as error:
-        return _fail(EXIT_CHECKPOINT, error.reason, str(error))
-    except DataLossError as error:
-        return _fail(EXIT_DATA_LOSS, FailureReason.DATA_LOSS, str(error))
-    except UnsafeRetentionError as error:
-        return _fail(EXIT_REFUSED, FailureReason.VACUUM_REFUSED, str(error))
-    except ObjectStoreError as error:
-        return _fail(EXIT_FAILED, error.reason, str(error))
+    except DeltaflowError as error:
+        return _failed(error)
     except Exception as error:
         log.exception("failed")
         return _fail(
-            EXIT_FAILED, failure_reason(error), f"{type(error).__name__}: {str(error)[:2000]}"
+            ExitCode.FAILED, failure_reason(error), f"{type(error).__name__}: {str(error)[:2000]}"
         )
     finally:
         spark.stop()
@@ -324,12 +297,9 @@ def _summary(spark: SparkSession, pipeline: Pipeline) -> None:
 
 def _recover(spark: SparkSession, pipeline: Pipeline) -> int:
     from deltaflow_runtime.checkpoint import render_offsets
-    from deltaflow_runtime.stream import RecoveryError, recover_checkpoint
+    from deltaflow_runtime.stream import recover_checkpoint
 
-    try:
-        recovered = recover_checkpoint(spark, pipeline)
-    except RecoveryError as error:
-        return _fail(EXIT_REFUSED, error.reason, str(error))
+    recovered = recover_checkpoint(spark, pipeline)  # a RecoveryError: exit 5, its reason
     event = {
         "event": "checkpoint_recovered",
         "checkpoint": pipeline.identity.checkpoint_path,

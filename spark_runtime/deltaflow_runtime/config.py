@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from deltaflow_api import DeltaIngestion
 from deltaflow_api.errors import describe
 from deltaflow_api.identity import StreamIdentity, identity
+from deltaflow_runtime.errors import InvalidSpecError
 
 # The key of the operator's ConfigMap that holds the whole DeltaIngestion as YAML.
 CONFIG_MAP_KEY = "ingestion.yaml"
@@ -25,7 +26,7 @@ CONFIG_MAP_KEY = "ingestion.yaml"
 _OBJECT_STORE = re.compile(r"^(s3a|s3)://(?P<rest>.+)$")  # the object stores the API admits
 
 
-class ConfigError(Exception):
+class ConfigError(InvalidSpecError):
     """The pipeline config cannot be used; ``lines`` name each field and what is wrong with it."""
 
     def __init__(self, source: str, lines: list[str]) -> None:
@@ -33,7 +34,8 @@ class ConfigError(Exception):
         self.source = source
         self.lines = lines
 
-    def render(self) -> str:
+    @property
+    def message(self) -> str:
         """A multi-line message for a terminal or a pod log."""
         body = "\n".join(f"  - {line}" for line in self.lines)
         return f"{self.source} is not a valid DeltaIngestion:\n{body}"

@@ -11,21 +11,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from deltaflow_api.failures import FailureReason
 from deltaflow_runtime.checkpoint import CheckpointState, TopicOffsets, render_offsets
+from deltaflow_runtime.errors import DeltaflowError, ExitCode
 from deltaflow_runtime.kafka_admin import KafkaIdentity
 from deltaflow_runtime.table import StreamCommit, TableState
 
 
-class CheckpointMismatchError(Exception):
+class CheckpointMismatchError(DeltaflowError):
     """The checkpoint does not belong with the table (or with the Kafka it reads); the message
     says how to recover."""
 
+    exit_code = ExitCode.CHECKPOINT
+
     def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
         # CheckpointLost | CheckpointBehind | CheckpointMismatch | TableLost | TableBehind |
         # DeadLetterTableAhead | KafkaClusterChanged | TopicRecreated
-        self.reason = FailureReason(reason)
+        super().__init__(message, reason)
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from deltaflow_api.failures import FailureReason
 from deltaflow_runtime.checkpoint import Checkpoint, HadoopDir
 from deltaflow_runtime.config import Pipeline
+from deltaflow_runtime.errors import DeltaflowError, ExitCode, InvalidSpecError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -35,11 +37,14 @@ DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 TERMINATION_LOG_LIMIT = 4096  # bytes Kubernetes keeps of a termination message
 
 
-class UnsafeRetentionError(Exception):
+class UnsafeRetentionError(DeltaflowError):
     """VACUUM was asked for a retention under 168 h without the explicit override."""
 
+    reason = FailureReason.VACUUM_REFUSED
+    exit_code = ExitCode.REFUSED
 
-class MaintenanceConfigError(Exception):
+
+class MaintenanceConfigError(InvalidSpecError):
     """The maintenance spec cannot work on this table; the message names the field."""
 
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from deltaflow_api.failures import FailureReason
 from deltaflow_api.v1alpha1 import Storage
+from deltaflow_runtime.errors import DeltaflowError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -85,15 +85,11 @@ def storage_conf(storage: Storage | None) -> dict[str, str]:
     return conf
 
 
-@dataclass(frozen=True)
-class ObjectStoreError(Exception):
+class ObjectStoreError(DeltaflowError):
     """The object store refused or could not be reached; ``reason`` is the status reason."""
 
-    reason: FailureReason
-    message: str
-
-    def __str__(self) -> str:
-        return self.message
+    def __init__(self, reason: FailureReason, message: str) -> None:
+        super().__init__(message, reason)
 
 
 _NO_BUCKET = "the bucket does not exist: create it, or fix the bucket in the path"

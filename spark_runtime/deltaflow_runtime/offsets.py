@@ -9,14 +9,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from deltaflow_api.failures import FailureReason
 from deltaflow_runtime.checkpoint import TopicOffsets
+from deltaflow_runtime.errors import DeltaflowError, ExitCode
 from deltaflow_runtime.kafka_admin import KafkaAdmin
 
 __all__ = ["DataLossError", "Gap", "KafkaAdmin", "data_loss_gaps", "describe_gaps"]
 
 
-class DataLossError(Exception):
+class DataLossError(DeltaflowError):
     """Kafka retention deleted records the stream had not read yet."""
+
+    reason = FailureReason.DATA_LOSS
+    exit_code = ExitCode.DATA_LOSS
 
     def __init__(self, gaps: list[Gap], message: str) -> None:
         super().__init__(message)

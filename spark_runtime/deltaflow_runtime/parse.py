@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal
 
 from deltaflow_api.v1alpha1 import DeltaSink, Format
+from deltaflow_runtime.errors import InvalidSpecError
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -96,7 +97,7 @@ def routing_fingerprint(spec: ParseSpec) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-class SchemaError(Exception):
+class SchemaError(InvalidSpecError):
     """The spec's schema (or partitioning) cannot work; the message names the field."""
 
 

@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING
 
 from deltaflow_api import DeltaIngestion
 from deltaflow_api.driver_pod import ENV_POD_IP, ENV_SPARK_MASTER, IN_CLUSTER_MASTER, NETWORK_CONF
+from deltaflow_api.failures import FailureReason
 from deltaflow_runtime import object_store
+from deltaflow_runtime.errors import DeltaflowError
 from deltaflow_runtime.table import SNAPSHOT_PARTITIONS, UNKNOWN_SIZE_SNAPSHOT_PARTITIONS
 
 if TYPE_CHECKING:
@@ -64,12 +66,14 @@ DEFAULT_CONF = {
 }
 
 
-class JarsNotFoundError(Exception):
+class JarsNotFoundError(DeltaflowError):
     """The Delta/Kafka jars for a local run could not be found."""
 
 
-class InClusterConfigError(Exception):
+class InClusterConfigError(DeltaflowError):
     """The driver was told to use the in-cluster master but the pod lacks what makes it."""
+
+    reason = FailureReason.NO_KUBERNETES_MASTER
 
 
 def url_host(host: str) -> str:

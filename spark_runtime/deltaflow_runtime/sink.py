@@ -19,9 +19,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from deltaflow_api.failures import FailureReason
 from deltaflow_api.identity import StreamIdentity
 from deltaflow_runtime.checkpoint import Checkpoint, TopicOffsets
 from deltaflow_runtime.dead_letters import DeadLetterLedger
+from deltaflow_runtime.errors import DeltaflowError
 from deltaflow_runtime.kafka_admin import KafkaIdentity
 from deltaflow_runtime.metrics import RuntimeMetrics
 from deltaflow_runtime.offsets import KafkaAdmin
@@ -194,12 +196,16 @@ def batch_start(previous_end: TopicOffsets, end: TopicOffsets | None) -> TopicOf
     return start
 
 
-class DuplicateWriterError(RuntimeError):
+class DuplicateWriterError(DeltaflowError):
     """Another process committed this stream's batch: two drivers run the same stream."""
 
+    reason = FailureReason.DUPLICATE_WRITER
 
-class RoutingChangedError(RuntimeError):
+
+class RoutingChangedError(DeltaflowError):
     """A replayed batch's table rows were routed by another spec (or runtime) than this one."""
+
+    reason = FailureReason.ROUTING_CHANGED
 
 
 def records_between(start: TopicOffsets, end: TopicOffsets) -> int:
@@ -212,14 +218,25 @@ def records_between(start: TopicOffsets, end: TopicOffsets) -> int:
     )
 
 
-class DeadLettersLostError(RuntimeError):
+class DeadLettersLostError(DeltaflowError):
     """Dead letters a stopped driver left uncommitted cannot be read again (their table commit
     no longer records where they are)."""
 
 
-class BatchMismatchError(RuntimeError):
+class BatchMismatchError(DeltaflowError):
     """The two writes of a batch did not see the same records (table rows + dead letters differ
     from the records read): the batch is not committed and the stream stops."""
+
+    reason = FailureReason.BATCH_MISMATCH
+
+
+# Raised inside foreachBatch: they reach the command wrapped in Spark's StreamingQueryException,
+# which names them in its text (cli.failure_reason).
+BATCH_ERRORS: tuple[type[DeltaflowError], ...] = (
+    RoutingChangedError,
+    BatchMismatchError,
+    DuplicateWriterError,
+)
 
 
 def _observed(observation: Observation, timeout: float) -> dict[str, Any] | None:

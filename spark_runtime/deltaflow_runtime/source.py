@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from deltaflow_api.driver_pod import ENV_KAFKA_PASSWORD, ENV_KAFKA_USERNAME, KAFKA_CA_FILE
 from deltaflow_api.v1alpha1 import KafkaSource
 from deltaflow_runtime.checkpoint import TopicOffsets
+from deltaflow_runtime.errors import InvalidSpecError
 from deltaflow_runtime.kafka_admin import client_config
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ _JAAS_MODULES = {
 }
 
 
-class SourceConfigError(Exception):
+class SourceConfigError(InvalidSpecError):
     """The source cannot be configured (e.g. SASL without credentials in the environment)."""
 
 

@@ -19,9 +19,9 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from deltaflow_api.failures import FailureReason
 from deltaflow_runtime.checkpoint import Checkpoint, TopicOffsets, render_offsets
 from deltaflow_runtime.config import Pipeline
+from deltaflow_runtime.errors import DeltaflowError, ExitCode
 from deltaflow_runtime.executors import ExecutorControl
 from deltaflow_runtime.guard import StreamFacts, check_checkpoint, check_kafka_identity
 from deltaflow_runtime.kafka_admin import KafkaIdentity
@@ -529,12 +529,13 @@ def mentions_data_loss(failure: str) -> bool:
     return any(marker in failure for marker in _DATA_LOSS_MARKERS)
 
 
-class RecoveryError(Exception):
+class RecoveryError(DeltaflowError):
     """The checkpoint cannot be rebuilt from the table; ``reason`` says why."""
 
+    exit_code = ExitCode.REFUSED
+
     def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = FailureReason(reason)
+        super().__init__(message, reason)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from deltaflow_api.v1alpha1 import KafkaSource
+from deltaflow_runtime.errors import InvalidSpecError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -28,7 +29,7 @@ INTERNAL_TOPICS = frozenset(
 )
 
 
-class TopicPatternError(Exception):
+class TopicPatternError(InvalidSpecError):
     """spec.source.topicPattern does not compile; the message names the field."""
 
 

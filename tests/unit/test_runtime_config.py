@@ -63,7 +63,7 @@ def test_a_mistake_is_refused_naming_the_field(change: object, field: str) -> No
     with pytest.raises(ConfigError) as refused:
         parse_ingestion(document, "orders.yaml")
     assert any(field in line for line in refused.value.lines), refused.value.lines
-    assert field in refused.value.render()
+    assert field in refused.value.message
 
 
 def test_unreadable_or_ambiguous_files_are_refused(tmp_path: Path) -> None:
