@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from deltaflow_runtime.errors import DeltaflowError
+from deltaflow_runtime.jvm import hadoop_conf, hadoop_path, jvm
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -93,13 +94,11 @@ class HadoopDir:
     def __init__(self, spark: SparkSession, path: str) -> None:
         self.path = path.rstrip("/")
         self._spark = spark
-        jvm: Any = spark.sparkContext._jvm
-        self._jvm = jvm
-        root = jvm.org.apache.hadoop.fs.Path(self.path)
-        self._fs = root.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+        self._java = jvm(spark)
+        self._fs = hadoop_path(self.path, spark).getFileSystem(hadoop_conf(spark))
 
     def _hpath(self, relative: str) -> Any:
-        return self._jvm.org.apache.hadoop.fs.Path(
+        return self._java.org.apache.hadoop.fs.Path(
             f"{self.path}/{relative}" if relative else self.path
         )
 
@@ -121,7 +120,7 @@ class HadoopDir:
             return None
         stream = self._fs.open(path)
         try:
-            return str(self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+            return str(self._java.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
         finally:
             stream.close()
 
@@ -131,7 +130,7 @@ class HadoopDir:
 
     def rename_to(self, path: str) -> None:
         """Move the directory to ``path`` (which must not exist)."""
-        target = self._jvm.org.apache.hadoop.fs.Path(path.rstrip("/"))
+        target = self._java.org.apache.hadoop.fs.Path(path.rstrip("/"))
         if not self._fs.rename(self._hpath(""), target):
             raise OSError(f"could not rename {self.path} to {path}")
 
@@ -142,7 +141,7 @@ class HadoopDir:
             return None
         stream = self._fs.open(path)
         try:
-            io = self._jvm.java.io
+            io = self._java.java.io
             line = io.BufferedReader(io.InputStreamReader(stream, "UTF-8")).readLine()
             return "" if line is None else str(line)
         finally:

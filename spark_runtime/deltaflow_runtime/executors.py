@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from deltaflow_runtime.jvm import java_array, jvm, scala_context
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -41,16 +43,16 @@ class ExecutorControl:
     """The driver's executors: read the counts, set the target."""
 
     def __init__(self, spark: SparkSession) -> None:
-        self._jvm: Any = spark._jvm
-        self._sc: Any = spark.sparkContext._jsc.sc()
-        self._gateway: Any = spark.sparkContext._gateway
+        self._spark = spark
+        self._java: Any = jvm(spark)
+        self._sc: Any = scala_context(spark)
         conf = spark.sparkContext.getConf()
         self.target = int(conf.get("spark.executor.instances", "1") or "1")
         self.released = 0  # executors this driver released on scale-down
 
     def supported(self) -> bool:
         """True on a cluster backend (Kubernetes); local mode has no executors to change."""
-        coarse = self._jvm.java.lang.Class.forName(
+        coarse = self._java.java.lang.Class.forName(
             "org.apache.spark.scheduler.cluster.CoarseGrainedSchedulerBackend"
         )
         return bool(coarse.isInstance(self._sc.schedulerBackend()))
@@ -95,8 +97,8 @@ class ExecutorControl:
         """
         executors = max(0, executors)
         if executors != self.target:
-            no_locality = self._jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(
-                self._jvm.java.util.HashMap()
+            no_locality = self._java.org.apache.spark.api.python.PythonUtils.toScalaMap(
+                self._java.java.util.HashMap()
             )
             if not self._sc.requestTotalExecutors(executors, 0, no_locality):
                 raise RuntimeError("the scheduler backend refused the executor target")
@@ -110,12 +112,12 @@ class ExecutorControl:
         idle = [e for e in reversed(registered) if not scheduler.isExecutorBusy(e)][:excess]
         if not idle:
             return []
-        info = self._jvm.org.apache.spark.scheduler.ExecutorDecommissionInfo.apply(
-            "scaled down by the Deltaflow operator", self._jvm.scala.Option.apply(None)
+        info = self._java.org.apache.spark.scheduler.ExecutorDecommissionInfo.apply(
+            "scaled down by the Deltaflow operator", self._java.scala.Option.apply(None)
         )
-        pairs = self._gateway.new_array(self._jvm.scala.Tuple2, len(idle))
-        for i, executor_id in enumerate(idle):
-            pairs[i] = self._jvm.scala.Tuple2(executor_id, info)
+        pairs = java_array(
+            self._java.scala.Tuple2, [self._java.scala.Tuple2(e, info) for e in idle], self._spark
+        )
         # Decommissioned, not killed: the executor takes no new task, hands its shuffle and
         # cached blocks (Delta's snapshot state among them) to the executors that stay, then
         # exits. A killed one loses them, and a later stage reading them fails a task (a node

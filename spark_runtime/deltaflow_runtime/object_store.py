@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from deltaflow_api.failures import FailureReason
 from deltaflow_api.v1alpha1 import Storage
 from deltaflow_runtime.errors import DeltaflowError
+from deltaflow_runtime.jvm import hadoop_conf, jvm
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -174,8 +175,8 @@ def check_access(
     targets = probe_paths([*tables, *paths])
     if not targets:
         return
-    jvm: Any = spark.sparkContext._jvm
-    conf = jvm.org.apache.hadoop.conf.Configuration(spark.sparkContext._jsc.hadoopConfiguration())
+    java: Any = jvm(spark)
+    conf = java.org.apache.hadoop.conf.Configuration(hadoop_conf(spark))
     # Fail in seconds, not after S3A's minutes of retries.
     for key, value in (
         ("fs.s3a.attempts.maximum", "1"),
@@ -185,13 +186,15 @@ def check_access(
     ):
         conf.set(key, value)
     for path in targets:
-        jpath = jvm.org.apache.hadoop.fs.Path(path)
+        jpath = java.org.apache.hadoop.fs.Path(path)
         try:
-            fs = jvm.org.apache.hadoop.fs.FileSystem.newInstance(jpath.toUri(), conf)
+            fs = java.org.apache.hadoop.fs.FileSystem.newInstance(jpath.toUri(), conf)
             try:
                 fs.exists(jpath)
                 unsafe = (
-                    jvm.io.deltaflow.storage.S3ConditionalLogStore.probeConditionalCreate(fs, jpath)
+                    java.io.deltaflow.storage.S3ConditionalLogStore.probeConditionalCreate(
+                        fs, jpath
+                    )
                     if path in tables
                     else None
                 )

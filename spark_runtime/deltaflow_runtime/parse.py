@@ -18,9 +18,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from deltaflow_api.v1alpha1 import DeltaSink, Format
 from deltaflow_runtime.errors import InvalidSpecError
+from deltaflow_runtime.jvm import column as _column
+from deltaflow_runtime.jvm import expression as _expr
+from deltaflow_runtime.jvm import java_udf as _java_udf
+from deltaflow_runtime.jvm import jvm as _jvm
 
 if TYPE_CHECKING:
-    from pyspark import SparkContext
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -392,29 +395,6 @@ def avro_body_check(avro_schema: str, body: Column) -> Column:
     return _java_udf(check, "deltaflow_avro_body", body)
 
 
-def _java_udf(instance: Any, name: str, argument: Column) -> Column:
-    """A Java ``UDF1`` instance over one column, returning a string. A UDF rather than
-    ``java_method``: no reflective call per record, and bytes need no conversion to text."""
-    from pyspark.sql import Column
-    from pyspark.sql.classic.column import _to_java_column, _to_seq
-
-    context = _context()
-    jvm: Any = context._jvm
-    gateway: Any = context._gateway
-    # functions.udf(UDF1, DataType), chosen by its signature: left to py4j, the overload is
-    # picked at run time among those that fit, sometimes the untyped udf(Object, DataType),
-    # which Spark refuses (UNTYPED_SCALA_UDF).
-    classes = gateway.new_array(jvm.java.lang.Class, 2)
-    classes[0] = _java_class("org.apache.spark.sql.api.java.UDF1")
-    classes[1] = _java_class("org.apache.spark.sql.types.DataType")
-    typed_udf = _java_class("org.apache.spark.sql.functions").getMethod("udf", classes)
-    arguments = gateway.new_array(jvm.java.lang.Object, 2)
-    arguments[0] = instance
-    arguments[1] = jvm.org.apache.spark.sql.types.DataTypes.StringType
-    udf = typed_udf.invoke(None, arguments).withName(name)
-    return Column(udf.apply(_to_seq(context, [argument], _to_java_column)))
-
-
 def from_json_bytes(schema: StructType, options: dict[str, str]) -> Column:
     """``from_json(value cast as string, schema, options)`` (PERMISSIVE), reading the value's
     bytes as UTF-8 directly (spark_runtime/jvm's ``io.deltaflow.json.FromJsonBytes``): the same
@@ -445,11 +425,6 @@ def from_json_bytes(schema: StructType, options: dict[str, str]) -> Column:
         target, "parse", data_type, arguments, no_casts, True, True, True
     )
     return _column(invoke)
-
-
-def _java_class(name: str) -> Any:
-    """The java.lang.Class of ``name`` (py4j)."""
-    return _jvm().py4j.reflection.ReflectionUtil.classForName(name)
 
 
 def _avro_body(spec: ParseSpec) -> tuple[Column, Column]:
@@ -778,32 +753,6 @@ def possibly_refused(records: DataFrame, refused_keys: bytes) -> DataFrame:
         _expr(F.lit(bytearray(refused_keys))), _expr(_record_key())
     )
     return records.where(_column(might_contain))
-
-
-def _context() -> SparkContext:
-    from pyspark import SparkContext
-
-    context = SparkContext._active_spark_context
-    assert context is not None, "no active SparkContext"
-    return context
-
-
-def _jvm() -> Any:
-    return _context()._jvm
-
-
-# Spark's internal Bloom filter expressions (those of its runtime join filters) have no function
-# in PySpark or SQL: built from Catalyst expressions, converted with Spark's own helpers.
-def _expr(column: Column) -> Any:
-    """The Catalyst expression of a Column (py4j)."""
-    return _jvm().org.apache.spark.sql.classic.ExpressionUtils.expression(column._jc)
-
-
-def _column(expression: Any) -> Column:
-    """A Column of a Catalyst expression (py4j)."""
-    from pyspark.sql import Column
-
-    return Column(_jvm().org.apache.spark.sql.classic.ExpressionUtils.column(expression))
 
 
 def refused(split_rows: DataFrame) -> DataFrame:

@@ -24,6 +24,7 @@ from deltaflow_api.identity import StreamIdentity
 from deltaflow_runtime.checkpoint import Checkpoint, TopicOffsets
 from deltaflow_runtime.dead_letters import DeadLetterLedger
 from deltaflow_runtime.errors import DeltaflowError
+from deltaflow_runtime.jvm import observation_handle
 from deltaflow_runtime.kafka_admin import KafkaIdentity
 from deltaflow_runtime.metrics import RuntimeMetrics
 from deltaflow_runtime.offsets import KafkaAdmin
@@ -243,7 +244,7 @@ def _observed(observation: Observation, timeout: float) -> dict[str, Any] | None
     """The observation's metrics once the observed write ran (None if it never did, e.g. when
     Delta skipped the write as already committed). Spark reports metrics through its listener
     bus just after the action returns, hence the short wait."""
-    jo: Any = observation._jo
+    jo: Any = observation_handle(observation)
     deadline = time.monotonic() + timeout
     while not jo.future().isCompleted():
         if time.monotonic() > deadline:

@@ -24,6 +24,7 @@ from deltaflow_runtime.config import Pipeline
 from deltaflow_runtime.errors import DeltaflowError, ExitCode
 from deltaflow_runtime.executors import ExecutorControl
 from deltaflow_runtime.guard import StreamFacts, check_checkpoint, check_kafka_identity
+from deltaflow_runtime.jvm import jvm
 from deltaflow_runtime.kafka_admin import KafkaIdentity
 from deltaflow_runtime.metrics import RuntimeMetrics, progress_sample
 from deltaflow_runtime.offsets import DataLossError, KafkaAdmin, data_loss_gaps, describe_gaps
@@ -494,14 +495,12 @@ def _progress_listener(runner: StreamRunner) -> StreamingQueryListener:
     """A query listener handing the runner every progress report of its own query (Spark posts
     one per batch; polling ``lastProgress`` missed batches shorter than the poll), as
     :class:`_ProgressJson` sees them: ``spark.streams.addListener`` registers its Java side."""
-    from pyspark import SparkContext
     from pyspark.sql.streaming.listener import StreamingQueryListener
 
     class ProgressListener(StreamingQueryListener):
         def __init__(self) -> None:
-            jvm: Any = SparkContext._jvm
             # By its full name: one class look-up, not one per imported package.
-            wrapper = getattr(jvm, f"{_STREAMING}.PythonStreamingQueryListenerWrapper")
+            wrapper = getattr(jvm(), f"{_STREAMING}.PythonStreamingQueryListenerWrapper")
             # What PySpark's _jlistener hands addListener/removeListener when already set
             # (a test of the listener fails should a PySpark upgrade change that).
             self._jlistenerobj = wrapper(_ProgressJson(runner.query_name, runner.on_progress))

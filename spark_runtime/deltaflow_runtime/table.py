@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from deltaflow_runtime.checkpoint import HadoopDir, TopicOffsets
+from deltaflow_runtime.jvm import java_session, jvm
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -52,9 +53,8 @@ def table_state(spark: SparkSession, path: str, txn_app_id: str) -> TableState:
     Delta answers this by replaying the log (Spark jobs over ``snapshotPartitions`` partitions):
     call it at start, not per batch.
     """
-    jvm: Any = spark.sparkContext._jvm
-    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog
-    snapshot = delta_log.forTableWithSnapshot(spark._jsparkSession, path)._2()
+    delta_log = jvm(spark).org.apache.spark.sql.delta.DeltaLog
+    snapshot = delta_log.forTableWithSnapshot(java_session(spark), path)._2()
     version = int(snapshot.version())
     if version < 0:
         return TableState(-1, None)
@@ -65,8 +65,7 @@ def table_state(spark: SparkSession, path: str, txn_app_id: str) -> TableState:
 def cached_version(spark: SparkSession, path: str) -> int:
     """The table version as this JVM last saw it (after its own commits): no log replay, no
     Spark job; -1 if unknown. For metrics, never for decisions."""
-    jvm: Any = spark.sparkContext._jvm
-    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    delta_log = jvm(spark).org.apache.spark.sql.delta.DeltaLog.forTable(java_session(spark), path)
     return int(delta_log.unsafeVolatileSnapshot().version())
 
 
@@ -82,10 +81,11 @@ def known_files(spark: SparkSession, path: str) -> int | None:
     """Files in the table as of the snapshot this JVM last loaded or committed, from its
     checksum: 0 when there is no table yet, None when the snapshot has no checksum. No log
     replay, no Spark job."""
-    jvm: Any = spark.sparkContext._jvm
-    snapshot = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
-        spark._jsparkSession, path
-    ).unsafeVolatileSnapshot()
+    snapshot = (
+        jvm(spark)
+        .org.apache.spark.sql.delta.DeltaLog.forTable(java_session(spark), path)
+        .unsafeVolatileSnapshot()
+    )
     if int(snapshot.version()) < 0:
         return 0
     checksum = snapshot.checksumOpt()

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from deltaflow_api.v1alpha1 import KafkaSource
 from deltaflow_runtime.errors import InvalidSpecError
+from deltaflow_runtime.jvm import jvm
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -44,9 +45,8 @@ def _java_error(spark: SparkSession, pattern: str) -> str | None:
     not."""
     from pyspark.errors import PySparkException
 
-    jvm: Any = spark.sparkContext._jvm
     try:
-        jvm.java.util.regex.Pattern.compile(pattern)
+        jvm(spark).java.util.regex.Pattern.compile(pattern)
     except PySparkException as error:  # PatternSyntaxException, as PySpark converts it
         return str(error).splitlines()[0]
     except Exception as error:  # what PySpark does not convert: py4j's text names the class
