@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import logging
 import threading
 import time
@@ -27,6 +26,7 @@ import kopf
 from deltaflow_api import GROUP, PLURAL, VERSION
 from deltaflow_operator import metrics
 from deltaflow_operator.builders.common import MANAGED_BY
+from deltaflow_operator.decisions.pod import Pod
 from deltaflow_operator.kube import Kube
 from deltaflow_operator.reconcile import UNSEEN, Reconciler
 from deltaflow_operator.settings import Settings
@@ -59,7 +59,7 @@ class Loop:
     running: dict[str, float] = field(default_factory=dict)
     # Each resource's driver pod as the pod watch last delivered it (None: deleted). Set from
     # the event loop, read by reconciles: the watch replaces a GET per round.
-    driver_pods: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    driver_pods: dict[str, Pod | None] = field(default_factory=dict)
 
     def reconcile(self, namespace: str, name: str) -> float | None:
         """One reconciliation of one resource; seconds until it wants another look."""
@@ -205,7 +205,7 @@ async def _on_pod_event(
         loop: Loop = memo.loop
         key = f"{namespace}/{instance}"
         gone = event.get("type") == "DELETED"
-        loop.driver_pods[key] = None if gone else copy.deepcopy(dict(body))
+        loop.driver_pods[key] = None if gone else Pod.of(body)
         loop.wake(str(namespace), instance)
 
 

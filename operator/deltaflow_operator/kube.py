@@ -27,6 +27,7 @@ from kubernetes.dynamic.exceptions import DynamicApiError
 
 from deltaflow_api import GROUP, PLURAL, VERSION
 from deltaflow_api.reasons import EventReason
+from deltaflow_operator.decisions.pod import Pod
 
 FIELD_MANAGER = "deltaflow-operator"
 T = TypeVar("T")
@@ -146,9 +147,10 @@ class Kube:
         applied: dict[str, Any] = result.to_dict()
         return applied
 
-    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def get_pod(self, namespace: str, name: str) -> Pod | None:
         """The pod as stored, or None."""
-        return _unless_missing(lambda: self._plain(self.core.read_namespaced_pod(name, namespace)))
+        body = _unless_missing(lambda: self._plain(self.core.read_namespaced_pod(name, namespace)))
+        return None if body is None else Pod.of(body)
 
     def create_pod(self, manifest: dict[str, Any]) -> bool:
         """Create the pod; False if one with that name already exists (never a second driver)."""

@@ -41,7 +41,6 @@ from deltaflow_operator.decisions.driver import (
     DriverPlan,
     Observed,
     decide_driver,
-    running_since,
 )
 from deltaflow_operator.decisions.ownership import (
     Ownership,
@@ -49,6 +48,7 @@ from deltaflow_operator.decisions.ownership import (
     decide_ownership,
     read_claim,
 )
+from deltaflow_operator.decisions.pod import Pod
 from deltaflow_operator.decisions.progress import stream_progress
 from deltaflow_operator.kube import Kube
 from deltaflow_operator.settings import Settings
@@ -61,7 +61,7 @@ CHILDREN_RESYNC_SECONDS = 600.0
 # driver before doing so itself.
 FINALIZE_WAIT_SECONDS = 60.0
 # The pod watch has not delivered this resource's driver pod (yet): read it from the API.
-UNSEEN: dict[str, Any] = {"unseen": True}
+UNSEEN = Pod(name="", namespace="", uid="unseen")
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class Seen:
     ingestion: DeltaIngestion
     first_time: bool  # no config stored yet: the first reconcile of this resource
     changed: list[str]  # spec fields changed since the stored config
-    driver_pod: dict[str, Any] | None
+    driver_pod: Pod | None
 
 
 @dataclass
@@ -113,7 +113,7 @@ class Reconciler:
         self._told: dict[str, tuple[str, str]] = {}
 
     def reconcile(
-        self, namespace: str, name: str, watched_pod: dict[str, Any] | None = UNSEEN
+        self, namespace: str, name: str, watched_pod: Pod | None = UNSEEN
     ) -> float | None:
         """Bring one DeltaIngestion's children in line with its spec; seconds until next look.
 
@@ -195,7 +195,7 @@ class Reconciler:
         """False while another operator release serves the resource (this one stands back)."""
         return f"{namespace}/{name}" not in self._sightings
 
-    def _reconcile(self, body: dict[str, Any], watched_pod: dict[str, Any] | None) -> float | None:
+    def _reconcile(self, body: dict[str, Any], watched_pod: Pod | None) -> float | None:
         seen = self._observe(body, watched_pod)
         if seen is None:
             return None
@@ -224,7 +224,7 @@ class Reconciler:
         waits = [w for w in (plan.requeue_after, recheck_in) if w is not None]
         return min(waits) if waits else None
 
-    def _observe(self, body: dict[str, Any], watched_pod: dict[str, Any] | None) -> Seen | None:
+    def _observe(self, body: dict[str, Any], watched_pod: Pod | None) -> Seen | None:
         """Everything this round decides on, read once (None: nothing to reconcile)."""
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
         metrics.RECONCILES.labels(namespace, name).inc()
@@ -278,7 +278,7 @@ class Reconciler:
         body: dict[str, Any],
         ingestion: DeltaIngestion,
         status: DeltaIngestionStatus,
-        pod: dict[str, Any] | None,
+        pod: Pod | None,
     ) -> tuple[DeltaIngestionStatus, ReportReading]:
         """One autoscaling round on the driver as observed; its figures go into the status.
         Also returns the driver's report as the round judged it."""
@@ -309,7 +309,7 @@ class Reconciler:
         self,
         ingestion: DeltaIngestion,
         status: DeltaIngestionStatus,
-        pod: dict[str, Any] | None,
+        pod: Pod | None,
         reading: ReportReading,
     ) -> tuple[DeltaIngestionStatus, float | None]:
         """A running driver is Ready only while its stream makes progress (see
@@ -318,7 +318,7 @@ class Reconciler:
         ready = condition(status.conditions, ConditionType.READY)
         if ready is None or ready.status != "True" or ready.reason != Reason.STREAMING:
             return status, None
-        started = running_since(pod) if pod is not None else None
+        started = pod.running_since if pod is not None else None
         if pod is None or started is None:
             return status, None
         now = datetime.now(UTC)
@@ -360,9 +360,7 @@ class Reconciler:
         new = driver_builders.pipeline_document(ingestion)
         return False, changed_fields(old.get("spec", {}), new["spec"])
 
-    def _plan(
-        self, ingestion: DeltaIngestion, pod: dict[str, Any] | None, changed: list[str]
-    ) -> DriverPlan:
+    def _plan(self, ingestion: DeltaIngestion, pod: Pod | None, changed: list[str]) -> DriverPlan:
         observed = Observed(
             ingestion=ingestion,
             driver_pod=pod,
@@ -377,13 +375,13 @@ class Reconciler:
         body: dict[str, Any],
         ingestion: DeltaIngestion,
         plan: DriverPlan,
-        pod: dict[str, Any] | None,
-    ) -> dict[str, Any] | None:
+        pod: Pod | None,
+    ) -> Pod | None:
         """Carry out the plan; return the driver pod as it is afterwards."""
         ns, pod_name = ingestion.namespace, driver_pod_name(ingestion.name)
         after = pod
         if plan.action == "delete" and pod is not None:
-            self.kube.delete_pod(ns, pod_name, uid=pod["metadata"]["uid"])
+            self.kube.delete_pod(ns, pod_name, uid=pod.uid)
             metrics.DRIVER_ACTIONS.labels("delete", str(plan.delete_reason)).inc()
             after = self.kube.get_pod(ns, pod_name)  # gone at once, or terminating
         elif plan.action == "create":
@@ -489,7 +487,7 @@ class Reconciler:
         self._forget(namespace, name)
         pod = self.kube.get_pod(namespace, driver_pod_name(name))
         if pod is not None:
-            self.kube.delete_pod(namespace, driver_pod_name(name), uid=pod["metadata"]["uid"])
+            self.kube.delete_pod(namespace, driver_pod_name(name), uid=pod.uid)
             metrics.DRIVER_ACTIONS.labels("delete", str(DeleteReason.RESOURCE_DELETED)).inc()
 
     def _wait_driver_gone(self, namespace: str, name: str, timeout: float) -> bool:

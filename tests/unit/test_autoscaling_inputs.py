@@ -4,6 +4,7 @@ and the operator's manual mode and Kafka settings; all without a cluster."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,7 @@ from deltaflow_operator.autoscaler.explain import executor_selector, history_of,
 from deltaflow_operator.autoscaler.observe import OffsetSnapshot, kafka_view, parse_report
 from deltaflow_operator.autoscaler.policy import Capacity, History, LastAction, Recommendation
 from deltaflow_operator.builders.driver import spark_conf
+from deltaflow_operator.decisions.pod import Pod
 from deltaflow_operator.settings import Settings
 from deltaflow_runtime import pod_channel
 from deltaflow_runtime.capacity import (
@@ -211,12 +213,15 @@ def test_a_report_without_measured_capacity_says_unknown_not_zero() -> None:
 
 
 def test_desired_annotation_is_read_from_the_pod() -> None:
+    def asked(pod: dict[str, Any]) -> int | None:
+        return observe.desired_annotation(Pod.of(pod).annotations)
+
     pod = {"metadata": {"annotations": {observe.DESIRED_ANNOTATION: "3"}}}
-    assert observe.desired_annotation(pod) == 3
-    assert observe.desired_annotation({"metadata": {}}) is None
-    assert observe.desired_annotation(None) is None
+    assert asked(pod) == 3
+    assert asked({"metadata": {}}) is None
+    assert asked({}) is None
     bad = {"metadata": {"annotations": {observe.DESIRED_ANNOTATION: "three"}}}
-    assert observe.desired_annotation(bad) is None
+    assert asked(bad) is None
 
 
 def test_lag_and_rates_from_two_snapshots() -> None:

@@ -13,6 +13,7 @@ from deltaflow_operator.builders.common import SPEC_HASH_ANNOTATION
 from deltaflow_operator.decisions.changes import changed_fields, needs_driver_replacement
 from deltaflow_operator.decisions.conditions import set_condition
 from deltaflow_operator.decisions.driver import Observed, backoff_seconds, decide_driver
+from deltaflow_operator.decisions.pod import Pod
 from deltaflow_operator.settings import Settings
 from support.manifests import valid_manifest
 
@@ -47,7 +48,7 @@ def observe(ing: DeltaIngestion, driver: dict[str, Any] | None, **kw: Any) -> Ob
         "now": NOW,
     }
     args.update(kw)
-    return Observed(ingestion=ing, driver_pod=driver, **args)
+    return Observed(ingestion=ing, driver_pod=None if driver is None else Pod.of(driver), **args)
 
 
 def conds(plan: Any) -> dict[str, tuple[str, str]]:

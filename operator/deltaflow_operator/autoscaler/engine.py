@@ -13,7 +13,6 @@ is described in docs/autoscaling.md.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from deltaflow_api import DeltaIngestion
 from deltaflow_api.channel import REPORT_ANNOTATION
@@ -35,7 +34,7 @@ from deltaflow_operator.autoscaler.policy import (
     lag_seconds,
 )
 from deltaflow_operator.autoscaler.realizer import DriverPodRealizer
-from deltaflow_operator.decisions.driver import running_since
+from deltaflow_operator.decisions.pod import Pod
 from deltaflow_operator.kube import Kube
 
 
@@ -71,7 +70,7 @@ class Autoscaler:
         self.collector.forget(namespace, name)
 
     def step(
-        self, ingestion: DeltaIngestion, driver_pod: dict[str, Any] | None, now: float
+        self, ingestion: DeltaIngestion, driver_pod: Pod | None, now: float
     ) -> explain.ScalingOutcome:
         """Observe, decide, act on the driver pod, and say what happened."""
         previous = (ingestion.status or DeltaIngestionStatus()).autoscaler
@@ -90,36 +89,29 @@ class Autoscaler:
             observed.kafka_error, reporting=observed.reporting, target=observed.target, now=now,
         )  # fmt: skip
 
-    def observe(
-        self, ingestion: DeltaIngestion, driver_pod: dict[str, Any] | None, now: float
-    ) -> Observed:
+    def observe(self, ingestion: DeltaIngestion, driver_pod: Pod | None, now: float) -> Observed:
         """The driver's report as the operator judges it, the Kafka view, and the counts."""
         stream = Stream(
             ingestion.namespace,
             ingestion.name,
             str(ingestion.metadata.get("uid") or f"{ingestion.namespace}/{ingestion.name}"),
         )
-        meta = (driver_pod or {}).get("metadata") or {}
-        text = (meta.get("annotations") or {}).get(REPORT_ANNOTATION)
-        started = running_since(driver_pod) if driver_pod is not None else None
+        annotations = driver_pod.annotations if driver_pod is not None else {}
+        started = driver_pod.running_since if driver_pod is not None else None
         reading = self.collector.read_report(
             stream,
-            text if isinstance(text, str) else None,
+            annotations.get(REPORT_ANNOTATION),
             None if started is None else started.timestamp(),
             now,
         )
         report = reading.report
         view, kafka_error = self.collector.kafka(stream, report, now)
-        running = (
-            driver_pod is not None
-            and (driver_pod.get("status") or {}).get("phase") == "Running"
-            and not meta.get("deletionTimestamp")
-        )
+        running = driver_pod is not None and driver_pod.running
         reporting = running and report is not None and report.fresh(now)
         # The count already asked for is the one on the pod: the driver applies it within ~2 s,
         # and a round in between (the annotation's own pod event wakes one) must not take the
         # report's older target for a new change and say "scaled up" twice.
-        asked = desired_annotation(driver_pod)
+        asked = desired_annotation(annotations)
         if asked is not None:
             target = asked
         elif reporting and report is not None:

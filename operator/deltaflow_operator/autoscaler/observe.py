@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
@@ -335,11 +336,9 @@ def _when(epoch_seconds: float) -> str:
         return f"{epoch_seconds:g}"
 
 
-def desired_annotation(pod: dict[str, object] | None) -> int | None:
-    """The count the operator last asked this driver pod for."""
-    meta = (pod or {}).get("metadata")
-    annotations = meta.get("annotations") if isinstance(meta, dict) else None
-    value = annotations.get(DESIRED_ANNOTATION) if isinstance(annotations, dict) else None
+def desired_annotation(annotations: Mapping[str, str]) -> int | None:
+    """The count the operator last asked a driver pod for (its annotations)."""
+    value = annotations.get(DESIRED_ANNOTATION)
     try:
         return int(value) if isinstance(value, str) else None
     except ValueError:

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Literal
 
 from deltaflow_api import DeltaIngestion
 from deltaflow_api.failures import Termination, restart_helps, what_to_do
@@ -21,6 +21,7 @@ from deltaflow_api.v1alpha1 import Condition, DriverStatus, SecretKeyRef
 from deltaflow_operator.builders.common import SPEC_HASH_ANNOTATION
 from deltaflow_operator.builders.driver import secret_refs
 from deltaflow_operator.decisions.conditions import set_condition
+from deltaflow_operator.decisions.pod import Pod
 from deltaflow_operator.settings import Settings
 
 # A driver that has been running this long is healthy again: its failure streak is forgotten.
@@ -59,7 +60,7 @@ class Observed:
     """What the operator saw this round."""
 
     ingestion: DeltaIngestion
-    driver_pod: dict[str, Any] | None
+    driver_pod: Pod | None
     desired_hash: str
     changed_fields: list[str]
     now: datetime
@@ -86,46 +87,17 @@ def backoff_seconds(failures: int, settings: Settings) -> float:
     )
 
 
-def driver_termination(pod: dict[str, Any]) -> Termination | None:
-    """The runtime's own termination message (reason and message), if it wrote one."""
-    for container in (pod.get("status") or {}).get("containerStatuses") or []:
-        terminated = (container.get("state") or {}).get("terminated") or {}
-        if terminated:
-            return Termination.parse(terminated.get("message"))
-    return None
-
-
-def pod_failure_reason(pod: dict[str, Any]) -> str:
+def pod_failure_reason(pod: Pod) -> str:
     """The most specific reason a pod gives for failing: the runtime's reason and message, the
     container's exit (OOMKilled, exit code), then the pod's status."""
-    termination = driver_termination(pod)
+    termination = pod.termination
     if termination is not None:
         return f"{termination.reason.value}: {termination.message}"
-    status = pod.get("status") or {}
-    for container in status.get("containerStatuses") or []:
-        terminated = (container.get("state") or {}).get("terminated") or {}
-        if terminated:
-            reason = terminated.get("reason") or "Error"
-            detail = terminated.get("message") or f"exit code {terminated.get('exitCode')}"
-            return f"{reason}: {detail}"
-    reason = status.get("reason") or "Failed"
-    message = status.get("message")
-    return f"{reason}: {message}" if message else reason
-
-
-def _time(value: Any) -> datetime | None:
-    if not value:
-        return None
-    return value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
-
-
-def running_since(pod: dict[str, Any]) -> datetime | None:
-    """When the pod's container started running (None: it does not run)."""
-    for container in (pod.get("status") or {}).get("containerStatuses") or []:
-        started = _time(((container.get("state") or {}).get("running") or {}).get("startedAt"))
-        if started:
-            return started
-    return None
+    ended = pod.terminated
+    if ended is not None:
+        return f"{ended.reason or 'Error'}: {ended.message or f'exit code {ended.exit_code}'}"
+    reason = pod.reason or "Failed"
+    return f"{reason}: {pod.message}" if pod.message else reason
 
 
 @dataclass(frozen=True)
@@ -140,7 +112,7 @@ class PendingDiagnosis:
 
 
 def diagnose_pending(
-    pod: dict[str, Any],
+    pod: Pod,
     now: datetime,
     deadline: timedelta,
     secrets: dict[str, SecretKeyRef] | None = None,
@@ -149,12 +121,10 @@ def diagnose_pending(
     """Why a Pending driver pod does not run: the kubelet's waiting reason (image pull, a
     missing Secret or key, named by the spec field in ``secrets`` that references it), the
     scheduler's reason, or plain waiting — stuck once past ``deadline``."""
-    status = pod.get("status") or {}
-    for container in status.get("containerStatuses") or []:
-        waiting = (container.get("state") or {}).get("waiting") or {}
-        reason, detail = waiting.get("reason"), waiting.get("message") or ""
+    for container in pod.containers:
+        reason, detail = container.waiting_reason, container.waiting_message
         if reason in IMAGE_PULL_FAILURES:
-            image = container.get("image", "")
+            image = container.image
             return PendingDiagnosis(
                 Reason.IMAGE_PULL_FAILED,
                 f"the driver's image {image} cannot be pulled ({reason}: {detail}); check "
@@ -165,11 +135,11 @@ def diagnose_pending(
             return _config_failure(str(reason), detail, secrets or {}, namespace)
     # Times, not ages, in messages: a status that says the same thing stays byte-equal, so the
     # operator writes nothing while nothing changes.
-    created = _time((pod.get("metadata") or {}).get("creationTimestamp")) or now
+    created = pod.created_at or now
     past = now - created >= deadline
-    for condition in status.get("conditions") or []:
-        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-            why = condition.get("message") or condition.get("reason") or "not scheduled"
+    for condition in pod.conditions:
+        if condition.type == "PodScheduled" and condition.status == "False":
+            why = condition.message or condition.reason or "not scheduled"
             return PendingDiagnosis(
                 Reason.UNSCHEDULABLE,
                 f"the driver pod cannot be scheduled (created {at_text(created)}): {why}",
@@ -178,7 +148,7 @@ def diagnose_pending(
             )
     return PendingDiagnosis(
         Reason.DRIVER_PENDING,
-        f"the driver pod is {status.get('phase', 'Pending')} since {at_text(created)}",
+        f"the driver pod is {pod.phase} since {at_text(created)}",
         stuck=past,
         deadline_in=None if past else (created + deadline - now).total_seconds(),
     )
@@ -255,10 +225,10 @@ def decide_driver(observed: Observed, settings: Settings) -> DriverPlan:
         ingestion.metadata.get("generation"),
         observed.now,
     )
-    phase = (pod.get("status") or {}).get("phase", "Pending") if pod else None
-    name = (pod.get("metadata") or {}).get("name") if pod else None
+    phase = pod.phase if pod else None
+    name = pod.name if pod else None
     driver = previous.model_copy(update={"pod_name": name, "phase": phase})
-    deleting = bool(pod and (pod.get("metadata") or {}).get("deletionTimestamp"))
+    deleting = bool(pod and pod.deleting)
 
     if ingestion.spec.suspend:
         return _suspended(driver, conds, pod is not None, deleting)
@@ -267,9 +237,9 @@ def decide_driver(observed: Observed, settings: Settings) -> DriverPlan:
         return _start(driver, conds, observed.now, settings)
     if deleting:
         return _stopping(driver, conds, pod, observed.now, settings)
-    current_hash = ((pod.get("metadata") or {}).get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
+    current_hash = pod.annotations.get(SPEC_HASH_ANNOTATION)
     if phase in ("Failed", "Succeeded"):
-        termination = driver_termination(pod)
+        termination = pod.termination
         if (
             termination is not None
             and not restart_helps(termination.reason)
@@ -296,20 +266,19 @@ def decide_driver(observed: Observed, settings: Settings) -> DriverPlan:
 def _stopping(
     driver: DriverStatus,
     conds: _Conditions,
-    pod: dict[str, Any],
+    pod: Pod,
     now: datetime,
     settings: Settings,
 ) -> DriverPlan:
-    meta = pod.get("metadata") or {}
     # deletionTimestamp is when the grace period ends: past it by the deadline, the kubelet is
     # not finishing the deletion (node down or unreachable) and no new driver can start.
-    since = _time(meta.get("deletionTimestamp")) or now
+    since = pod.deletion_at or now
     overdue = now - since
     if overdue >= timedelta(seconds=settings.driver_pending_deadline_seconds):
         message = (
-            f"the previous driver pod {meta.get('name')} should have been gone at "
+            f"the previous driver pod {pod.name} should have been gone at "
             f"{at_text(since)}: its node may be down. If the node is gone for "
-            f"good: kubectl delete pod {meta.get('name')} -n {meta.get('namespace')} --force"
+            f"good: kubectl delete pod {pod.name} -n {pod.namespace} --force"
         )
         conds.set(ConditionType.READY, False, Reason.DRIVER_STUCK_TERMINATING, message)
         conds.set(ConditionType.PROGRESSING, True, Reason.DRIVER_STOPPING, message)
@@ -379,10 +348,10 @@ def _start(
 
 
 def _failed(
-    driver: DriverStatus, conds: _Conditions, pod: dict[str, Any], now: datetime, settings: Settings
+    driver: DriverStatus, conds: _Conditions, pod: Pod, now: datetime, settings: Settings
 ) -> DriverPlan:
     # A streaming driver never ends on its own: exiting at all, even with 0, is a failure.
-    failed = (pod.get("status") or {}).get("phase") == "Failed"
+    failed = pod.phase == "Failed"
     reason = pod_failure_reason(pod) if failed else "the driver exited, but a stream never ends"
     failures = driver.consecutive_failures + 1
     delay = backoff_seconds(failures, settings)
@@ -425,12 +394,12 @@ def _failed(
 def _needs_action(
     driver: DriverStatus,
     conds: _Conditions,
-    pod: dict[str, Any],
+    pod: Pod,
     termination: Termination,
     namespace: str,
 ) -> DriverPlan:
     """A failure a restart cannot fix: keep the failed pod (its logs) and say what to do."""
-    pod_name = (pod.get("metadata") or {}).get("name")
+    pod_name = pod.name
     reason = termination.reason.value
     message = (
         f"{termination.message} To do: {what_to_do(termination.reason)}; then change the spec, "
@@ -474,7 +443,7 @@ def _replace(
 def _running_or_pending(
     driver: DriverStatus,
     conds: _Conditions,
-    pod: dict[str, Any],
+    pod: Pod,
     *,
     phase: str,
     now: datetime,
@@ -493,7 +462,7 @@ def _running_or_pending(
             conds.degraded(_crash_loop_message(driver, settings))
         # The deadline is the one change no pod event announces: look again right then.
         return DriverPlan("none", driver, conds.items, requeue_after=pending.deadline_in)
-    since = running_since(pod)
+    since = pod.running_since
     if since is not None and now - since >= STABLE_RUN and driver.consecutive_failures:
         driver = driver.model_copy(update={"consecutive_failures": 0, "last_failure_reason": None})
     crash_loop = _crash_loop_message(driver, settings)
