@@ -1,10 +1,11 @@
 """kopf handlers: thin triggers for :class:`~deltaflow_operator.reconcile.Reconciler`.
 
-Each DeltaIngestion has a daemon that reconciles it, then waits for what the reconcile asked
-(``requeue_after``: 1 s while a driver is replaced) or the reconcile interval, whichever is
-shorter, or until something wakes it: a change of the resource, or a change of its driver pod
-(a driver that crashed is seen in a second, not at the next poll). Create, update and resume
-run the same idempotent reconciliation; a per-resource lock keeps one at a time.
+Each DeltaIngestion has a daemon, the one place that reconciles it: it reconciles, then waits
+for what the reconcile asked (``requeue_after``: 1 s while a driver is replaced) or the
+reconcile interval, whichever is shorter, or until something wakes it: a change of the
+resource's spec (kopf's update handler), or a change of its driver pod (a driver that crashed
+is seen in a second, not at the next poll). The driver pods come from a kopf index over the pod
+watch, read by the daemon before each round: no GET per round.
 
 State lives in kopf's memo (one :class:`Loop` per operator), not in module globals.
 """
@@ -57,19 +58,15 @@ class Loop:
     last_beat: float | None = None
     heartbeat: asyncio.Task[None] | None = None  # held so the task is not garbage-collected
     running: dict[str, float] = field(default_factory=dict)
-    # Each resource's driver pod as the pod watch last delivered it (None: deleted). Set from
-    # the event loop, read by reconciles: the watch replaces a GET per round.
-    driver_pods: dict[str, Pod | None] = field(default_factory=dict)
 
-    def reconcile(self, namespace: str, name: str) -> float | None:
-        """One reconciliation of one resource; seconds until it wants another look."""
+    def reconcile(self, namespace: str, name: str, driver_pod: Pod | None = UNSEEN) -> float | None:
+        """One reconciliation of one resource; seconds until it wants another look.
+        ``driver_pod``: its driver pod as the pod index holds it (None: there is none)."""
         key = f"{namespace}/{name}"
         with self.locks[key]:
             self.running[key] = time.monotonic()
             try:
-                requeue = self.reconciler.reconcile(
-                    namespace, name, watched_pod=self.driver_pods.get(key, UNSEEN)
-                )
+                requeue = self.reconciler.reconcile(namespace, name, watched_pod=driver_pod)
             finally:
                 self.running.pop(key, None)
         if self.reconciler.serves(namespace, name):
@@ -109,7 +106,6 @@ class Loop:
         key = f"{namespace}/{name}"
         self.locks.pop(key, None)
         self.wakes.pop(key, None)
-        self.driver_pods.pop(key, None)
         self.managed.discard(key)
         metrics.MANAGED_RESOURCES.labels("DeltaIngestion").set(len(self.managed))
 
@@ -152,35 +148,59 @@ def install(stop_flag: threading.Event | None = None) -> None:
         settings.posting.level = logging.WARNING  # our Events are posted explicitly, with causes
         settings.watching.server_timeout = 60
 
-    kopf.on.resume(GROUP, VERSION, PLURAL)(_on_change)
-    kopf.on.create(GROUP, VERSION, PLURAL)(_on_change)
+    # A new or resumed resource gets its daemon, which reconciles at once; a spec change wakes
+    # it (kopf's update handlers see the spec and metadata, never the status the operator
+    # writes, so a reconcile does not wake itself).
     kopf.on.update(GROUP, VERSION, PLURAL)(_on_change)
     kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10)(_stream_daemon)
     kopf.on.delete(GROUP, VERSION, PLURAL)(_on_delete)
     # Driver pods only: a crash or a phase change is acted on at once. Executor pods change
     # during every scaling action; the autoscaler reads them through the driver's report at
-    # its own pace (waking it for each would add decisions, not information).
+    # its own pace (waking it for each would add decisions, not information). kopf fills its
+    # indexes before any handler runs, and updates them before the event handlers of an event.
     drivers = {"app.kubernetes.io/managed-by": MANAGED_BY, "app.kubernetes.io/component": "driver"}
+    kopf.index("", "v1", "pods", labels=drivers)(driver_pods)
     kopf.on.event("", "v1", "pods", labels=drivers)(_on_pod_event)
 
 
-def _on_change(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
-    memo.loop.reconcile(str(namespace), name)
+def driver_pods(
+    namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any
+) -> dict[tuple[str, str], Pod]:
+    """The pod index: (namespace, DeltaIngestion name) -> its driver pod (kopf drops deleted
+    pods from it)."""
+    instance = labels.get("app.kubernetes.io/instance")
+    return {(str(namespace), instance): Pod.of(body)} if instance else {}
+
+
+def _indexed_pod(index: kopf.Index[tuple[str, str], Pod], namespace: str, name: str) -> Pod | None:
+    store = index.get((namespace, name))
+    return next(iter(store), None) if store is not None else None
+
+
+async def _on_change(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
+    memo.loop.wake(str(namespace), name)
 
 
 async def _stream_daemon(
-    namespace: str | None, name: str, stopped: kopf.DaemonStopped, memo: kopf.Memo, **_: Any
+    namespace: str | None,
+    name: str,
+    stopped: kopf.DaemonStopped,
+    memo: kopf.Memo,
+    **indexes: Any,
 ) -> None:
     # Async, so that a daemon per resource holds no thread while it waits; the reconcile itself
-    # (blocking API calls) runs in the loop's thread pool.
+    # (blocking API calls) runs in the loop's thread pool. The index is read here, in the event
+    # loop that updates it, and the round gets a snapshot.
     loop: Loop = memo.loop
     ns = str(namespace)
     wake = loop.wakes[f"{ns}/{name}"]
+    pods: kopf.Index[tuple[str, str], Pod] = indexes["driver_pods"]  # kopf passes it by name
     running = asyncio.get_running_loop()
     while not stopped:
         wake.clear()
+        pod = _indexed_pod(pods, ns, name)
         try:
-            requeue = await running.run_in_executor(None, loop.reconcile, ns, name)
+            requeue = await running.run_in_executor(None, loop.reconcile, ns, name, pod)
         except Exception:  # reported in the status by the reconciler; try again later
             log.exception("reconciling %s/%s failed", ns, name)
             requeue = None
@@ -193,20 +213,11 @@ async def _stream_daemon(
 
 
 async def _on_pod_event(
-    namespace: str | None,
-    labels: Mapping[str, str],
-    event: Mapping[str, Any],
-    body: kopf.Body,
-    memo: kopf.Memo,
-    **_: Any,
+    namespace: str | None, labels: Mapping[str, str], memo: kopf.Memo, **_: Any
 ) -> None:
     instance = labels.get("app.kubernetes.io/instance")
     if instance:
-        loop: Loop = memo.loop
-        key = f"{namespace}/{instance}"
-        gone = event.get("type") == "DELETED"
-        loop.driver_pods[key] = None if gone else Pod.of(body)
-        loop.wake(str(namespace), instance)
+        memo.loop.wake(str(namespace), instance)
 
 
 def _on_delete(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:

@@ -194,7 +194,7 @@ def kopf_needs() -> dict[str, set[Need]]:
             activity.fn(settings=settings)  # the startup configuration (kopf's own settings)
 
     needs: set[Need] = set()
-    watched = [*registry._watching.get_all_handlers()]
+    watched = [*registry._watching.get_all_handlers(), *registry._indexing.get_all_handlers()]
     stateful = [*registry._changing.get_all_handlers(), *registry._spawning.get_all_handlers()]
     for handler in watched + stateful:
         group, resource = _watched(handler)
