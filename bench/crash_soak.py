@@ -60,6 +60,7 @@ def main() -> int:
         result.duplicates == 0
         and result.lost == 0
         and result.unexpected == 0
+        and result.mismatched == 0
         and result.in_dead_letter > 0
         and between > 0
         and result.aborted > 0

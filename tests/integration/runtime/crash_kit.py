@@ -76,6 +76,9 @@ class CrashResult:
     duplicates: int
     lost: int
     unexpected: int
+    # Landed at its (topic, partition, offset) but not as produced: a table row whose id is not
+    # the produced record's, a dead letter whose key or value bytes differ.
+    mismatched: int = 0
     aborted: int = 0  # records of aborted transactions in the topic
     aborted_landed: int = 0  # ... found in either table
     restarts: list[Restart] = field(default_factory=list)
@@ -87,7 +90,8 @@ class CrashResult:
         lines = [
             f"produced {self.produced}, table {self.in_table}, dead letters "
             f"{self.in_dead_letter}, duplicates {self.duplicates}, lost {self.lost}, "
-            f"unexpected {self.unexpected}, aborted {self.aborted} (landed "
+            f"unexpected {self.unexpected}, mismatched {self.mismatched}, aborted "
+            f"{self.aborted} (landed "
             f"{self.aborted_landed}), final drain {self.final_drain_seconds:.1f}s, "
             f"graceful stop (SIGTERM -> exit 0) {self.graceful_stop_seconds:.1f}s",
         ]
@@ -271,6 +275,8 @@ class BackgroundProducer:
     def __init__(self, bootstrap: str, topic: str, total: int, rate: float) -> None:
         self.bootstrap, self.topic, self.total, self.rate = bootstrap, topic, total, rate
         self.delivered: list[tuple[str, int, int]] = []
+        # What each delivered record held: (key, value) by (topic, partition, offset).
+        self.payloads: dict[tuple[str, int, int], tuple[bytes | None, bytes | None]] = {}
         self.aborted: list[tuple[str, int, int]] = []
         self.errors: list[str] = []
         self._stop = threading.Event()
@@ -296,7 +302,9 @@ class BackgroundProducer:
             if err is not None:
                 self.errors.append(str(err))
             else:
-                self.delivered.append((msg.topic(), msg.partition(), msg.offset()))
+                tpo = (msg.topic(), msg.partition(), msg.offset())
+                self.delivered.append(tpo)
+                self.payloads[tpo] = (msg.key(), msg.value())
 
         countries = ("DE", "FR", "US", "JP")
 
@@ -344,12 +352,14 @@ class BackgroundProducer:
         """TXN_SIZE records in one transaction (ids past any plain record's), aborted every
         other time once they are in the log, as an exactly-once producer's failed attempt."""
         sent: list[tuple[str, int, int]] = []
+        payloads: dict[tuple[str, int, int], tuple[bytes | None, bytes | None]] = {}
 
         def delivered(err: Any, msg: Any) -> None:
             if err is not None:
                 self.errors.append(str(err))
             else:
                 sent.append((msg.topic(), msg.partition(), msg.offset()))
+                payloads[sent[-1]] = (msg.key(), msg.value())
 
         producer.begin_transaction()
         for n in range(TXN_SIZE):
@@ -362,6 +372,7 @@ class BackgroundProducer:
         else:
             producer.commit_transaction(30)
             self.delivered.extend(sent)
+            self.payloads.update(payloads)
 
 
 def write_config(
@@ -478,7 +489,7 @@ def crash_soak(
         if driver is not None and driver.alive():
             driver.kill()
 
-    result = _count(table, options, producer.delivered, restarts, drain_seconds, graceful)
+    result = _count(table, options, producer.payloads, restarts, drain_seconds, graceful)
     return _with_aborted(result, table, options, producer.aborted)
 
 
@@ -504,30 +515,34 @@ def _with_aborted(
 def _count(  # noqa: PLR0917 (one call site, the soak's figures)
     table: str,
     options: dict[str, str] | None,
-    delivered: list[tuple[str, int, int]],
+    delivered: dict[tuple[str, int, int], tuple[bytes | None, bytes | None]],
     restarts: list[Restart],
     drain_seconds: float,
     graceful: float,
 ) -> CrashResult:
-    """Look every produced record up, by (topic, partition, offset), in the two tables."""
+    """Look every produced record up, by (topic, partition, offset), in the two tables, and
+    check that what landed there is what was produced: a row's id is the produced order's, a
+    dead letter holds the produced key and value bytes."""
     from deltalake import DeltaTable
 
-    rows = DeltaTable(table, storage_options=options).to_pyarrow_table(
-        columns=["_kafka_topic", "_kafka_partition", "_kafka_offset"]
-    )
+    position = ["_kafka_topic", "_kafka_partition", "_kafka_offset"]
+    rows = DeltaTable(table, storage_options=options).to_pyarrow_table(columns=[*position, "id"])
     dead = DeltaTable(table + "_dead_letter", storage_options=options).to_pyarrow_table(
-        columns=["_kafka_topic", "_kafka_partition", "_kafka_offset"]
+        columns=[*position, "key", "value"]
     )
 
-    def keys(t: Any) -> list[tuple[str, int, int]]:
-        cols = [
-            t.column(c).to_pylist() for c in ("_kafka_topic", "_kafka_partition", "_kafka_offset")
-        ]
-        return list(zip(*cols, strict=True))
+    def landed_as(t: Any, columns: list[str]) -> list[tuple[tuple[str, int, int], tuple[Any, ...]]]:
+        values = [t.column(c).to_pylist() for c in [*position, *columns]]
+        return [(tuple(v[:3]), tuple(v[3:])) for v in zip(*values, strict=True)]  # type: ignore[misc]
 
-    landed = keys(rows) + keys(dead)
-    counts = Counter(landed)
-    produced = set(delivered)
+    table_rows, dead_letters = landed_as(rows, ["id"]), landed_as(dead, ["key", "value"])
+    counts = Counter(tpo for tpo, _ in table_rows + dead_letters)
+    produced = delivered.keys()
+    mismatched = sum(
+        1
+        for tpo, (row_id,) in table_rows
+        if tpo in delivered and row_id != _order_id(delivered[tpo])
+    ) + sum(1 for tpo, payload in dead_letters if tpo in delivered and payload != delivered[tpo])
     return CrashResult(
         produced=len(delivered),
         in_table=rows.num_rows,
@@ -535,10 +550,19 @@ def _count(  # noqa: PLR0917 (one call site, the soak's figures)
         duplicates=sum(n - 1 for n in counts.values() if n > 1),
         lost=len(produced - counts.keys()),
         unexpected=len(counts.keys() - produced),
+        mismatched=mismatched,
         restarts=restarts,
         final_drain_seconds=drain_seconds,
         graceful_stop_seconds=graceful,
     )
+
+
+def _order_id(payload: tuple[bytes | None, bytes | None]) -> int | None:
+    """The id of the produced order (None: the value was no JSON order, so no row may hold it)."""
+    try:
+        return int(json.loads(payload[1] or b"")["id"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def drained(bootstrap: str, topic: str, config: Path) -> bool:

@@ -52,6 +52,7 @@ def test_sigkill_the_driver_eight_times_loses_and_duplicates_nothing(
     assert result.duplicates == 0
     assert result.lost == 0
     assert result.unexpected == 0
+    assert result.mismatched == 0
     assert result.aborted > 0  # transactions aborted after their records reached the log ...
     assert result.aborted_landed == 0  # ... and none of those records landed
     assert result.produced >= 60_000

@@ -325,6 +325,7 @@ def test_sigkill_the_driver_four_times_with_everything_on_the_object_store(
     assert result.duplicates == 0
     assert result.lost == 0
     assert result.unexpected == 0
+    assert result.mismatched == 0
     assert result.produced >= 15_000
     assert result.in_table + result.in_dead_letter == result.produced
     hits = {r.strategy for r in result.restarts if r.hit}
