@@ -84,6 +84,9 @@ class CrashResult:
     restarts: list[Restart] = field(default_factory=list)
     final_drain_seconds: float = 0.0
     graceful_stop_seconds: float = 0.0  # SIGTERM -> exit 0, after the final drain
+    # SIGTERM while batch N was planned and not committed: N, then the last batch planned and
+    # the last marked done after the exit (the same: the next start replays nothing).
+    sigterm_in_flight: tuple[int, int, int] | None = None
 
     def summary(self) -> str:
         """Human-readable figures."""
@@ -250,6 +253,12 @@ class TableWatch:
     def planned(self) -> int:
         """Latest batch Spark planned (-1: none)."""
         names = self._names(f"{self.checkpoint}/offsets")
+        return max((int(n) for n in names if n.isdigit()), default=-1)
+
+    def finished(self) -> int:
+        """Latest batch Spark marked done in the checkpoint's commits (-1: none). A start
+        replays batch N exactly when N is planned and not finished."""
+        names = self._names(f"{self.checkpoint}/commits")
         return max((int(n) for n in names if n.isdigit()), default=-1)
 
 
@@ -474,6 +483,8 @@ def crash_soak(
                 f"at {killed_at:.1f}s{'' if hit else ' (window missed)'}"
             )
         producer.finish(timeout=max(600.0, records / rate * 2))
+        driver = None
+        sigterm = _sigterm_mid_batch(Driver(config, work, log, env=env), watch, log, say, poll)
         # The last life drains Kafka (the consumer group reaches the log end), then stops
         # gracefully: SIGTERM lets the in-flight batch finish and the driver exits 0.
         started = time.monotonic()
@@ -490,7 +501,31 @@ def crash_soak(
             driver.kill()
 
     result = _count(table, options, producer.payloads, restarts, drain_seconds, graceful)
-    return _with_aborted(result, table, options, producer.aborted)
+    return _with_aborted(result, table, options, producer.aborted, sigterm)
+
+
+def _sigterm_mid_batch(
+    driver: Driver, watch: TableWatch, log: Path, say: Callable[[str], None], poll: float
+) -> tuple[int, int, int]:
+    """SIGTERM the driver while a batch is in flight (planned, not in the table): it finishes
+    that batch, marks it done and exits 0. Returns (that batch, the last planned, the last
+    marked done after the exit)."""
+
+    def in_flight() -> bool:
+        return watch.planned() > max(watch.last_batch(), watch.finished())
+
+    try:
+        if not _wait(in_flight, 300, poll):
+            raise AssertionError(f"no batch in flight within 300s (see {log})")
+        batch = watch.planned()
+        code = driver.terminate(timeout=120)
+        assert code == 0, f"SIGTERM mid-batch: the driver exited {code} (see {log})"
+    finally:
+        if driver.alive():
+            driver.kill()
+    planned, done = watch.planned(), watch.finished()
+    say(f"SIGTERM with batch {batch} in flight: planned {planned}, done {done}")
+    return batch, planned, done
 
 
 def _with_aborted(
@@ -498,6 +533,7 @@ def _with_aborted(
     table: str,
     options: dict[str, str] | None,
     aborted: list[tuple[str, int, int]],
+    sigterm: tuple[int, int, int],
 ) -> CrashResult:
     """The result, with how many records of aborted transactions landed in either table."""
     from dataclasses import replace
@@ -509,7 +545,12 @@ def _with_aborted(
     for path in (table, table + "_dead_letter"):
         arrow = DeltaTable(path, storage_options=options).to_pyarrow_table(columns=columns)
         landed.update(zip(*(arrow.column(c).to_pylist() for c in columns), strict=True))
-    return replace(result, aborted=len(aborted), aborted_landed=len(landed & set(aborted)))
+    return replace(
+        result,
+        aborted=len(aborted),
+        aborted_landed=len(landed & set(aborted)),
+        sigterm_in_flight=sigterm,
+    )
 
 
 def _count(  # noqa: PLR0917 (one call site, the soak's figures)

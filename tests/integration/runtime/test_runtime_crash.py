@@ -53,6 +53,10 @@ def test_sigkill_the_driver_eight_times_loses_and_duplicates_nothing(
     assert result.lost == 0
     assert result.unexpected == 0
     assert result.mismatched == 0
+    # SIGTERM mid-batch: that batch finished and the checkpoint marks it done (nothing replays).
+    assert result.sigterm_in_flight is not None
+    in_flight, planned, done = result.sigterm_in_flight
+    assert done == planned >= in_flight
     assert result.aborted > 0  # transactions aborted after their records reached the log ...
     assert result.aborted_landed == 0  # ... and none of those records landed
     assert result.produced >= 60_000

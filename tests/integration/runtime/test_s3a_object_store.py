@@ -326,6 +326,10 @@ def test_sigkill_the_driver_four_times_with_everything_on_the_object_store(
     assert result.lost == 0
     assert result.unexpected == 0
     assert result.mismatched == 0
+    # SIGTERM mid-batch: that batch finished and the checkpoint marks it done (nothing replays).
+    assert result.sigterm_in_flight is not None
+    in_flight, planned, done = result.sigterm_in_flight
+    assert done == planned >= in_flight
     assert result.produced >= 15_000
     assert result.in_table + result.in_dead_letter == result.produced
     hits = {r.strategy for r in result.restarts if r.hit}
