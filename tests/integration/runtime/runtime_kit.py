@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
@@ -172,6 +173,17 @@ def manifest(
             **(spec or {}),
         },
     }
+
+
+def example_on_topic(example: Path, topic: str, folder: Path) -> Path:
+    """The example manifest unchanged but for its topic (each test its own: a topic, and the
+    consumer group named after the stream, shared with another test would make the result
+    depend on which ran first)."""
+    document = yaml.safe_load(example.read_text())
+    document["spec"]["source"]["topic"] = topic
+    path = folder / f"{example.stem}-{topic}.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
 
 
 def pipeline(document: Mapping[str, Any]) -> Pipeline:

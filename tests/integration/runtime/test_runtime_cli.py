@@ -10,8 +10,17 @@ from pathlib import Path
 
 import pytest
 import yaml
-from confluent_kafka.admin import AdminClient
-from runtime_kit import DELTAFLOW, log_end_offsets, order, produce, read_table, run_cli
+from runtime_kit import (
+    DELTAFLOW,
+    create_topic,
+    example_on_topic,
+    log_end_offsets,
+    order,
+    produce,
+    read_table,
+    run_cli,
+    unique,
+)
 
 from devstack.kafka import KafkaBroker
 
@@ -28,24 +37,22 @@ def _run(args: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProc
 def test_run_brings_the_example_manifest_into_a_local_table(
     kafka: KafkaBroker, tmp_path: Path
 ) -> None:
-    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
-    if "orders" not in admin.list_topics(timeout=10).topics:
-        from confluent_kafka.cimpl import NewTopic
-
-        admin.create_topics([NewTopic("orders", num_partitions=3)])["orders"].result(30)
+    topic = unique("orders")
+    create_topic(kafka.bootstrap_servers, topic, partitions=3)
     produce(
         kafka.bootstrap_servers,
-        "orders",
+        topic,
         [(str(i).encode(), order(i, ["DE", "FR"][i % 2])) for i in range(2000)],
     )
-    held = sum(log_end_offsets(kafka.bootstrap_servers, "orders").values())
+    held = sum(log_end_offsets(kafka.bootstrap_servers, topic).values())
+    example = example_on_topic(EXAMPLE, topic, tmp_path)
 
     local = tmp_path / "local"
     result = _run(
         [
             "run",
             "-f",
-            str(EXAMPLE),
+            str(example),
             "--bootstrap-servers",
             kafka.bootstrap_servers,
             "--local-dir",
@@ -69,7 +76,7 @@ def test_run_brings_the_example_manifest_into_a_local_table(
     assert (table / "country=DE").is_dir()  # partitionBy from the manifest
 
     # The maintenance command the CronJob runs, on the same (local) pipeline: JSON events.
-    local_manifest = yaml.safe_load(EXAMPLE.read_text())
+    local_manifest = yaml.safe_load(example.read_text())
     local_manifest["spec"]["sink"] = {"tablePath": f"file://{table}", "partitionBy": ["country"]}
     local_manifest["spec"]["deadLetter"] = {"tablePath": f"file://{table}_dead_letter"}
     config = tmp_path / "ingestion.yaml"

@@ -23,6 +23,7 @@ from runtime_kit import (
     Sent,
     create_topic,
     duplicates,
+    example_on_topic,
     log_end_offsets,
     order,
     produce,
@@ -64,13 +65,6 @@ def _delta_log(store: ObjectStore, table: str) -> dict[int, list[dict[str, Any]]
                 lines = stream.read().decode().splitlines()
             commits[int(name[:20])] = [json.loads(line) for line in lines if line]
     return commits
-
-
-def _topics(bootstrap: str) -> set[str]:
-    """Topics the broker has."""
-    from confluent_kafka.admin import AdminClient
-
-    return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics)
 
 
 def test_the_logstore_lets_exactly_one_of_many_writers_create_a_version(
@@ -153,16 +147,18 @@ def test_run_the_example_manifest_on_the_object_store_lands_good_and_bad_records
     kafka: KafkaBroker, object_store: ObjectStore, tmp_path: Path
 ) -> None:
     bootstrap = kafka.bootstrap_servers
-    if "orders" not in _topics(bootstrap):
-        create_topic(bootstrap, "orders", partitions=3)
-    good = produce(bootstrap, "orders", [(str(i).encode(), order(i, "FR")) for i in range(3000)])
-    bad = produce(bootstrap, "orders", BROKEN)
-    ends = log_end_offsets(bootstrap, "orders")
+    topic = unique("orders")
+    create_topic(bootstrap, topic, partitions=3)
+    good = produce(bootstrap, topic, [(str(i).encode(), order(i, "FR")) for i in range(3000)])
+    bad = produce(bootstrap, topic, BROKEN)
+    ends = log_end_offsets(bootstrap, topic)
+    example = example_on_topic(EXAMPLE, topic, tmp_path)
 
-    # The manifest unchanged but for the endpoint (and the broker): s3a://lake/orders on MinIO.
+    # The manifest unchanged but for the endpoint, the broker and the topic: s3a://lake/orders
+    # on MinIO.
     result = run_cli(
         [
-            "run", "-f", str(EXAMPLE),
+            "run", "-f", str(example),
             "--bootstrap-servers", bootstrap,
             "--storage-endpoint", object_store.endpoint,
             "--available-now", "--metrics-port", "0", "--cores", "2",
@@ -179,7 +175,7 @@ def test_run_the_example_manifest_on_the_object_store_lands_good_and_bad_records
     options = object_store.storage_options()
     rows = tpos(read_table("s3a://lake/orders", options))
     dead = tpos(read_table("s3a://lake/orders_dead_letter", options))
-    everything = [("orders", p, o) for p, end in ends.items() for o in range(end)]
+    everything = [(topic, p, o) for p, end in ends.items() for o in range(end)]
     assert duplicates(rows + dead) == []
     assert sorted(rows + dead) == sorted(everything)
     assert sorted(dead) == sorted(s.tpo for s in bad)
@@ -187,7 +183,7 @@ def test_run_the_example_manifest_on_the_object_store_lands_good_and_bad_records
     # The checkpoint is on the object store too: a second run finds nothing new to do.
     again = run_cli(
         [
-            "run", "-f", str(EXAMPLE), "--bootstrap-servers", bootstrap,
+            "run", "-f", str(example), "--bootstrap-servers", bootstrap,
             "--storage-endpoint", object_store.endpoint, "--available-now", "--metrics-port", "0",
         ],
         cwd=tmp_path,
