@@ -21,7 +21,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -500,7 +500,12 @@ def crash_soak(
         if driver is not None and driver.alive():
             driver.kill()
 
-    result = _count(table, options, producer.payloads, restarts, drain_seconds, graceful)
+    result = replace(
+        count_landed(table, options, producer.payloads),
+        restarts=restarts,
+        final_drain_seconds=drain_seconds,
+        graceful_stop_seconds=graceful,
+    )
     return _with_aborted(result, table, options, producer.aborted, sigterm)
 
 
@@ -536,7 +541,6 @@ def _with_aborted(
     sigterm: tuple[int, int, int],
 ) -> CrashResult:
     """The result, with how many records of aborted transactions landed in either table."""
-    from dataclasses import replace
 
     from deltalake import DeltaTable
 
@@ -553,13 +557,10 @@ def _with_aborted(
     )
 
 
-def _count(  # noqa: PLR0917 (one call site, the soak's figures)
+def count_landed(
     table: str,
     options: dict[str, str] | None,
     delivered: dict[tuple[str, int, int], tuple[bytes | None, bytes | None]],
-    restarts: list[Restart],
-    drain_seconds: float,
-    graceful: float,
 ) -> CrashResult:
     """Look every produced record up, by (topic, partition, offset), in the two tables, and
     check that what landed there is what was produced: a row's id is the produced order's, a
@@ -592,9 +593,6 @@ def _count(  # noqa: PLR0917 (one call site, the soak's figures)
         lost=len(produced - counts.keys()),
         unexpected=len(counts.keys() - produced),
         mismatched=mismatched,
-        restarts=restarts,
-        final_drain_seconds=drain_seconds,
-        graceful_stop_seconds=graceful,
     )
 
 

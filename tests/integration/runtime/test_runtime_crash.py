@@ -7,12 +7,20 @@ The >= 1M record soak is ``bash bench/run.sh crash``: the same harness (crash_ki
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from crash_kit import crash_soak
-from runtime_kit import create_topic, unique
+from crash_kit import (
+    BackgroundProducer,
+    Driver,
+    count_landed,
+    crash_soak,
+    drained,
+    write_config,
+)
+from runtime_kit import create_topic, unique, wait_for
 
 from devstack.kafka import KafkaBroker
 
@@ -75,3 +83,43 @@ def test_sigkill_the_driver_eight_times_loses_and_duplicates_nothing(
     assert frame.count() == result.in_table
     keys = frame.select("_kafka_topic", "_kafka_partition", "_kafka_offset").distinct().count()
     assert keys == result.in_table
+
+
+@pytest.mark.timeout(900)
+def test_two_drivers_of_one_stream_one_stops_and_the_table_stays_exactly_once(
+    kafka: KafkaBroker, tmp_path: Path
+) -> None:
+    # Two real driver processes of one stream (same config, same checkpoint), as a second pod
+    # would be if the operator's guards failed: the backstop is Spark's checkpoint (a batch is
+    # planned by one writer) and Delta's transaction id (a batch is committed once).
+    bootstrap = kafka.bootstrap_servers
+    topic = unique("twins")
+    create_topic(bootstrap, topic, partitions=2)
+    config, table, _ = write_config(
+        tmp_path / "ingestion.yaml", "twins", topic, bootstrap, str(tmp_path), max_offsets=500
+    )
+    producer = BackgroundProducer(bootstrap, topic, total=6_000, rate=300)
+    producer.start()
+    logs = [tmp_path / "driver-1.log", tmp_path / "driver-2.log"]
+    drivers = [Driver(config, tmp_path, log) for log in logs]
+    try:
+        deadline = time.monotonic() + 300
+        while all(d.alive() for d in drivers) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        stopped = [d for d in drivers if not d.alive()]
+        assert len(stopped) == 1, "both drivers kept running on one checkpoint"
+        assert stopped[0].proc.returncode != 0
+        survivor = next(d for d in drivers if d.alive())
+        producer.finish(timeout=600)
+        wait_for(lambda: drained(bootstrap, topic, config), 300, "the survivor to drain")
+        assert survivor.terminate(timeout=120) == 0
+    finally:
+        for driver in drivers:
+            if driver.alive():
+                driver.kill()
+    said = logs[drivers.index(stopped[0])].read_text().splitlines()
+    print("the stopped driver:", [line for line in said if line.startswith("deltaflow: ")])
+    result = count_landed(table, None, producer.payloads)
+    print(result.summary())
+    assert result.produced >= 6_000
+    assert (result.duplicates, result.lost, result.unexpected, result.mismatched) == (0, 0, 0, 0)
