@@ -203,7 +203,9 @@ def failure_reason(error: Exception) -> FailureReason:
     return FailureReason.FAILED
 
 
-def _failed(error: DeltaflowError) -> int:
+def failed_with(error: DeltaflowError) -> int:
+    """Say why the command failed (stderr, and the termination message the operator reads);
+    return its exit code."""
     return _fail(error.exit_code, error.reason, error.message)
 
 
@@ -213,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         pipeline = _load(args)
     except DeltaflowError as error:
-        return _failed(error)
+        return failed_with(error)
     _setup_logging()
     if args.command == "run":
         ident = pipeline.identity
@@ -227,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _dispatch(args, pipeline)
     except DeltaflowError as error:  # raised before Spark runs (the session's master)
-        return _failed(error)
+        return failed_with(error)
 
 
 def _dispatch(args: argparse.Namespace, pipeline: Pipeline) -> int:
@@ -275,7 +277,7 @@ def _dispatch(args: argparse.Namespace, pipeline: Pipeline) -> int:
             return 0
         return _recover(spark, pipeline)
     except DeltaflowError as error:
-        return _failed(error)
+        return failed_with(error)
     except Exception as error:
         log.exception("failed")
         return _fail(

@@ -20,7 +20,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from deltaflow_runtime.capacity import BatchSample, CapacityMeter, ExecutorStartClock
+from deltaflow_runtime.capacity import (
+    BatchSample,
+    CapacityMeter,
+    ExecutorStartClock,
+    MeasuredCapacity,
+)
 from deltaflow_runtime.checkpoint import TopicOffsets
 from deltaflow_runtime.config import ConfigError, load_ingestion
 from deltaflow_runtime.executors import ExecutorControl, ExecutorTotals
@@ -186,29 +191,19 @@ class ScalingAgent:
             capacity = self.meter.capacity()
             batch, batch_at = self._last_batch, self._last_batch_at
             kafka = self._kafka
-        report: dict[str, Any] = {
-            "at": round(time.time(), 3),
-            "queryId": self.query_id,
-            "runId": self._run_id,
-            "lastBatch": batch,
-            "lastBatchAt": None if batch_at is None else round(batch_at, 3),
-            "target": self.control.target,
-            "registered": len(totals.registered),
-            "cores": totals.cores,
-            "released": self.control.released,
-            "failedTasks": totals.failed_tasks,
-        }
-        if capacity is not None:
-            report["capacity"] = {
-                "recordsPerCoreSecond": round(capacity.records_per_core_second, 3),
-                "batchOverheadSeconds": round(capacity.batch_overhead_seconds, 3),
-                "batches": capacity.batches,
-                "fitted": capacity.fitted,
-            }
-            if self.start_clock.seconds is not None:
-                report["capacity"]["executorStartSeconds"] = round(self.start_clock.seconds, 1)
-        if kafka is not None:
-            report["kafka"] = kafka
+        report = driver_report(
+            at=time.time(),
+            query_id=self.query_id,
+            run_id=self._run_id,
+            last_batch=batch,
+            last_batch_at=batch_at,
+            target=self.control.target,
+            totals=totals,
+            released=self.control.released,
+            capacity=capacity,
+            executor_start_seconds=self.start_clock.seconds,
+            kafka=kafka,
+        )
         # Publish on change, else as a heartbeat: the operator treats a report older than 30 s
         # as a driver that stopped reporting. Keeps the API server's load per stream low: a
         # Kafka poll that saw nothing move is not a change.
@@ -228,6 +223,48 @@ class ScalingAgent:
             except Exception as error:
                 log.warning("autoscaling round failed (executors kept as they are): %s", error)
             done.wait(self.period)
+
+
+def driver_report(
+    *,
+    at: float,
+    query_id: str,
+    run_id: str,
+    last_batch: int,
+    last_batch_at: float | None,
+    target: int,
+    totals: ExecutorTotals,
+    released: int,
+    capacity: MeasuredCapacity | None,
+    executor_start_seconds: float | None,
+    kafka: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The report the driver publishes on its pod (the operator's autoscaler and Ready read
+    it; deltaflow_operator.autoscaler.observe parses it)."""
+    report: dict[str, Any] = {
+        "at": round(at, 3),
+        "queryId": query_id,
+        "runId": run_id,
+        "lastBatch": last_batch,
+        "lastBatchAt": None if last_batch_at is None else round(last_batch_at, 3),
+        "target": target,
+        "registered": len(totals.registered),
+        "cores": totals.cores,
+        "released": released,
+        "failedTasks": totals.failed_tasks,
+    }
+    if capacity is not None:
+        report["capacity"] = {
+            "recordsPerCoreSecond": round(capacity.records_per_core_second, 3),
+            "batchOverheadSeconds": round(capacity.batch_overhead_seconds, 3),
+            "batches": capacity.batches,
+            "fitted": capacity.fitted,
+        }
+        if executor_start_seconds is not None:
+            report["capacity"]["executorStartSeconds"] = round(executor_start_seconds, 1)
+    if kafka is not None:
+        report["kafka"] = kafka
+    return report
 
 
 def kafka_report(at: float, end: TopicOffsets, committed: TopicOffsets) -> dict[str, Any]:

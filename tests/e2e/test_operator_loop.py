@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from datetime import UTC, datetime
@@ -11,6 +12,12 @@ from typing import Any
 
 import pytest
 
+from deltaflow_runtime.cli import failed_with
+from deltaflow_runtime.errors import DeltaflowError
+from deltaflow_runtime.executors import ExecutorTotals
+from deltaflow_runtime.guard import CheckpointMismatchError
+from deltaflow_runtime.maintenance import ENV_TERMINATION_LOG
+from deltaflow_runtime.scaling_agent import driver_report
 from support.operator_harness import OperatorUnderTest, load_example, restricted_namespace, wait_for
 from support.pod_watch import PodWatch
 
@@ -128,15 +135,12 @@ def test_status_columns_conditions_and_events(
     )
     # The driver reports a committed batch: Ready, and `kubectl wait` sees it.
     now = time.time()
-    _report(operator, {"at": now, "target": 1, "registered": 1, "lastBatch": 0, "lastBatchAt": now})
+    _report(operator, _driver_report(at=now, last_batch=0, last_batch_at=now))
     operator.kube.kubectl(
         "-n", NS, "wait", "--for=condition=Ready", "deltaingestion/orders", "--timeout=30s"
     )
     # Reports go on, batches stop, and they carry no Kafka offsets (no broker): Unknown.
-    _report(
-        operator,
-        {"at": time.time(), "target": 1, "registered": 1, "lastBatch": 0, "lastBatchAt": now - 900},
-    )
+    _report(operator, _driver_report(at=time.time(), last_batch=0, last_batch_at=now - 900))
     unknown = wait_for(
         "Ready=Unknown ProgressUnknown",
         lambda: (c := operator.condition("orders", NS, "Ready")) and c["status"] == "Unknown" and c,
@@ -161,6 +165,32 @@ def _terminated(exit_code: int, message: str) -> dict[str, Any]:
             }
         ]
     }
+
+
+def _driver_report(*, at: float, last_batch: int, last_batch_at: float) -> dict[str, Any]:
+    """A report as the runtime's scaling agent builds it: one executor, no Kafka offsets."""
+    totals = ExecutorTotals(registered=["1"], cores=1, busy_core_seconds=0.0, failed_tasks=0)
+    return driver_report(
+        at=at, query_id="q", run_id="r", last_batch=last_batch, last_batch_at=last_batch_at,
+        target=1, totals=totals, released=0, capacity=None, executor_start_seconds=None,
+        kafka=None,
+    )  # fmt: skip
+
+
+def _runtime_failure(error: DeltaflowError, folder: Path) -> dict[str, Any]:
+    """The driver container's status after the runtime stopped for ``error``: its exit code and
+    the termination message the runtime's own CLI code wrote."""
+    log = folder / "termination-log"
+    before = os.environ.get(ENV_TERMINATION_LOG)
+    os.environ[ENV_TERMINATION_LOG] = str(log)
+    try:
+        code = failed_with(error)
+    finally:
+        if before is None:
+            os.environ.pop(ENV_TERMINATION_LOG)
+        else:
+            os.environ[ENV_TERMINATION_LOG] = before
+    return _terminated(code, log.read_text())
 
 
 def _report(op: OperatorUnderTest, report: dict[str, Any]) -> None:
@@ -308,10 +338,11 @@ def test_failed_driver_is_replaced_with_backoff_then_degraded(
 
 
 def test_a_failure_no_restart_can_fix_is_held_until_the_pod_is_deleted(
-    operator: OperatorUnderTest, orders: dict[str, Any]
+    operator: OperatorUnderTest, orders: dict[str, Any], tmp_path: Path
 ) -> None:
     message = "the table is behind its checkpoint: undo the RESTORE or rebuild the checkpoint."
-    terminated = _terminated(3, json.dumps({"reason": "TableBehind", "message": message}))
+    terminated = _runtime_failure(CheckpointMismatchError("TableBehind", message), tmp_path)
+    assert terminated["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 3
     uid = wait_for("driver", lambda: driver_uid(operator), timeout=60)
     operator.set_pod_phase("orders-driver", NS, "Failed", **terminated)
     degraded = wait_for(

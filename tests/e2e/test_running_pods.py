@@ -766,8 +766,14 @@ def test_a_driver_that_cannot_be_placed_or_pulled_is_degraded_with_the_reason(
         "name": "keyless-creds",
         "key": "AWS_SECRET_ACCESS_KEY",
     }
+    # A real driver that starts and finds its bucket missing: the runtime's reason, from its
+    # termination message, becomes the condition (a restart cannot fix it: NeedsAction).
+    bucketless = cluster_manifest(
+        "bucketless", str(stream.kafka.pod_bootstrap_servers), topic=TOPIC, trigger="2s",
+        namespace=NS, storage=stream.store.storage_spec(), lake="s3a://no-such-bucket-e2e/x",
+    )  # fmt: skip
     applied = time.monotonic()
-    for m in (nowhere, unpullable, keyless):
+    for m in (nowhere, unpullable, keyless, bucketless):
         stream.kube.kubectl("apply", "-f", "-", stdin=json.dumps(m))
 
     def degraded(name: str) -> dict[str, Any] | None:
@@ -807,7 +813,15 @@ def test_a_driver_that_cannot_be_placed_or_pulled_is_degraded_with_the_reason(
         timeout=90,
     )
     record(f"missing Secret created -> driver Running {time.monotonic() - created:.0f}s later")
-    for name in ("nowhere", "unpullable", "keyless"):
+    bucket = wait_for("Degraded BucketNotFound", lambda: degraded("bucketless"), timeout=180)
+    assert bucket["reason"] == "BucketNotFound", bucket
+    assert "no-such-bucket-e2e" in bucket["message"], bucket["message"]
+    progressing = stream.kube.kubectl_json("-n", NS, "get", "deltaingestion", "bucketless")
+    assert {(c["type"], c["reason"]) for c in progressing["status"]["conditions"]} >= {
+        ("Progressing", "NeedsAction"),
+        ("Ready", "BucketNotFound"),
+    }
+    for name in ("nowhere", "unpullable", "keyless", "bucketless"):
         stream.kube.kubectl("-n", NS, "delete", "deltaingestion", name, "--timeout=60s")
 
 
