@@ -38,6 +38,7 @@ from devstack.kafka import KafkaBroker
 from devstack.kube import KubeControlPlane
 from devstack.minio import ObjectStore
 from support.figures import record
+from support.node_processes import DriverProcessWatch
 from support.operator_harness import OPERATOR_NAMESPACE, wait_for
 from support.pod_watch import PodWatch
 
@@ -539,7 +540,8 @@ def test_leader_pod_deleted_standby_takes_over_and_suspend_resume_with_real_pods
 def test_driver_replacement_never_overlaps_a_terminating_driver(stream: Stream) -> None:
     old = wait_for("a running driver", stream.driver_uid, timeout=120)
     watch = PodWatch(stream.kube, NS, DRIVER)
-    time.sleep(1)
+    processes = DriverProcessWatch(f"{NAME}-driver")
+    wait_for("the driver process seen on the node", lambda: processes.seen, timeout=30)
     stream.produce(1000)
     stream.patch({"trigger": {"interval": "3s"}})  # needs a new driver
     new = wait_for(
@@ -547,12 +549,16 @@ def test_driver_replacement_never_overlaps_a_terminating_driver(stream: Stream) 
         lambda: (u := stream.driver_uid()) not in (None, old) and u,
         timeout=240,
     )
+    wait_for("the new driver process", lambda: len(processes.seen) >= 2, timeout=60)
     stream.produce(1000)
     stream.wait_all_landed()
     watch.stop()
-    # The old pod terminated gracefully (its batch committed) before the new one was created.
+    processes.stop()
+    # The old pod terminated gracefully (its batch committed) before the new one was created,
+    # and on the node the old driver process was gone before the new one started.
     assert watch.max_alive == 1, watch.events
     assert watch.added() <= {old, new}, watch.events
+    assert processes.max_at_once == 1, processes.seen
     stream.assert_exactly_once()
 
 

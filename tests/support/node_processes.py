@@ -1,0 +1,53 @@
+"""Processes on the local node (this machine: its containers are host processes in their own
+namespaces). "Never two drivers" judged where it matters, by the driver processes that run, not
+only by the pods the API server lists: a pod of a fixed name is never listed twice, and a
+force-deleted pod's container can keep running."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+
+def driver_processes(pod_name: str) -> set[int]:
+    """Pids of ``deltaflow stream`` processes whose pod is ``pod_name`` (the kubelet sets
+    HOSTNAME to it in every container)."""
+    found: set[int] = set()
+    hostname = f"HOSTNAME={pod_name}".encode()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile, or a kernel thread
+            continue
+        is_driver = b"stream" in argv and any(a.endswith(b"deltaflow") for a in argv)
+        if is_driver and hostname in environ:
+            found.add(int(proc.name))
+    return found
+
+
+class DriverProcessWatch:
+    """Samples :func:`driver_processes` until :meth:`stop`: the most that ran at once, and
+    every pid seen."""
+
+    def __init__(self, pod_name: str, period: float = 0.2) -> None:
+        self.pod_name, self.period = pod_name, period
+        self.max_at_once = 0
+        self.seen: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            pids = driver_processes(self.pod_name)
+            self.max_at_once = max(self.max_at_once, len(pids))
+            self.seen |= pids
+            self._stop.wait(self.period)
+
+    def stop(self) -> None:
+        """Stop sampling."""
+        self._stop.set()
+        self._thread.join(10)
