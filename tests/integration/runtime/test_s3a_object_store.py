@@ -10,6 +10,8 @@ OPTIMIZE and VACUUM as separate processes while the stream appends.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import threading
 import time
 import uuid
@@ -39,6 +41,8 @@ from deltaflow_runtime.maintenance import ENV_TERMINATION_LOG
 from devstack.demo import BROKEN
 from devstack.kafka import KafkaBroker
 from devstack.minio import REGION, ObjectStore, start_s3proxy
+from devstack.process import record_pid
+from devstack.spark import spark_jars
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -49,6 +53,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "examples" / "orders.yaml"
+RACE_SOURCE = Path(__file__).resolve().parent / "java" / "LogStoreRace.java"
 
 
 def _delta_log(store: ObjectStore, table: str) -> dict[int, list[dict[str, Any]]]:
@@ -98,25 +103,9 @@ def test_the_logstore_lets_exactly_one_of_many_writers_create_a_version(
             return str(error.java_exception.getClass().getName())
         return "created"
 
-    writers = 8
-    start = threading.Barrier(writers)
-    outcomes: dict[int, str] = {}
-
-    def race(i: int) -> None:
-        start.wait()
-        outcomes[i] = write(json.dumps({"commitInfo": {"writer": i}}))
-
-    threads = [threading.Thread(target=race, args=(i,)) for i in range(writers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    counts = Counter(outcomes.values())
-    assert counts == {"created": 1, "java.nio.file.FileAlreadyExistsException": writers - 1}
-    (winner,) = (i for i, outcome in outcomes.items() if outcome == "created")
-    with object_store.filesystem().open_input_stream(commit.removeprefix("s3a://")) as stored:
-        assert json.loads(stored.read()) == {"commitInfo": {"writer": winner}}
-
+    # (The race of many writers for one version: the next test, in separate processes.)
+    winner = 0
+    assert write(json.dumps({"commitInfo": {"writer": winner}})) == "created"
     # A retry of the winner's own PUT (its answer lost) is not a conflict; anyone else's is.
     assert write(json.dumps({"commitInfo": {"writer": winner}})) == "created"
     assert write(json.dumps({"commitInfo": {"writer": -1}})).endswith("FileAlreadyExistsException")
@@ -141,6 +130,49 @@ def test_the_logstore_lets_exactly_one_of_many_writers_create_a_version(
     fs = table.getFileSystem(conf)
     assert jvm.io.deltaflow.storage.S3ConditionalLogStore.probeConditionalCreate(fs, table) is None
     assert not fs.exists(jvm.org.apache.hadoop.fs.Path(table, "_deltaflow_probe"))
+
+
+def test_eight_writer_processes_race_for_one_version_and_exactly_one_creates_it(
+    object_store: ObjectStore, tmp_path: Path
+) -> None:
+    # Each writer its own JVM (java/LogStoreRace.java, run from source), as the stream's driver
+    # and its OPTIMIZE and VACUUM jobs are: all connected first, then released together.
+    import pyspark
+
+    classpath = ":".join(
+        [str(Path(pyspark.__file__).parent / "jars" / "*"), *(str(j) for j in spark_jars())]
+    )
+    conf = {
+        "fs.s3a.endpoint": object_store.endpoint,
+        "fs.s3a.endpoint.region": REGION,
+        "fs.s3a.path.style.access": "true",
+        "fs.s3a.connection.ssl.enabled": "false",
+        "fs.s3a.access.key": object_store.access_key,  # test-only: the product uses the env
+        "fs.s3a.secret.key": object_store.secret_key,
+        "fs.s3a.create.conditional.enabled": "true",
+    }
+    env = {**os.environ, "RACE_CONF": "\n".join(f"{k}={v}" for k, v in conf.items())}
+    commit = f"s3a://lake/race-{uuid.uuid4().hex[:8]}/_delta_log/00000000000000000000.json"
+    go = tmp_path / "go"
+    writers = []
+    for i in range(8):
+        argv = ["java", "-cp", classpath, str(RACE_SOURCE), commit, str(i), str(go)]
+        writers.append(subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env))
+        record_pid(writers[-1].pid)
+    try:
+        for writer in writers:
+            assert writer.stdout is not None
+            assert writer.stdout.readline().strip() == "ready"
+        go.touch()
+        outcomes = {i: w.communicate(timeout=120)[0].strip() for i, w in enumerate(writers)}
+    finally:
+        for writer in writers:
+            if writer.poll() is None:
+                writer.kill()
+    assert Counter(outcomes.values()) == {"created": 1, "exists": 7}, outcomes
+    (winner,) = (i for i, outcome in outcomes.items() if outcome == "created")
+    with object_store.filesystem().open_input_stream(commit.removeprefix("s3a://")) as stored:
+        assert json.loads(stored.read()) == {"commitInfo": {"writer": winner}}
 
 
 def test_run_the_example_manifest_on_the_object_store_lands_good_and_bad_records_exactly_once(
