@@ -251,7 +251,7 @@ def test_executor_memory_change_replaces_the_driver_exactly_once(
 ) -> None:
     before = wait_for("driver uid", lambda: driver_uid(operator))
     watch = PodWatch(operator.kube, NS, "app.kubernetes.io/component=driver")
-    time.sleep(1)
+    wait_for("the watch to list the driver", lambda: watch.events, timeout=30)
     _patch_spec(operator, {"executor": {"memory": "3g"}})
     after = wait_for("a new driver", lambda: (u := driver_uid(operator)) != before and u)
     time.sleep(3)
