@@ -64,6 +64,24 @@ class ObjectStore:
             allow_bucket_creation=True,
         )
 
+    def delta_commits(self, table: str) -> dict[int, list[dict[str, Any]]]:
+        """Every commit of the Delta table at ``table`` (s3a://...) as stored in the bucket:
+        version -> its actions, read as files (no Delta reader between the test and the log)."""
+        import json
+
+        from pyarrow import fs
+
+        s3 = self.filesystem()
+        key = table.removeprefix("s3a://") + "/_delta_log"
+        commits: dict[int, list[dict[str, Any]]] = {}
+        for info in s3.get_file_info(fs.FileSelector(key, allow_not_found=True)):
+            name = info.base_name
+            if name.endswith(".json") and name[:20].isdigit():
+                with s3.open_input_stream(info.path) as stream:
+                    lines = stream.read().decode().splitlines()
+                commits[int(name[:20])] = [json.loads(line) for line in lines if line]
+        return commits
+
     def create_bucket(self, name: str) -> None:
         """Create bucket ``name`` (an existing one is fine)."""
         self.filesystem().create_dir(name)

@@ -562,24 +562,54 @@ def test_driver_replacement_never_overlaps_a_terminating_driver(stream: Stream) 
     stream.assert_exactly_once()
 
 
-def test_optimize_job_from_the_cronjob_compacts_while_the_stream_appends(stream: Stream) -> None:
+def test_optimize_and_vacuum_jobs_from_the_cronjobs_commit_while_the_stream_appends(
+    stream: Stream,
+) -> None:
+    # Three writers of one table on the bucket, each its own pod and JVM: the stream, and the
+    # OPTIMIZE and VACUUM jobs its CronJobs run (S3ConditionalLogStore: one conditional PUT per
+    # commit, the loser retries at the next version).
     wait_for("a running driver", stream.driver_uid, timeout=120)
     before = stream.delta(stream.table)
     files_before = len(before.file_uris())
     rows_before = before.to_pyarrow_dataset().count_rows()
-    stream.kube.kubectl(
-        "-n", NS, "create", "job", "optimize-now", f"--from=cronjob/{NAME}-optimize"
-    )
-    stream.produce(1000)  # the stream keeps appending while OPTIMIZE runs
-    stream.kube.kubectl(
-        "-n", NS, "wait", "--for=condition=Complete", "job/optimize-now", "--timeout=300s"
-    )
-    pods = stream.kube.kubectl_json("-n", NS, "get", "pods", "-l", "job-name=optimize-now")
-    assert [p["status"]["phase"] for p in pods["items"]] == ["Succeeded"]
-    history = stream.delta(stream.table).history()
-    assert any(h.get("operation") == "OPTIMIZE" for h in history), history[:5]
+    version_before = max(stream.store.delta_commits(stream.table))
+    for job in ("optimize", "vacuum"):
+        stream.kube.kubectl(
+            "-n", NS, "create", "job", f"{job}-now", f"--from=cronjob/{NAME}-{job}"
+        )  # fmt: skip
+    stream.produce(1000)  # the stream keeps appending while the jobs run
+    for job in ("optimize", "vacuum"):
+        stream.kube.kubectl(
+            "-n", NS, "wait", "--for=condition=Complete", f"job/{job}-now", "--timeout=300s"
+        )  # fmt: skip
+        pods = stream.kube.kubectl_json("-n", NS, "get", "pods", "-l", f"job-name={job}-now")
+        assert [p["status"]["phase"] for p in pods["items"]] == ["Succeeded"], job
     stream.wait_all_landed()
     stream.assert_exactly_once()
+
+    commits = stream.store.delta_commits(stream.table)
+    # No version is missing (a lost commit), and each stream batch committed once.
+    assert sorted(commits) == list(range(max(commits) + 1))
+    operation = {
+        v: next(a["commitInfo"]["operation"] for a in actions if "commitInfo" in a)
+        for v, actions in commits.items()
+    }
+    since = [operation[v] for v in sorted(commits) if v > version_before]
+    assert since.count("OPTIMIZE") == 1, since
+    assert since.count("VACUUM START") == since.count("VACUUM END") == 1, since
+    # The stream kept committing (its commits carry its transaction id) while the jobs ran:
+    # after the jobs were created and before OPTIMIZE's commit.
+    optimized = min(v for v in commits if v > version_before and operation[v] == "OPTIMIZE")
+    streamed = {v for v, actions in commits.items() if any("txn" in a for a in actions)}
+    assert any(version_before < v < optimized for v in streamed), since
+    txns = Counter(
+        (a["txn"]["appId"], a["txn"]["version"])
+        for actions in commits.values()
+        for a in actions
+        if "txn" in a
+    )
+    assert txns
+    assert [txn for txn, n in txns.items() if n > 1] == []
     after = stream.delta(stream.table)
     assert after.to_pyarrow_dataset().count_rows() >= rows_before
     assert files_before > PARTITIONS * 2

@@ -3,8 +3,9 @@ and started by the stack), read back with the independent ``deltalake`` reader f
 
 Two writers (the stream and a maintenance job, in two processes) commit to the same table through
 ``S3ConditionalLogStore``: one conditional PUT per commit, so a version is created once or the
-writer is told it lost the race. The first test shows that on the store itself; the last one runs
-OPTIMIZE and VACUUM as separate processes while the stream appends.
+writer is told it lost the race. The first tests show that on the store itself, with writers in
+separate JVMs; OPTIMIZE and VACUUM jobs committing while the stream appends on the bucket run as
+pods in tests/e2e/test_running_pods.py.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import threading
 import time
 import uuid
 from collections import Counter
@@ -20,9 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from crash_kit import Driver, crash_soak, drained, write_config
+from crash_kit import crash_soak, write_config
 from runtime_kit import (
-    Sent,
     create_topic,
     duplicates,
     example_on_topic,
@@ -33,7 +32,6 @@ from runtime_kit import (
     run_cli,
     tpos,
     unique,
-    wait_for,
 )
 
 from deltaflow_api.failures import FailureReason
@@ -54,22 +52,6 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "examples" / "orders.yaml"
 RACE_SOURCE = Path(__file__).resolve().parent / "java" / "LogStoreRace.java"
-
-
-def _delta_log(store: ObjectStore, table: str) -> dict[int, list[dict[str, Any]]]:
-    """Every commit of a table as stored in the bucket: version -> its actions."""
-    from pyarrow import fs
-
-    s3 = store.filesystem()
-    key = table.removeprefix("s3a://") + "/_delta_log"
-    commits: dict[int, list[dict[str, Any]]] = {}
-    for info in s3.get_file_info(fs.FileSelector(key, allow_not_found=True)):
-        name = info.base_name
-        if name.endswith(".json") and name[:20].isdigit():
-            with s3.open_input_stream(info.path) as stream:
-                lines = stream.read().decode().splitlines()
-            commits[int(name[:20])] = [json.loads(line) for line in lines if line]
-    return commits
 
 
 def test_the_logstore_lets_exactly_one_of_many_writers_create_a_version(
@@ -362,90 +344,3 @@ def test_sigkill_the_driver_four_times_with_everything_on_the_object_store(
     assert result.in_table + result.in_dead_letter == result.produced
     hits = {r.strategy for r in result.restarts if r.hit}
     assert {"mid-write", "after-table-commit"} <= hits
-
-
-def test_optimize_and_vacuum_in_their_own_processes_while_the_stream_appends_on_the_bucket(
-    kafka: KafkaBroker, object_store: ObjectStore, tmp_path: Path
-) -> None:
-    bootstrap = kafka.bootstrap_servers
-    topic = unique("s3-maint")
-    create_topic(bootstrap, topic, partitions=2)
-    config, table, _ = write_config(
-        tmp_path / "ingestion.yaml", "maint", topic, bootstrap, f"s3a://lake/{topic}",
-        max_offsets=2_000, storage=object_store.storage_spec(),
-    )  # fmt: skip
-    env = object_store.env()
-    sent: list[Sent] = []
-    stop = threading.Event()
-
-    def producer() -> None:
-        i = 0
-        while not stop.is_set():
-            chunk = [(b"k", order(i + j, ["DE", "FR", "US"][j % 3])) for j in range(200)]
-            sent.extend(produce(bootstrap, topic, chunk))
-            i += 200
-            time.sleep(0.5)
-
-    feeder = threading.Thread(target=producer, daemon=True)
-    driver = Driver(config, tmp_path, tmp_path / "driver.log", env=env)
-    feeder.start()
-    try:
-        wait_for(lambda: len(_delta_log(object_store, table)) >= 4, 240, "four stream commits")
-        # Two maintenance jobs, each its own JVM, commit while the stream keeps committing.
-        jobs: dict[str, Any] = {}
-
-        def job(name: str, args: list[str]) -> None:
-            jobs[name] = run_cli(
-                [name, "--config", str(config), "--master", "local[1]", *args],
-                tmp_path,
-                600,
-                env=env,
-            )
-
-        runs = [
-            threading.Thread(target=job, args=("optimize", [])),
-            threading.Thread(target=job, args=("vacuum", ["--retention-hours", "168"])),
-        ]
-        for run in runs:
-            run.start()
-        for run in runs:
-            run.join(660)
-        assert driver.alive(), (tmp_path / "driver.log").read_text()[-3000:]
-        for name, done in jobs.items():
-            assert done.returncode == 0, f"{name}: {done.stderr[-3000:]}"
-        events = [
-            json.loads(line) for line in jobs["optimize"].stdout.splitlines() if line[:1] == "{"
-        ]
-        assert events[0]["reason"] == "OptimizeCompleted", events
-        after_maintenance = max(_delta_log(object_store, table))
-        wait_for(
-            lambda: max(_delta_log(object_store, table)) >= after_maintenance + 2,
-            120,
-            "the stream to keep committing after the maintenance jobs",
-        )
-    finally:
-        stop.set()
-        feeder.join(60)
-    wait_for(lambda: drained(bootstrap, topic, config), 240, "the stream to drain")
-    assert driver.terminate(timeout=120) == 0
-
-    commits = _delta_log(object_store, table)
-    # No version is missing (a lost commit) and each stream batch committed once.
-    assert sorted(commits) == list(range(max(commits) + 1))
-    operations = Counter(
-        a["commitInfo"]["operation"] for actions in commits.values() for a in actions
-        if "commitInfo" in a
-    )  # fmt: skip
-    assert operations["OPTIMIZE"] == 1
-    assert operations["VACUUM START"] == operations["VACUUM END"] == 1
-    txns = Counter(
-        (a["txn"]["appId"], a["txn"]["version"])
-        for actions in commits.values()
-        for a in actions
-        if "txn" in a
-    )
-    assert txns
-    assert [txn for txn, n in txns.items() if n > 1] == []
-    rows = tpos(read_table(table, object_store.storage_options()))
-    assert duplicates(rows) == []
-    assert sorted(rows) == sorted(s.tpo for s in sent)
