@@ -1,6 +1,6 @@
 """Exactly once across crashes: SIGKILL a real driver process 8 times while records arrive.
 
-CI size: >= 60k records at ~300/s for the whole kill phase (~1% hostile: eight kinds of bad
+CI size: >= 30k records at ~300/s for the whole kill phase (~1% hostile: eight kinds of bad
 record, so every batch has dead letters), then a last life drains and stops on SIGTERM (exit 0).
 The >= 1M record soak is ``bash bench/run.sh crash``: the same harness (crash_kit) at full size.
 """
@@ -45,7 +45,7 @@ def test_sigkill_the_driver_eight_times_loses_and_duplicates_nothing(
         kafka.bootstrap_servers,
         topic,
         tmp_path / "soak",
-        records=60_000,
+        records=30_000,  # a floor: production goes on until the last kill
         # Two rotations of the four kill strategies (the full-size soak, bench/run.sh crash,
         # kills ten times over a million records).
         kills=8,
@@ -67,7 +67,7 @@ def test_sigkill_the_driver_eight_times_loses_and_duplicates_nothing(
     assert done == planned >= in_flight
     assert result.aborted > 0  # transactions aborted after their records reached the log ...
     assert result.aborted_landed == 0  # ... and none of those records landed
-    assert result.produced >= 60_000
+    assert result.produced >= 30_000
     assert result.in_table + result.in_dead_letter == result.produced
     # The kills that matter most landed where they aim: mid-write and right after the commit.
     hits = {r.strategy for r in result.restarts if r.hit}
