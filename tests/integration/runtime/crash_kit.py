@@ -85,7 +85,8 @@ class CrashResult:
     final_drain_seconds: float = 0.0
     graceful_stop_seconds: float = 0.0  # SIGTERM -> exit 0, after the final drain
     # SIGTERM while batch N was planned and not committed: N, then the last batch planned and
-    # the last marked done after the exit (the same: the next start replays nothing).
+    # the last marked done after the exit (done >= N: the batch in flight finished; planned is
+    # at most one more: a batch Spark planned back to back, which the next start runs).
     sigterm_in_flight: tuple[int, int, int] | None = None
 
     def summary(self) -> str:
@@ -513,13 +514,18 @@ def _sigterm_mid_batch(
     driver: Driver, watch: TableWatch, log: Path, say: Callable[[str], None], poll: float
 ) -> tuple[int, int, int]:
     """SIGTERM the driver while a batch is in flight (planned, not in the table): it finishes
-    that batch, marks it done and exits 0. Returns (that batch, the last planned, the last
-    marked done after the exit)."""
+    that batch, marks it done in the checkpoint and exits 0. Returns (that batch, the last
+    planned, the last marked done after the exit)."""
+    before = watch.version()
 
     def in_flight() -> bool:
         return watch.planned() > max(watch.last_batch(), watch.finished())
 
     try:
+        # First this life's own commit: until then a batch planned by the killed life (offsets
+        # without commits) looks in flight, and the signal would hit a process still starting.
+        if not _wait(lambda: watch.version() > before, 300, poll=0.05):
+            raise AssertionError(f"the SIGTERM life committed nothing within 300s (see {log})")
         if not _wait(in_flight, 300, poll):
             raise AssertionError(f"no batch in flight within 300s (see {log})")
         batch = watch.planned()

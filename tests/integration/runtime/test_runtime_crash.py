@@ -61,10 +61,12 @@ def test_sigkill_the_driver_eight_times_loses_and_duplicates_nothing(
     assert result.lost == 0
     assert result.unexpected == 0
     assert result.mismatched == 0
-    # SIGTERM mid-batch: that batch finished and the checkpoint marks it done (nothing replays).
+    # SIGTERM mid-batch: that batch finished and the checkpoint marks it done; at most the batch
+    # Spark planned right after it is left for the next start.
     assert result.sigterm_in_flight is not None
     in_flight, planned, done = result.sigterm_in_flight
-    assert done == planned >= in_flight
+    assert done >= in_flight
+    assert planned - done in (0, 1)
     assert result.aborted > 0  # transactions aborted after their records reached the log ...
     assert result.aborted_landed == 0  # ... and none of those records landed
     assert result.produced >= 30_000

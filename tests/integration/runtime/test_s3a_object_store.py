@@ -136,9 +136,15 @@ def test_eight_writer_processes_race_for_one_version_and_exactly_one_creates_it(
     env = {**os.environ, "RACE_CONF": "\n".join(f"{k}={v}" for k, v in conf.items())}
     commit = f"s3a://lake/race-{uuid.uuid4().hex[:8]}/_delta_log/00000000000000000000.json"
     go = tmp_path / "go"
+    # Compiled once (javac), so each writer's JVM only starts, rather than compiling it again.
+    classes = tmp_path / "classes"
+    subprocess.run(
+        ["javac", "-cp", classpath, "-d", str(classes), str(RACE_SOURCE)], check=True, timeout=120
+    )
+    classpath = f"{classes}:{classpath}"
     writers = []
     for i in range(8):
-        argv = ["java", "-cp", classpath, str(RACE_SOURCE), commit, str(i), str(go)]
+        argv = ["java", "-cp", classpath, "LogStoreRace", commit, str(i), str(go)]
         writers.append(subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env))
         record_pid(writers[-1].pid)
     try:
@@ -336,10 +342,12 @@ def test_sigkill_the_driver_four_times_with_everything_on_the_object_store(
     assert result.lost == 0
     assert result.unexpected == 0
     assert result.mismatched == 0
-    # SIGTERM mid-batch: that batch finished and the checkpoint marks it done (nothing replays).
+    # SIGTERM mid-batch: that batch finished and the checkpoint marks it done; at most the batch
+    # Spark planned right after it is left for the next start.
     assert result.sigterm_in_flight is not None
     in_flight, planned, done = result.sigterm_in_flight
-    assert done == planned >= in_flight
+    assert done >= in_flight
+    assert planned - done in (0, 1)
     assert result.produced >= 15_000
     assert result.in_table + result.in_dead_letter == result.produced
     hits = {r.strategy for r in result.restarts if r.hit}

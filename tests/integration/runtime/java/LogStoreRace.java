@@ -1,5 +1,5 @@
-// One writer of the log-store race (test_s3a_object_store.py): its own JVM, launched as a
-// single-file source program. Reads the Hadoop settings from the environment (RACE_CONF:
+// One writer of the log-store race (test_s3a_object_store.py): its own JVM, compiled once by
+// the test. Reads the Hadoop settings from the environment (RACE_CONF:
 // key=value lines), gets its connection to the store ready, says "ready", waits for the start
 // file, then commits version 0 of the table through S3ConditionalLogStore and says "created" or
 // "exists".
