@@ -38,7 +38,7 @@ from devstack.kafka import KafkaBroker
 from devstack.kube import KubeControlPlane
 from devstack.minio import ObjectStore
 from support.figures import record
-from support.node_processes import DriverProcessWatch
+from support.node_processes import DriverProcessWatch, driver_processes
 from support.operator_harness import OPERATOR_NAMESPACE, wait_for
 from support.pod_watch import PodWatch
 
@@ -404,18 +404,9 @@ def test_records_flow_through_driver_and_executor_pods_exactly_once(stream: Stre
 
 def _driver_main_pid(pod_name: str) -> int:
     """The host pid of the driver container's main process (`deltaflow stream`)."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        ours = b"stream" in argv and f"HOSTNAME={pod_name}".encode() in environ
-        if ours and any(a.endswith(b"deltaflow") for a in argv[:2]):
-            return int(entry.name)
-    raise AssertionError(f"no `deltaflow stream` process of pod {pod_name} on this node")
+    pids = driver_processes(pod_name)
+    assert len(pids) == 1, f"`deltaflow stream` processes of pod {pod_name} on this node: {pids}"
+    return pids.pop()
 
 
 def test_driver_process_killed_is_replaced_and_resumes_from_its_checkpoint(

@@ -22,7 +22,7 @@ def driver_processes(pod_name: str) -> set[int]:
             environ = (proc / "environ").read_bytes().split(b"\0")
         except OSError:  # gone meanwhile, or a kernel thread
             continue
-        is_driver = b"stream" in argv and any(a.endswith(b"deltaflow") for a in argv)
+        is_driver = b"stream" in argv and any(a.endswith(b"deltaflow") for a in argv[:2])
         if is_driver and hostname in environ:
             found.add(int(proc.name))
     return found

@@ -54,6 +54,19 @@ EXAMPLE = REPO / "examples" / "orders.yaml"
 RACE_SOURCE = Path(__file__).resolve().parent / "java" / "LogStoreRace.java"
 
 
+def _s3a_conf(store: ObjectStore) -> dict[str, str]:
+    """Hadoop settings for S3A on this store, with conditional creates (the log store's)."""
+    return {
+        "fs.s3a.endpoint": store.endpoint,
+        "fs.s3a.endpoint.region": REGION,
+        "fs.s3a.path.style.access": "true",
+        "fs.s3a.connection.ssl.enabled": "false",
+        "fs.s3a.access.key": store.access_key,  # test-only: the product uses the env
+        "fs.s3a.secret.key": store.secret_key,
+        "fs.s3a.create.conditional.enabled": "true",
+    }
+
+
 def test_the_logstore_lets_exactly_one_of_many_writers_create_a_version(
     object_store: ObjectStore, runtime_spark: SparkSession
 ) -> None:
@@ -62,15 +75,7 @@ def test_the_logstore_lets_exactly_one_of_many_writers_create_a_version(
     sc = runtime_spark.sparkContext
     jvm: Any = sc._jvm
     conf = jvm.org.apache.hadoop.conf.Configuration(sc._jsc.hadoopConfiguration())
-    for key, value in {
-        "fs.s3a.endpoint": object_store.endpoint,
-        "fs.s3a.endpoint.region": REGION,
-        "fs.s3a.path.style.access": "true",
-        "fs.s3a.connection.ssl.enabled": "false",
-        "fs.s3a.access.key": object_store.access_key,  # test-only: the product uses the env
-        "fs.s3a.secret.key": object_store.secret_key,
-        "fs.s3a.create.conditional.enabled": "true",
-    }.items():
+    for key, value in _s3a_conf(object_store).items():
         conf.set(key, value)
     store = jvm.io.deltaflow.storage.S3ConditionalLogStore(conf)
     commit = f"s3a://lake/race-{uuid.uuid4().hex[:8]}/_delta_log/00000000000000000000.json"
@@ -124,15 +129,7 @@ def test_eight_writer_processes_race_for_one_version_and_exactly_one_creates_it(
     classpath = ":".join(
         [str(Path(pyspark.__file__).parent / "jars" / "*"), *(str(j) for j in spark_jars())]
     )
-    conf = {
-        "fs.s3a.endpoint": object_store.endpoint,
-        "fs.s3a.endpoint.region": REGION,
-        "fs.s3a.path.style.access": "true",
-        "fs.s3a.connection.ssl.enabled": "false",
-        "fs.s3a.access.key": object_store.access_key,  # test-only: the product uses the env
-        "fs.s3a.secret.key": object_store.secret_key,
-        "fs.s3a.create.conditional.enabled": "true",
-    }
+    conf = _s3a_conf(object_store)
     env = {**os.environ, "RACE_CONF": "\n".join(f"{k}={v}" for k, v in conf.items())}
     commit = f"s3a://lake/race-{uuid.uuid4().hex[:8]}/_delta_log/00000000000000000000.json"
     go = tmp_path / "go"
