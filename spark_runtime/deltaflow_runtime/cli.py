@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -243,6 +244,12 @@ def _dispatch(args: argparse.Namespace, pipeline: Pipeline) -> int:
         hours = vac.retention_hours if args.retention_hours is None else args.retention_hours
         check_retention(hours, vac.allow_unsafe_retention)
     work_dir = args.local_dir.resolve() / ".spark" if args.command == "run" else None
+    stop = threading.Event()
+    if args.command in ("run", "stream"):
+        from deltaflow_runtime.stream import install_stop_handlers
+
+        install_stop_handlers(stop)  # before the JVM starts: a stop during start-up is graceful
+        log.info("starting the Spark session")
     spark = _session(pipeline, args, work_dir)
     try:
         ident, storage = pipeline.identity, pipeline.ingestion.spec.sink.storage
@@ -264,6 +271,7 @@ def _dispatch(args: argparse.Namespace, pipeline: Pipeline) -> int:
                 metrics_port=_metrics_port(args),
                 config_hint=hint,
                 config_path=args.config if args.command == "stream" else None,
+                stop=stop,
             )
             runner = run_stream(spark, pipeline, options)
             if args.command == "run" and runner.writer is not None:

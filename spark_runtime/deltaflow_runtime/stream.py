@@ -14,7 +14,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -67,6 +67,9 @@ class StreamOptions:
     config_path: Path | None = None
     poll_seconds: float = 5.0  # Kafka lag / retention poll (the operator's lag comes from it)
     stop_grace_seconds: float = 45.0  # SIGTERM: wait this long for an in-flight batch
+    # Set by SIGTERM/SIGINT (install_stop_handlers): the command installs it before the JVM
+    # starts, so a stop that comes during start-up is as graceful as one that comes later.
+    stop: threading.Event = field(default_factory=threading.Event, compare=False)
 
 
 def gather_facts(spark: SparkSession, pipeline: Pipeline, checkpoint: Checkpoint) -> StreamFacts:
@@ -156,7 +159,7 @@ class StreamRunner:
         self.pipeline = pipeline
         self.options = options
         self.metrics = RuntimeMetrics()
-        self._stop = threading.Event()
+        self._stop = options.stop
         self._done = threading.Event()
         source = pipeline.ingestion.spec.source
         self.secrets = KafkaSecrets.from_env(source)
@@ -322,11 +325,6 @@ class StreamRunner:
             self.writer.flush_dead_letters(due_only=not caught_up)
         except Exception:
             log.exception("committing the waiting dead letters failed (retried later)")
-
-    def request_stop(self, signum: int = 0, frame: FrameType | None = None) -> None:
-        """Ask for a graceful stop (signal handler)."""
-        log.info("stop requested (signal %s): stopping after the in-flight batch", signum)
-        self._stop.set()
 
     def on_progress(self, raw: dict[str, Any]) -> None:
         """One batch's progress report (from the query listener, every batch exactly once)."""
@@ -606,12 +604,27 @@ def recover_checkpoint(spark: SparkSession, pipeline: Pipeline) -> Recovered:
     return Recovered(batch, offsets, replayed)
 
 
-def run_stream(spark: SparkSession, pipeline: Pipeline, options: StreamOptions) -> StreamRunner:
-    """Start the stream, wait for it to end (SIGTERM/SIGINT stop it gracefully) and return it."""
-    runner = StreamRunner(spark, pipeline, options)
+def install_stop_handlers(stop: threading.Event) -> None:
+    """SIGTERM (what Kubernetes sends on delete) and SIGINT set ``stop`` instead of killing
+    the process: the stream stops at a batch boundary, or does not start at all."""
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        log.info("stop requested (signal %s): stopping after the in-flight batch", signum)
+        stop.set()
+
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, runner.request_stop)
-        signal.signal(signal.SIGINT, runner.request_stop)
+        signal.signal(signal.SIGTERM, request_stop)
+        signal.signal(signal.SIGINT, request_stop)
+
+
+def run_stream(spark: SparkSession, pipeline: Pipeline, options: StreamOptions) -> StreamRunner:
+    """Start the stream, wait for it to end (SIGTERM/SIGINT stop it gracefully) and return it.
+    A stop requested before the query starts leaves it unstarted (``runner.query`` is None)."""
+    runner = StreamRunner(spark, pipeline, options)
+    install_stop_handlers(options.stop)
+    if options.stop.is_set():
+        log.info("stop requested during start-up: the stream is not started")
+        return runner
     runner.start()
     runner.wait()
     return runner

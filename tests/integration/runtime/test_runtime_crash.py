@@ -125,3 +125,36 @@ def test_two_drivers_of_one_stream_one_stops_and_the_table_stays_exactly_once(
     print(result.summary())
     assert result.produced >= 6_000
     assert (result.duplicates, result.lost, result.unexpected, result.mismatched) == (0, 0, 0, 0)
+
+
+@pytest.mark.timeout(300)
+def test_sigterm_while_the_driver_starts_exits_zero_and_starts_no_stream(
+    kafka: KafkaBroker, tmp_path: Path
+) -> None:
+    # Kubernetes deletes a pod whenever it likes, also while its JVM starts: the stop is as
+    # graceful then as mid-stream (exit 0, nothing half-done), not a death by signal (143).
+    topic = unique("early-stop")
+    create_topic(kafka.bootstrap_servers, topic, partitions=1)
+    config, table, checkpoint = write_config(
+        tmp_path / "ingestion.yaml",
+        "early",
+        topic,
+        kafka.bootstrap_servers,
+        str(tmp_path),
+        max_offsets=100,
+    )
+    log = tmp_path / "driver.log"
+    driver = Driver(config, tmp_path, log)
+    try:
+        wait_for(
+            lambda: "starting the Spark session" in log.read_text(), 120, "the driver to start"
+        )
+        code = driver.terminate(timeout=120)
+    finally:
+        if driver.alive():
+            driver.kill()
+    said = log.read_text()
+    assert code == 0, said[-3000:]
+    assert "the stream is not started" in said
+    assert not Path(table, "_delta_log").exists()
+    assert not Path(checkpoint, "offsets").exists()
