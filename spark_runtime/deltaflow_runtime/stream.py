@@ -75,8 +75,9 @@ class StreamOptions:
 def gather_facts(spark: SparkSession, pipeline: Pipeline, checkpoint: Checkpoint) -> StreamFacts:
     """Read what the checkpoint, the table and the dead-letter table say about this stream."""
     ident = pipeline.identity
-    table = table_state(spark, ident.table_path, ident.txn_app_id)
-    dead_letter = table_state(spark, ident.dead_letter_table_path, ident.txn_app_id)
+    sized = SNAPSHOT_PARTITIONS not in pipeline.ingestion.spec.spark_conf
+    table = table_state(spark, ident.table_path, ident.txn_app_id, sized=sized)
+    dead_letter = table_state(spark, ident.dead_letter_table_path, ident.txn_app_id, sized=sized)
     state = checkpoint.state()
     ours = recorded = commit = None
     batch = table.stream_batch

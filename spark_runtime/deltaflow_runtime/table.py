@@ -47,12 +47,19 @@ class TableState:
     stream_batch: int | None  # highest batch id committed with the stream's txnAppId
 
 
-def table_state(spark: SparkSession, path: str, txn_app_id: str) -> TableState:
+def table_state(
+    spark: SparkSession, path: str, txn_app_id: str, *, sized: bool = False
+) -> TableState:
     """The table's latest version and the stream's latest committed batch id in it.
 
     Delta answers this by replaying the log (Spark jobs over ``snapshotPartitions`` partitions):
-    call it at start, not per batch.
+    call it at start, not per batch. With ``sized``, the replay first gets the partitions the
+    table's size calls for (its checksum says, without a replay): a small table replays in one
+    task instead of the unknown size's eight, ~1.5 s less of a cold driver's start.
     """
+    if sized:
+        partitions = snapshot_partitions(known_files(spark, path))
+        spark.conf.set(SNAPSHOT_PARTITIONS, str(partitions))
     delta_log = jvm(spark).org.apache.spark.sql.delta.DeltaLog
     snapshot = delta_log.forTableWithSnapshot(java_session(spark), path)._2()
     version = int(snapshot.version())

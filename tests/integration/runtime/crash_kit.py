@@ -434,10 +434,12 @@ def crash_soak(
     seed: int = 7,
     say: Callable[[str], None] = print,
     store: ObjectStore | None = None,
+    sigterm_mid_batch: bool = True,
 ) -> CrashResult:
     """Produce (at least ``records``, and until the last kill) in the background, kill the driver
-    ``kills`` times, drain, count. With ``store``, the table, the dead-letter table and the
-    checkpoint live on that object store (s3a://lake/<topic>/...)."""
+    ``kills`` times, SIGTERM a life mid-batch (unless told not to), drain, count. With ``store``,
+    the table, the dead-letter table and the checkpoint live on that object store
+    (s3a://lake/<topic>/...)."""
 
     rng = random.Random(seed)
     work.mkdir(parents=True, exist_ok=True)
@@ -485,18 +487,18 @@ def crash_soak(
             )
         producer.finish(timeout=max(600.0, records / rate * 2))
         driver = None
-        sigterm = _sigterm_mid_batch(Driver(config, work, log, env=env), watch, log, say, poll)
+        sigterm = (
+            _sigterm_mid_batch(Driver(config, work, log, env=env), watch, log, say, poll)
+            if sigterm_mid_batch
+            else None
+        )
         # The last life drains Kafka (the consumer group reaches the log end), then stops
         # gracefully: SIGTERM lets the in-flight batch finish and the driver exits 0.
-        started = time.monotonic()
+        lives = _started_lives(log)
         driver = Driver(config, work, log, env=env)
-        if not _wait(lambda: drained(bootstrap, topic, config), 1800, poll=1.0):
-            raise AssertionError(f"the final run did not drain Kafka (see {log})")
-        drain_seconds = time.monotonic() - started
-        stopping = time.monotonic()
-        code = driver.terminate(timeout=120)
-        assert code == 0, f"SIGTERM: the driver exited {code} (see {log})"
-        graceful = time.monotonic() - stopping
+        drain_seconds, graceful = _drain_and_stop(
+            driver, log, lives, lambda: drained(bootstrap, topic, config)
+        )
     finally:
         if driver is not None and driver.alive():
             driver.kill()
@@ -508,6 +510,29 @@ def crash_soak(
         graceful_stop_seconds=graceful,
     )
     return _with_aborted(result, table, options, producer.aborted, sigterm)
+
+
+def _drain_and_stop(
+    driver: Driver, log: Path, lives_before: int, drained_now: Callable[[], bool]
+) -> tuple[float, float]:
+    """Wait until ``driver`` (started after ``log`` held ``lives_before`` lives) has drained
+    Kafka, SIGTERM it, check it exits 0; returns the seconds it took to drain and to stop."""
+    # The life before may have drained Kafka already: wait until this one has its stop handler
+    # (a SIGTERM during Python's own start-up kills it before it can answer).
+    if not _wait(lambda: _started_lives(log) > lives_before, 120, poll=0.2):
+        raise AssertionError(f"the final life did not start within 120s (see {log})")
+    if not _wait(drained_now, 1800, poll=1.0):
+        raise AssertionError(f"the final run did not drain Kafka (see {log})")
+    drain_seconds = time.monotonic() - driver.started
+    stopping = time.monotonic()
+    code = driver.terminate(timeout=120)
+    assert code == 0, f"SIGTERM: the driver exited {code} (see {log})"
+    return drain_seconds, time.monotonic() - stopping
+
+
+def _started_lives(log: Path) -> int:
+    """Driver lives in ``log`` that got as far as their stop handler (cli logs it)."""
+    return log.read_text(errors="replace").count("starting the Spark session")
 
 
 def _sigterm_mid_batch(
@@ -544,7 +569,7 @@ def _with_aborted(
     table: str,
     options: dict[str, str] | None,
     aborted: list[tuple[str, int, int]],
-    sigterm: tuple[int, int, int],
+    sigterm: tuple[int, int, int] | None,
 ) -> CrashResult:
     """The result, with how many records of aborted transactions landed in either table."""
 

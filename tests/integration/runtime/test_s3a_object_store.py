@@ -330,6 +330,8 @@ def test_sigkill_the_driver_four_times_with_everything_on_the_object_store(
         rate=300,
         max_offsets=3_000,
         store=object_store,
+        # A SIGTERM's clean stop is the local soak's (test_runtime_crash): a driver life less here.
+        sigterm_mid_batch=False,
     )
     print(result.summary())
     for restart in result.restarts:
@@ -339,12 +341,6 @@ def test_sigkill_the_driver_four_times_with_everything_on_the_object_store(
     assert result.lost == 0
     assert result.unexpected == 0
     assert result.mismatched == 0
-    # SIGTERM mid-batch: that batch finished and the checkpoint marks it done; at most the batch
-    # Spark planned right after it is left for the next start.
-    assert result.sigterm_in_flight is not None
-    in_flight, planned, done = result.sigterm_in_flight
-    assert done >= in_flight
-    assert planned - done in (0, 1)
     assert result.produced >= 15_000
     assert result.in_table + result.in_dead_letter == result.produced
     hits = {r.strategy for r in result.restarts if r.hit}
