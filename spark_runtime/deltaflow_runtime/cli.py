@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import sys
+import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,11 +27,12 @@ from typing import TYPE_CHECKING
 from deltaflow_api.failures import FailureReason
 from deltaflow_runtime.config import Pipeline, load_ingestion, localize
 from deltaflow_runtime.errors import DeltaflowError, ExitCode
+from deltaflow_runtime.jvm_archive import find_archive, with_archive
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-COMMANDS = ("run", "stream", "optimize", "vacuum", "recover-checkpoint")
+COMMANDS = ("run", "stream", "optimize", "vacuum", "recover-checkpoint", "jvm-archive")
 
 log = logging.getLogger("deltaflow")
 
@@ -137,6 +139,19 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
                 "needs allowUnsafeRetention in the spec)",
             )
 
+    archive = commands.add_parser(
+        "jvm-archive",
+        help="build the class-data archive that makes a local driver's JVM start faster "
+        "(stack/install/jvm-archive.sh builds it into the cache)",
+    )
+    archive.add_argument("--output", type=Path, required=True, help="the archive to write")
+    archive.add_argument(
+        "--work-dir",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "deltaflow-jvm-archive",
+        help="scratch space of the training run",
+    )
+
 
 def _setup_logging() -> None:
     logging.basicConfig(
@@ -158,7 +173,24 @@ def _session(pipeline: Pipeline, args: argparse.Namespace, work_dir: Path | None
         if jars:
             extra["spark.jars"] = ",".join(jars)
     conf = session.runtime_conf(pipeline.ingestion, master=args.master, extra=extra)
-    return session.build_session(conf)
+    archive = find_archive(os.environ, session.cache_dir(os.environ))
+    return session.build_session(with_archive(conf, archive))
+
+
+def _jvm_archive(args: argparse.Namespace) -> int:
+    from deltaflow_runtime import session
+    from deltaflow_runtime.jvm_archive import build_archive
+
+    _setup_logging()
+    conf = {
+        **session.DEFAULT_CONF,
+        **session.local_conf(args.work_dir.resolve(), cores=2),
+        **session.PINNED_CONF,
+    }
+    seconds = build_archive(args.output, conf)
+    size = args.output.stat().st_size / 2**20
+    print(f"deltaflow jvm-archive: {args.output} ({size:.0f} MiB) in {seconds:.0f}s", flush=True)
+    return 0
 
 
 def _metrics_port(args: argparse.Namespace) -> int | None:
@@ -213,6 +245,8 @@ def failed_with(error: DeltaflowError) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the data-plane subcommands; returns the exit code."""
     args = build_parser().parse_args(argv)
+    if args.command == "jvm-archive":
+        return _jvm_archive(args)
     try:
         pipeline = _load(args)
     except DeltaflowError as error:

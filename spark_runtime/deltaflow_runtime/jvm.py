@@ -105,3 +105,19 @@ def java_udf(instance: Any, name: str, argument: Column) -> Column:
 def observation_handle(observation: Observation) -> Any:
     """The Java side of a PySpark ``Observation`` (its metrics future)."""
     return observation._jo
+
+
+def stop_jvm(timeout: float) -> None:
+    """End this process's driver JVM (after ``SparkSession.stop()``) and wait until it has
+    exited: what it does at exit (e.g. writing a class-data archive) is then done."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    process = getattr(gateway, "proc", None)
+    if gateway is None or process is None:
+        raise RuntimeError("no driver JVM started by this process")
+    gateway.shutdown()
+    process.stdin.close()  # PySpark's gateway server exits when its stdin ends
+    process.wait(timeout=timeout)
+    SparkContext._gateway = None
+    SparkContext._jvm = None

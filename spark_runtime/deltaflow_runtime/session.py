@@ -139,7 +139,8 @@ def runtime_conf(
     return conf
 
 
-def _cache_dir(env: Mapping[str, str]) -> Path:
+def cache_dir(env: Mapping[str, str]) -> Path:
+    """Where the stack's installs live (``DELTAFLOW_CACHE``, else ~/.cache/deltaflow)."""
     return Path(env.get(ENV_CACHE) or Path.home() / ".cache" / "deltaflow")
 
 
@@ -160,7 +161,7 @@ def find_local_jars(env: Mapping[str, str] | None = None) -> list[str]:
             return sorted(str(j) for j in path.glob("*.jar"))
         return [j for j in listed.split(",") if j]
     entries = sorted(
-        (d for d in (_cache_dir(e) / "spark-jars").glob("*") if (d / ".complete").exists()),
+        (d for d in (cache_dir(e) / "spark-jars").glob("*") if (d / ".complete").exists()),
         key=lambda d: d.stat().st_mtime,
     )
     for entry in reversed(entries):

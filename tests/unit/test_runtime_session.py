@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from deltaflow_api import DeltaIngestion
+from deltaflow_runtime.jvm_archive import (
+    ARCHIVE_NAME,
+    DRIVER_JAVA_OPTIONS,
+    ENV_JVM_ARCHIVE,
+    find_archive,
+    with_archive,
+)
 from deltaflow_runtime.session import (
     IN_CLUSTER_MASTER,
     InClusterConfigError,
@@ -94,3 +103,50 @@ def test_command_line_master_and_conf_still_win() -> None:
     )
     assert conf["spark.master"] == "local[2]"
     assert conf["spark.driver.host"] == "127.0.0.1"
+
+
+# --- the class-data archive a local driver maps (jvm_archive) ----------------------------------
+
+
+def _built(cache: Path, key: str, mtime: float, complete: bool = True) -> Path:
+    entry = cache / "jvm-archive" / key
+    entry.mkdir(parents=True)
+    archive = entry / ARCHIVE_NAME
+    archive.write_bytes(b"jsa")
+    os.utime(archive, (mtime, mtime))
+    if complete:
+        (entry / ".complete").write_text("done")
+    return archive
+
+
+def test_a_driver_finds_the_archive_named_or_the_newest_complete_one_the_stack_built(
+    tmp_path: Path,
+) -> None:
+    cache = tmp_path / "cache"
+    assert find_archive({}, cache) is None  # nothing built: the JVM starts as usual
+    old = _built(cache, "old", 1_000)
+    new = _built(cache, "new", 2_000)
+    _built(cache, ".staging-newest-1", 3_000, complete=False)  # still being written
+    assert find_archive({}, cache) == new
+    assert find_archive({ENV_JVM_ARCHIVE: str(old)}, cache) == old
+    assert find_archive({ENV_JVM_ARCHIVE: ""}, cache) is None  # turned off
+    assert find_archive({ENV_JVM_ARCHIVE: str(tmp_path / "gone.jsa")}, cache) is None
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        (None, "-XX:SharedArchiveFile=/a.jsa"),
+        ("-Dderby.system.home=/w", "-Dderby.system.home=/w -XX:SharedArchiveFile=/a.jsa"),
+        ("-XX:SharedArchiveFile=/mine.jsa", "-XX:SharedArchiveFile=/mine.jsa"),  # the user's
+        ("-XX:ArchiveClassesAtExit=/t.jsa", "-XX:ArchiveClassesAtExit=/t.jsa"),  # a training run
+    ],
+)
+def test_the_archive_joins_the_drivers_own_java_options(options: str | None, expected: str) -> None:
+    conf = {"spark.master": "local[2]"}
+    if options is not None:
+        conf[DRIVER_JAVA_OPTIONS] = options
+    out = with_archive(conf, Path("/a.jsa"))
+    assert out[DRIVER_JAVA_OPTIONS] == expected
+    assert out["spark.master"] == "local[2]"
+    assert with_archive(conf, None) == conf

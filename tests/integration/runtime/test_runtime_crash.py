@@ -22,6 +22,7 @@ from crash_kit import (
 )
 from runtime_kit import create_topic, unique, wait_for
 
+from deltaflow_runtime.jvm_archive import ARCHIVE_NAME
 from devstack.kafka import KafkaBroker
 
 if TYPE_CHECKING:
@@ -112,6 +113,10 @@ def test_two_drivers_of_one_stream_one_stops_and_the_table_stays_exactly_once(
         assert len(stopped) == 1, "both drivers kept running on one checkpoint"
         assert stopped[0].proc.returncode != 0
         survivor = next(d for d in drivers if d.alive())
+        # Its JVM started from the class-data archive stack/install/jvm-archive.sh built (the
+        # seconds every local driver start saves: deltaflow_runtime/jvm_archive.py).
+        archives = {f for f in survivor.mapped_files() if f.endswith(ARCHIVE_NAME)}
+        assert archives, "the driver JVM maps no archive: run bash stack/install/jvm-archive.sh"
         producer.finish(timeout=600)
         wait_for(lambda: drained(bootstrap, topic, config), 300, "the survivor to drain")
         assert survivor.terminate(timeout=120) == 0

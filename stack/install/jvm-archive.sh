@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Builds the class-data archive (AppCDS) local drivers map at start (deltaflow_runtime/jvm_archive.py):
+# a training run of Spark and Delta in this machine's JVM writes the classes it loaded. Keyed by
+# the JVM, pyspark's jars and the connector jars, so any change of them builds a new one (a stale
+# archive would only be ignored by the JVM, with one warning line).
+STEP_NAME=jvm-archive
+RERUN="stack/install/jvm-archive.sh"
+source "$(dirname "$0")/lib.sh"
+
+PYTHON="$REPO_ROOT/.venv/bin/python"
+[ -x "$PYTHON" ] || die "no .venv: run stack/install/python.sh first"
+JARS=$(bash "$INSTALL_DIR/spark-jars.sh")
+PYSPARK_JARS=$("$PYTHON" -c 'import pathlib, pyspark; print(pathlib.Path(pyspark.__file__).parent / "jars")')
+KEY=$(recipe_hash "$0" "$REPO_ROOT/spark_runtime/deltaflow_runtime/jvm_archive.py" \
+  "$(java -version 2>&1)" "$(ls -l --time-style=+%s "$PYSPARK_JARS" "$JARS")")
+DEST="$(cache_entry jvm-archive "$KEY")"
+
+build() {
+  local out=$1
+  log "training run of Spark and Delta (~35 s on 2 cores)"
+  DELTAFLOW_SPARK_JARS="$JARS" env -u SPARK_CONF_DIR "$PYTHON" -m deltaflow_runtime jvm-archive \
+    --output "$out/deltaflow.jsa" --work-dir "$out/.work" >&2 || return 1
+  rm -rf "$out/.work"
+}
+
+if is_complete "$DEST"; then
+  log "JVM class-data archive already built ($DEST)"
+else
+  log "building the JVM class-data archive into $DEST"
+  build_entry "$DEST" build
+fi
+echo "$DEST/deltaflow.jsa"
