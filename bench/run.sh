@@ -6,6 +6,8 @@
 #                                [--optimize-write both] [--jobs deltaflow,baseline]
 #   bash bench/run.sh trickle    [--rate 10] [--seconds 120] [--trigger 1s]
 #   bash bench/run.sh crash      [--records 1000000] [--kills 10]
+#   bash bench/run.sh start      [--starts 5] [--records 40000]   (a driver's start, with and
+#                                without the JVM class-data archive, ~5 min)
 #   bash bench/run.sh json-check [--records 2000000] [--repeat 3]   (Spark only, ~1 min)
 #   bash bench/run.sh plan-cost  [--batches 200] [--fields 4]   (Spark only: building a batch's plan)
 #   bash bench/run.sh commit-cost [--files 0,10000,50000,200000] [--partitions 1,2,8]
@@ -21,11 +23,12 @@
 #                                 latency, CPU, memory, API requests; root, ~10 min)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-what=${1:?usage: bash bench/run.sh throughput|freshness|trickle|crash|json-check|plan-cost|commit-cost|autoscale|autoscale-node|control-plane [args...]}
+what=${1:?usage: bash bench/run.sh throughput|freshness|trickle|crash|start|json-check|plan-cost|commit-cost|autoscale|autoscale-node|control-plane [args...]}
 shift
 case "$what" in
   throughput | freshness | trickle) script="bench/$what.py" ;;
   crash) script="bench/crash_soak.py" ;;
+  start) script="bench/start.py" ;;
   json-check) script="bench/json_check.py" ;;
   plan-cost) script="bench/plan_cost.py" ;;
   commit-cost) script="bench/commit_cost.py" ;;
@@ -48,6 +51,7 @@ case "$what" in
   autoscale | autoscale-node | control-plane) ;; # the model needs only the operator's package; all.sh did the rest
   *)
     bash stack/install/spark-jars.sh >/dev/null
+    bash stack/install/jvm-archive.sh >/dev/null
     bash stack/install/kafka.sh >/dev/null
     ;;
 esac

@@ -18,8 +18,14 @@ DEST="$(cache_entry jvm-archive "$KEY")"
 build() {
   local out=$1
   log "training run of Spark and Delta (~35 s on 2 cores)"
+  mkdir -p "$out/.work"
+  # Spark's own start-up chatter goes to a log, shown only if the run fails.
   DELTAFLOW_SPARK_JARS="$JARS" env -u SPARK_CONF_DIR "$PYTHON" -m deltaflow_runtime jvm-archive \
-    --output "$out/deltaflow.jsa" --work-dir "$out/.work" >&2 || return 1
+    --output "$out/deltaflow.jsa" --work-dir "$out/.work" >"$out/.work/training.log" 2>&1 || {
+    tail -40 "$out/.work/training.log" >&2
+    return 1
+  }
+  log "$(tail -1 "$out/.work/training.log")"
   rm -rf "$out/.work"
 }
 
