@@ -17,6 +17,7 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -146,10 +147,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     archive.add_argument("--output", type=Path, required=True, help="the archive to write")
     archive.add_argument(
-        "--work-dir",
-        type=Path,
-        default=Path(tempfile.gettempdir()) / "deltaflow-jvm-archive",
-        help="scratch space of the training run",
+        "--work-dir", type=Path, help="scratch space of the training run (default: a new one)"
     )
 
 
@@ -182,12 +180,15 @@ def _jvm_archive(args: argparse.Namespace) -> int:
     from deltaflow_runtime.jvm_archive import build_archive
 
     _setup_logging()
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix="deltaflow-jvm-archive-"))
     conf = {
         **session.DEFAULT_CONF,
-        **session.local_conf(args.work_dir.resolve(), cores=2),
+        **session.local_conf(work.resolve(), cores=2),
         **session.PINNED_CONF,
     }
-    seconds = build_archive(args.output, conf)
+    seconds = build_archive(args.output, conf, work)
+    if args.work_dir is None:
+        shutil.rmtree(work, ignore_errors=True)
     size = args.output.stat().st_size / 2**20
     print(f"deltaflow jvm-archive: {args.output} ({size:.0f} MiB) in {seconds:.0f}s", flush=True)
     return 0

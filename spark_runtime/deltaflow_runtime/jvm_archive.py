@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -61,10 +60,11 @@ def with_archive(conf: Mapping[str, str], archive: Path | None) -> dict[str, str
     return out
 
 
-def build_archive(output: Path, conf: Mapping[str, str]) -> float:
-    """Run a training workload in a fresh driver JVM (a Delta table written, read back and its
-    stream transaction looked up, the Kafka source resolved) and write the classes it loaded to
-    ``output``; returns the seconds it took. Must run in a process whose JVM is not started."""
+def build_archive(output: Path, conf: Mapping[str, str], work: Path) -> float:
+    """Run a training workload in a fresh driver JVM (a Delta table written under ``work``, read
+    back and its stream transaction looked up, the Kafka source resolved) and write the classes
+    it loaded to ``output``; returns the seconds it took. Must run in a process whose JVM is not
+    started."""
     from deltaflow_runtime.session import build_session
 
     started = time.monotonic()
@@ -75,14 +75,14 @@ def build_archive(output: Path, conf: Mapping[str, str]) -> float:
     # Its warnings name every class it cannot archive (generated ones): noise, not news.
     dump = f"-XX:ArchiveClassesAtExit={partial} -Xlog:cds=off -Xlog:cds+dynamic=off"
     training = {**conf, DRIVER_JAVA_OPTIONS: f"{options} {dump}"}
-    work = Path(tempfile.mkdtemp(prefix="deltaflow-jvm-archive-"))
+    table = work / "training-table"
     try:
         spark = build_session(training)
-        _train(spark, work)
+        _train(spark, str(table))
         spark.stop()
         stop_jvm(timeout=300)  # the JVM writes the archive as it exits
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(table, ignore_errors=True)
     if not partial.is_file():
         raise RuntimeError(
             f"the JVM wrote no archive to {partial}: is a non-empty directory on its class path "
@@ -92,7 +92,7 @@ def build_archive(output: Path, conf: Mapping[str, str]) -> float:
     return time.monotonic() - started
 
 
-def _train(spark: SparkSession, work: Path) -> None:
+def _train(spark: SparkSession, table: str) -> None:
     """What a driver's start and first batches load: Delta commits with a stream transaction
     and user metadata, a partitioned append, the log replay that finds the transaction, a read
     back, JSON parsing, and the Kafka source's planning (no broker is contacted)."""
@@ -100,7 +100,6 @@ def _train(spark: SparkSession, work: Path) -> None:
 
     from deltaflow_runtime.table import known_files, table_state
 
-    table = str(work / "table")
     frame = spark.createDataFrame(
         [(i, f'{{"id": {i}, "country": "{"DE" if i % 2 else "FR"}"}}') for i in range(200)],
         "offset BIGINT, value STRING",

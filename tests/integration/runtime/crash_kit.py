@@ -499,13 +499,15 @@ def crash_soak(
                 f"restart {number}: recovered in {recovered:.1f}s, killed {strategy} "
                 f"at {killed_at:.1f}s{'' if hit else ' (window missed)'}"
             )
-        producer.finish(timeout=max(600.0, records / rate * 2))
         driver = None
+        # While records still arrive: a life started after production ended may find one
+        # batch's worth left, and no batch to stop in the middle of.
         sigterm = (
             _sigterm_mid_batch(Driver(config, work, log, env=env), watch, log, say, poll)
             if sigterm_mid_batch
             else None
         )
+        producer.finish(timeout=max(600.0, records / rate * 2))
         # The last life drains Kafka (the consumer group reaches the log end), then stops
         # gracefully: SIGTERM lets the in-flight batch finish and the driver exits 0.
         lives = _started_lives(log)
