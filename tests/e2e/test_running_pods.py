@@ -574,7 +574,15 @@ def test_optimize_and_vacuum_jobs_from_the_cronjobs_commit_while_the_stream_appe
             "-n", NS, "wait", "--for=condition=Complete", f"job/{job}-now", "--timeout=300s"
         )  # fmt: skip
         pods = stream.kube.kubectl_json("-n", NS, "get", "pods", "-l", f"job-name={job}-now")
-        assert [p["status"]["phase"] for p in pods["items"]] == ["Succeeded"], job
+        phases = [p["status"]["phase"] for p in pods["items"]]
+        failed = [
+            p["metadata"]["name"] for p in pods["items"] if p["status"]["phase"] != "Succeeded"
+        ]
+        said = {
+            name: stream.kube.kubectl("-n", NS, "logs", name, check=False).stdout[-3000:]
+            for name in failed
+        }
+        assert phases == ["Succeeded"], (job, said)
     stream.wait_all_landed()
     stream.assert_exactly_once()
 
@@ -992,11 +1000,15 @@ def test_the_object_stores_secret_key_is_in_no_object_event_status_or_log(stream
 def test_delete_and_uninstall_leave_no_pod_and_keep_the_table(stream: Stream) -> None:
     rows = stream.delta(stream.table).to_pyarrow_dataset().count_rows()
     stream.kube.kubectl("-n", NS, "delete", "deltaingestion", NAME, "--timeout=120s")
-    wait_for(
-        "no driver or executor pod left",
-        lambda: not stream.kube.kubectl_json("-n", NS, "get", "pods")["items"],
-        timeout=180,
-    )
+
+    def left() -> list[str]:
+        pods = stream.kube.kubectl_json("-n", NS, "get", "pods")["items"]
+        return [f"{p['metadata']['name']} ({p['status'].get('phase')})" for p in pods]
+
+    try:
+        wait_for("no driver or executor pod left", lambda: not left(), timeout=180)
+    except AssertionError as error:
+        raise AssertionError(f"{error}; still there: {left()}") from None
     assert stream.delta(stream.table).to_pyarrow_dataset().count_rows() == rows
     # The tables and the checkpoint stay in the bucket; with no writer left, they stay as they are.
     stored = (stream.table, stream.dead_letter, stream.checkpoint)
