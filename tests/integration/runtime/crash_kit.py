@@ -510,7 +510,7 @@ def crash_soak(
         producer.finish(timeout=max(600.0, records / rate * 2))
         # The last life drains Kafka (the consumer group reaches the log end), then stops
         # gracefully: SIGTERM lets the in-flight batch finish and the driver exits 0.
-        lives = _started_lives(log)
+        lives = started_lives(log)
         driver = Driver(config, work, log, env=env)
         drain_seconds, graceful = _drain_and_stop(
             driver, log, lives, lambda: drained(bootstrap, topic, config)
@@ -535,7 +535,7 @@ def _drain_and_stop(
     Kafka, SIGTERM it, check it exits 0; returns the seconds it took to drain and to stop."""
     # The life before may have drained Kafka already: wait until this one has its stop handler
     # (a SIGTERM during Python's own start-up kills it before it can answer).
-    if not _wait(lambda: _started_lives(log) > lives_before, 120, poll=0.2):
+    if not _wait(lambda: started_lives(log) > lives_before, 120, poll=0.2):
         raise AssertionError(f"the final life did not start within 120s (see {log})")
     if not _wait(drained_now, 1800, poll=1.0):
         raise AssertionError(f"the final run did not drain Kafka (see {log})")
@@ -546,7 +546,7 @@ def _drain_and_stop(
     return drain_seconds, time.monotonic() - stopping
 
 
-def _started_lives(log: Path) -> int:
+def started_lives(log: Path) -> int:
     """Driver lives in ``log`` that got as far as their stop handler (cli logs it)."""
     return log.read_text(errors="replace").count("starting the Spark session")
 

@@ -18,6 +18,7 @@ from crash_kit import (
     count_landed,
     crash_soak,
     drained,
+    started_lives,
     write_config,
 )
 from runtime_kit import create_topic, unique, wait_for
@@ -151,9 +152,7 @@ def test_sigterm_while_the_driver_starts_exits_zero_and_starts_no_stream(
     log = tmp_path / "driver.log"
     driver = Driver(config, tmp_path, log)
     try:
-        wait_for(
-            lambda: "starting the Spark session" in log.read_text(), 120, "the driver to start"
-        )
+        wait_for(lambda: started_lives(log) == 1, 120, "the driver to start")
         code = driver.terminate(timeout=120)
     finally:
         if driver.alive():
