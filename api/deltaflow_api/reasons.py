@@ -26,6 +26,7 @@ class ConditionType(StrEnum):
     DEGRADED = "Degraded"
     SUSPENDED = "Suspended"
     SCALING = "Scaling"
+    FRESHNESS = "Freshness"
 
 
 class Reason(StrEnum):
@@ -111,6 +112,15 @@ class Reason(StrEnum):
     # The driver reports, but a figure the policy needs (capacity, rates) is not measured yet.
     MEASURING = "Measuring"
     DRIVER_NOT_RUNNING = "DriverNotRunning"
+
+    # The Freshness condition (spec.freshness): the measured p99 age holds the target ...
+    ON_TARGET = "OnTarget"
+    # ... does not (the stream is behind: the Scaling condition says what the autoscaler does) ...
+    BEHIND_TARGET = "BehindTarget"
+    # ... cannot, even with nothing waiting: batches take longer than the target allows.
+    TARGET_UNREACHABLE = "TargetUnreachable"
+    # ... or no record landed within the window to measure (Unknown).
+    NO_RECENT_RECORDS = "NoRecentRecords"
 
 
 class EventReason(StrEnum):

@@ -529,21 +529,39 @@ class DeadLetter(ApiModel):
     )
 
 
+class Freshness(ApiModel):
+    """How fresh the table must be: the knob a stream's cost follows (docs/freshness.md)."""
+
+    target_seconds: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=86_400,
+            description="The p99 of a record's age when it lands (Delta commit time minus Kafka "
+            "record timestamp) to keep under. Unless trigger.interval pins it, the trigger "
+            "follows from this and the measured batch time: a batch at most once per interval, "
+            "none while the topic is idle; a longer target means fewer, cheaper batches. Also "
+            "scaling.targetLagSeconds' default.",
+        ),
+    ] = 60
+
+
 class Trigger(ApiModel):
-    """How often a micro-batch starts."""
+    """How often a micro-batch starts: derived from spec.freshness unless pinned here."""
 
     interval: Annotated[
-        str,
+        str | None,
         Field(
             pattern=DURATION_PATTERN,
-            description="A duration (500ms, 10s, 1m): a batch starts at most this often.",
+            description="A duration (500ms, 10s, 1m): a batch starts at most this often. "
+            "Unset: derived from spec.freshness.targetSeconds and the measured batch time.",
         ),
-    ] = "10s"
+    ] = None
 
     @property
-    def seconds(self) -> float:
-        """The interval in seconds (the operator's autoscaler and the driver's trigger)."""
-        return duration_seconds(self.interval)
+    def pinned_seconds(self) -> float | None:
+        """The pinned interval in seconds; None when the freshness target derives it."""
+        return None if self.interval is None else duration_seconds(self.interval)
 
 
 def duration_seconds(text: str) -> float:
@@ -580,14 +598,15 @@ class Scaling(ApiModel):
         int, Field(ge=1, le=1000, description="The most executors, in either mode.")
     ] = 4
     target_lag_seconds: Annotated[
-        int,
+        int | None,
         Field(
             ge=1,
             le=86_400,
             description="Lag mode: the backlog's age (records waiting / arrival rate) to keep "
-            "under; the operator adds executors when it would not.",
+            "under; the operator adds executors when it would not. Unset: "
+            "spec.freshness.targetSeconds (one knob, not two that disagree).",
         ),
-    ] = 60
+    ] = None
     scale_up_stabilization_seconds: Annotated[
         int,
         Field(
@@ -954,6 +973,7 @@ class DeltaIngestionSpec(ApiModel):
     format: Format
     sink: DeltaSink
     dead_letter: DeadLetter = DeadLetter()
+    freshness: Freshness = Freshness()
     trigger: Trigger = Trigger()
     scaling: Scaling = Scaling()
     driver: Resources = Resources()
@@ -1068,6 +1088,12 @@ class DeltaIngestionSpec(ApiModel):
         ),
     )
 
+    @property
+    def target_lag_seconds(self) -> int:
+        """The autoscaler's lag target: scaling.targetLagSeconds, else the freshness target."""
+        pinned = self.scaling.target_lag_seconds
+        return self.freshness.target_seconds if pinned is None else pinned
+
     def tasks_per_batch(self, *, scaled_executors: bool) -> int | None:
         """Spark's Kafka ``minPartitions`` for this stream: the spec's ``source.minPartitions``,
         else, where the operator scales executors, two tasks per core at ``maxExecutors``
@@ -1143,6 +1169,29 @@ class LagStatus(StatusModel):
     measured_at: datetime | None = None
 
 
+class FreshnessStatus(StatusModel):
+    """How fresh the table is, as the driver measured it (a record's age when it landed)."""
+
+    target_seconds: int | None = None
+    p50_seconds: float | None = Field(
+        default=None, description="median age at the Delta commit over the window"
+    )
+    p99_seconds: float | None = Field(
+        default=None, description="99th percentile age at the Delta commit over the window"
+    )
+    window_seconds: float | None = None
+    batches: int | None = Field(default=None, description="batches with records in the window")
+    records: int | None = Field(default=None, description="records landed in the window")
+    trigger_seconds: float | None = Field(
+        default=None, description="the trigger interval the driver runs"
+    )
+    trigger_pinned: bool | None = Field(
+        default=None, description="true: spec.trigger.interval; false: derived from the target"
+    )
+    batch_seconds_p90: float | None = None
+    measured_at: datetime | None = None
+
+
 class CapacityStatus(StatusModel):
     """What the driver measured one executor core to do."""
 
@@ -1212,6 +1261,7 @@ class DeltaIngestionStatus(StatusModel):
     driver: DriverStatus = DriverStatus()
     executors: ExecutorStatus = ExecutorStatus()
     lag: LagStatus = LagStatus()
+    freshness: FreshnessStatus = FreshnessStatus()
     autoscaler: AutoscalerStatus = AutoscalerStatus()
     checkpoint_path: str | None = None
     dead_letter_table_path: str | None = None

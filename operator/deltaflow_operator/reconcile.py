@@ -42,6 +42,7 @@ from deltaflow_operator.decisions.driver import (
     Observed,
     decide_driver,
 )
+from deltaflow_operator.decisions.freshness import freshness_verdict, trigger_seconds
 from deltaflow_operator.decisions.ownership import (
     Ownership,
     Sighting,
@@ -295,11 +296,29 @@ class Reconciler:
             ingestion.metadata.get("generation"),
             datetime.now(UTC),
         )
+        now = time.time()
+        report = outcome.reading.report
+        fresh = freshness_verdict(
+            ingestion.spec,
+            None if report is None else report.freshness,
+            reporting=report is not None and report.fresh(now),
+            now=now,
+        )
+        conditions = set_condition(
+            conditions,
+            ConditionType.FRESHNESS,
+            fresh.holds,
+            fresh.reason,
+            fresh.message,
+            ingestion.metadata.get("generation"),
+            datetime.now(UTC),
+        )
         status = status.model_copy(
             update={
                 "conditions": conditions,
                 "executors": outcome.executors,
                 "lag": outcome.lag,
+                "freshness": fresh.status,
                 "autoscaler": outcome.autoscaler,
             }
         )
@@ -326,7 +345,9 @@ class Reconciler:
             reading.report,
             running_for=(now - started).total_seconds(),
             lag_records=status.lag.records,
-            trigger_seconds=ingestion.spec.trigger.seconds,
+            trigger_seconds=trigger_seconds(
+                ingestion.spec, None if reading.report is None else reading.report.freshness
+            ),
             now=now.timestamp(),
             refused=reading.refused,
         )

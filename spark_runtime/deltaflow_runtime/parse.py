@@ -656,10 +656,15 @@ def _filter_capacity(expected_refused: int) -> int:
     return max(REFUSED_KEYS_MIN, min(expected_refused, REFUSED_KEYS_MAX))
 
 
+OLDEST_MS = "oldest_timestamp_ms"
+NEWEST_MS = "newest_timestamp_ms"
+
+
 def table_pass_columns(expected_refused: int = 0, inline_rows: int = 0) -> list[Column]:
     """Aggregates for ``DataFrame.observe`` on the table pass, kept to what it needs on every row:
-    ``rows``, ``valid``, and a Bloom filter of the refused records' keys (``refused_keys``, null
-    when none was refused) by which the dead-letter pass finds them again without routing the
+    ``rows``, ``valid``, the oldest and newest Kafka timestamps (epoch ms: the batch's
+    freshness at its commit), and a Bloom filter of the refused records' keys (``refused_keys``,
+    null when none was refused) by which the dead-letter pass finds them again without routing the
     whole batch a second time (:func:`possibly_refused`), sized for about ``expected_refused``
     records and bounded whatever their number. The counts per reason come from the dead-letter
     pass, which sees only refused records (ten per-reason counts on every row cost about 10% CPU
@@ -680,6 +685,9 @@ def table_pass_columns(expected_refused: int = 0, inline_rows: int = 0) -> list[
         F.count(F.lit(1)).alias("rows"),
         F.count_if(F.col(REASON).isNull()).alias("valid"),
         _column(aggregate).alias(REFUSED_KEYS),
+        # The batch's oldest and newest record: its freshness at the commit (freshness.py).
+        F.unix_millis(F.min(F.col("timestamp"))).alias(OLDEST_MS),
+        F.unix_millis(F.max(F.col("timestamp"))).alias(NEWEST_MS),
     ]
     if inline_rows > 0:
         size = sum(F.coalesce(F.length(F.col(c)), F.lit(0)) for c in ("key", "value", DETAIL))

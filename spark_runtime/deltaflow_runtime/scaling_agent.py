@@ -105,9 +105,12 @@ class ScalingAgent:
         channel: Channel,
         query_id: str,
         bounds: Callable[[], Bounds],
+        *,
         period: float = 2.0,
+        freshness: Callable[[float], dict[str, Any]] | None = None,
     ) -> None:
         self.control, self.channel, self.period = control, channel, period
+        self.freshness = freshness  # the report's freshness part, at a time
         self.query_id = query_id
         self.bounds = bounds
         self._refused: int | None = None  # the last count asked for outside the bounds
@@ -191,8 +194,9 @@ class ScalingAgent:
             capacity = self.meter.capacity()
             batch, batch_at = self._last_batch, self._last_batch_at
             kafka = self._kafka
+        now = time.time()
         report = driver_report(
-            at=time.time(),
+            at=now,
             query_id=self.query_id,
             run_id=self._run_id,
             last_batch=batch,
@@ -203,6 +207,7 @@ class ScalingAgent:
             capacity=capacity,
             executor_start_seconds=self.start_clock.seconds,
             kafka=kafka,
+            freshness=None if self.freshness is None else self.freshness(now),
         )
         # Publish on change, else as a heartbeat: the operator treats a report older than 30 s
         # as a driver that stopped reporting. Keeps the API server's load per stream low: a
@@ -238,6 +243,7 @@ def driver_report(
     capacity: MeasuredCapacity | None,
     executor_start_seconds: float | None,
     kafka: dict[str, Any] | None,
+    freshness: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The report the driver publishes on its pod (the operator's autoscaler and Ready read
     it; deltaflow_operator.autoscaler.observe parses it)."""
@@ -264,6 +270,8 @@ def driver_report(
             report["capacity"]["executorStartSeconds"] = round(executor_start_seconds, 1)
     if kafka is not None:
         report["kafka"] = kafka
+    if freshness is not None:
+        report["freshness"] = freshness
     return report
 
 

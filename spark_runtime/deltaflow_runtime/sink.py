@@ -30,6 +30,8 @@ from deltaflow_runtime.metrics import RuntimeMetrics
 from deltaflow_runtime.offsets import KafkaAdmin
 from deltaflow_runtime.parse import (
     BATCH,
+    NEWEST_MS,
+    OLDEST_MS,
     REASON,
     REASONS,
     REFUSED_KEYS,
@@ -84,6 +86,11 @@ class BatchReport:
     dead_letter_source: str | None = None
     # Dead letters of this batch left waiting in the driver for a later dead-letter commit.
     dead_letters_pending: int = 0
+    # When its rows' table commit happened (epoch seconds), and its oldest and newest Kafka
+    # timestamps (epoch ms): the batch's freshness. None for a replayed batch.
+    committed_at: float | None = None
+    oldest_ms: int | None = None
+    newest_ms: int | None = None
 
     def to_json(self) -> str:
         """The log line."""
@@ -113,6 +120,8 @@ class Counts:
     reasons: dict[str, int]
     refused_keys: bytes | None = None  # the table pass's Bloom filter of refused records' keys
     refused_rows: tuple[Any, ...] = ()  # the refused records it collected inline (if any)
+    oldest_ms: int | None = None  # the batch's oldest and newest Kafka timestamps (epoch ms)
+    newest_ms: int | None = None
 
     @classmethod
     def of(cls, observed: Mapping[str, Any]) -> Counts:
@@ -126,6 +135,8 @@ class Counts:
             reasons={k: v for k, v in reasons.items() if v},
             refused_keys=None if keys is None else bytes(keys),
             refused_rows=tuple(observed.get(REFUSED_ROWS) or ()),
+            oldest_ms=_optional_int(observed.get(OLDEST_MS)),
+            newest_ms=_optional_int(observed.get(NEWEST_MS)),
         )
 
     @property
@@ -137,6 +148,10 @@ class Counts:
     def all_refused_inline(self) -> bool:
         """Whether the table pass collected every refused record (none too many or too large)."""
         return 0 < self.refused == len(self.refused_rows)
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 RECENT_REPORTS = 16
@@ -496,6 +511,8 @@ class BatchWriter:
             )
         self._last_refused = counts.refused
         report.rows, report.written = counts.rows, counts.valid
+        report.committed_at = time.time()
+        report.oldest_ms, report.newest_ms = counts.oldest_ms, counts.newest_ms
         report.seconds["write_table"] = time.monotonic() - clock
 
         clock = time.monotonic()

@@ -19,10 +19,12 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from deltaflow_api.cadence import TriggerPlan, needs_replan, plan_trigger
 from deltaflow_runtime.checkpoint import Checkpoint, TopicOffsets, render_offsets
 from deltaflow_runtime.config import Pipeline
 from deltaflow_runtime.errors import DeltaflowError, ExitCode
 from deltaflow_runtime.executors import ExecutorControl
+from deltaflow_runtime.freshness import FreshnessWindow, ages_at_commit, p90_batch_seconds
 from deltaflow_runtime.guard import StreamFacts, check_checkpoint, check_kafka_identity
 from deltaflow_runtime.jvm import jvm
 from deltaflow_runtime.kafka_admin import KafkaIdentity
@@ -31,7 +33,7 @@ from deltaflow_runtime.offsets import DataLossError, KafkaAdmin, data_loss_gaps,
 from deltaflow_runtime.parse import parse_spec
 from deltaflow_runtime.pod_channel import PodChannel
 from deltaflow_runtime.scaling_agent import ScalingAgent, SpecBounds
-from deltaflow_runtime.sink import BatchWriter, read_tasks
+from deltaflow_runtime.sink import BatchReport, BatchWriter, read_tasks
 from deltaflow_runtime.source import (
     KafkaSecrets,
     librdkafka_config,
@@ -174,6 +176,11 @@ class StreamRunner:
         self._progress_lock = threading.Lock()
         self._seen_batches: set[int] = set()
         self._listener: StreamingQueryListener | None = None
+        self.freshness = FreshnessWindow()
+        spec = pipeline.ingestion.spec
+        self.plan = plan_trigger(spec.freshness.target_seconds, None, spec.trigger.pinned_seconds)
+        self._replan: TriggerPlan | None = None  # a new interval, taken at the next idle moment
+        self._kafka_options: dict[str, str] = {}
 
     def preflight(self) -> tuple[StreamFacts, TopicOffsets | None]:
         """The start-up guards; returns the facts and where the stream resumes (None: new)."""
@@ -223,20 +230,11 @@ class StreamRunner:
         if self.options.metrics_port is not None:
             self.metrics.serve(self.options.metrics_port)
         options = spark_kafka_options(ingestion.spec.source, self.secrets, min_partitions=tasks)
+        self._kafka_options = options
         # Dead letters a stopped driver left waiting, before any new batch.
         self.writer.catch_up_dead_letters(
             lambda start, end: read_range(self.spark, options, start, end)
         )
-        writer = (
-            read_stream(self.spark, options)
-            .writeStream.foreachBatch(self.writer)
-            .option("checkpointLocation", ident.checkpoint_path)
-            .queryName(self.query_name)
-        )
-        if self.options.available_now:
-            writer = writer.trigger(availableNow=True)
-        else:
-            writer = writer.trigger(processingTime=f"{ingestion.spec.trigger.seconds} seconds")
         log.info(
             "%s",
             json.dumps(
@@ -249,15 +247,58 @@ class StreamRunner:
                     "consumerGroup": ident.consumer_group,
                     "resumeOffsets": resume,
                     "minPartitions": tasks,
+                    "trigger": "availableNow"
+                    if self.options.available_now
+                    else {"intervalSeconds": self.plan.interval_seconds, "plan": self.plan.reason},
                 }
             ),
         )
         self._listener = _progress_listener(self)
         self.spark.streams.addListener(self._listener)
-        self.query = writer.start()
+        self.query = self._start_query()
         self._start_scaling(self.query)  # first: the first Kafka poll goes into its report
         threading.Thread(target=self._poll_kafka, name="deltaflow-kafka-poll", daemon=True).start()
         return self.query
+
+    def _start_query(self) -> StreamingQuery:
+        """Start the query on the checkpoint with the current trigger plan."""
+        assert self.writer is not None
+        writer = (
+            read_stream(self.spark, self._kafka_options)
+            .writeStream.foreachBatch(self.writer)
+            .option("checkpointLocation", self.pipeline.identity.checkpoint_path)
+            .queryName(self.query_name)
+        )
+        if self.options.available_now:
+            return writer.trigger(availableNow=True).start()
+        return writer.trigger(processingTime=f"{self.plan.interval_seconds} seconds").start()
+
+    def _move_to(self, plan: TriggerPlan) -> None:
+        """Restart the query, between batches, on a new trigger interval (Spark fixes a query's
+        trigger at its start). The checkpoint carries on: the next batch is the one the stopped
+        query would have run."""
+        assert self.query is not None
+        old = self.plan
+        self.query.stop()
+        self.plan, self._replan = plan, None
+        self.query = self._start_query()
+        if self.scaling is not None:
+            self.scaling.set_run_id(str(self.query.runId))
+        log.info(
+            "%s",
+            json.dumps(
+                {
+                    "event": "trigger_replanned",
+                    "fromSeconds": old.interval_seconds,
+                    "toSeconds": plan.interval_seconds,
+                    "plan": plan.reason,
+                }
+            ),
+        )
+
+    def _freshness_report(self, now: float) -> dict[str, Any]:
+        target = self.pipeline.ingestion.spec.freshness.target_seconds
+        return self.freshness.report(now, self.plan, target)
 
     def _start_scaling(self, query: StreamingQuery) -> None:
         """On Kubernetes, run the autoscaling agent (the operator sets the executor count)."""
@@ -274,7 +315,11 @@ class StreamRunner:
             self.options.config_path, (scaling.min_executors, scaling.max_executors)
         )
         self.scaling = ScalingAgent(
-            control, PodChannel(namespace, pod), query_id=str(query.id), bounds=bounds
+            control,
+            PodChannel(namespace, pod),
+            query_id=str(query.id),
+            bounds=bounds,
+            freshness=self._freshness_report,
         )
         self.scaling.set_run_id(str(query.runId))
         threading.Thread(
@@ -339,6 +384,9 @@ class StreamRunner:
             # many scans of the batch ran).
             sample = sample.scaled(report.rows)
         self.metrics.observe_progress(sample)
+        batch_seconds = sample.durations_ms.get("triggerExecution", 0) / 1000
+        if report is not None and report.committed_at is not None and report.rows:
+            self._observe_freshness(report.committed_at, report, batch_seconds)
         measured = (
             self.scaling.on_batch(
                 sample.batch_id,
@@ -362,6 +410,28 @@ class StreamRunner:
             line["slots"] = measured.slots
         log.info("%s", json.dumps(line, separators=(",", ":")))
 
+    def _observe_freshness(
+        self, committed_at: float, report: BatchReport, batch_seconds: float
+    ) -> None:
+        """One committed batch's ages; a new trigger plan when the measured batch time moves
+        the interval the target allows."""
+        ages = ages_at_commit(
+            committed_at, report.oldest_ms, report.newest_ms, report.rows or 0, batch_seconds
+        )
+        if ages is None:
+            return
+        self.freshness.add(ages)
+        if self.options.available_now:
+            return
+        spec = self.pipeline.ingestion.spec
+        fresh = plan_trigger(
+            spec.freshness.target_seconds,
+            p90_batch_seconds(self.freshness.recent(time.time())),
+            spec.trigger.pinned_seconds,
+        )
+        if needs_replan(self.plan, fresh):
+            self._replan = fresh
+
     def wait(self, timeout: float | None = None) -> None:
         """Block until the query ends; raise its failure (a data-loss failure, explained).
         With ``timeout``, stop the query and raise TimeoutError if it is still running then."""
@@ -376,6 +446,12 @@ class StreamRunner:
                 if give_up is not None and time.monotonic() > give_up:
                     self.query.stop()
                     raise TimeoutError(f"the stream still ran after {timeout:.0f}s")
+                if (
+                    self._replan is not None
+                    and not self._stop.is_set()
+                    and not self.query.status["isTriggerActive"]
+                ):
+                    self._move_to(self._replan)
                 try:
                     if self.query.awaitTermination(1):
                         break

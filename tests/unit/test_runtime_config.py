@@ -125,4 +125,5 @@ def test_local_paths_stay_local(tmp_path: Path) -> None:
 )
 def test_trigger_seconds(text: str, seconds: float) -> None:
     assert duration_seconds(text) == seconds
-    assert Trigger(interval=text).seconds == seconds
+    assert Trigger(interval=text).pinned_seconds == seconds
+    assert Trigger().pinned_seconds is None  # unset: derived from spec.freshness

@@ -34,6 +34,7 @@ from deltaflow_operator.autoscaler.policy import (
     lag_seconds,
 )
 from deltaflow_operator.autoscaler.realizer import DriverPodRealizer
+from deltaflow_operator.decisions.freshness import trigger_seconds
 from deltaflow_operator.decisions.pod import Pod
 from deltaflow_operator.kube import Kube
 
@@ -139,14 +140,16 @@ def evaluate(
             target_executors=observed.target,
             consumption_rate=None if view is None else view.consumption_rate,
             cores_per_executor=ingestion.spec.executor.cores,
-            trigger_interval_seconds=ingestion.spec.trigger.seconds,
+            trigger_interval_seconds=trigger_seconds(
+                ingestion.spec, None if report is None else report.freshness
+            ),
             max_offsets_per_trigger=ingestion.spec.source.max_offsets_per_trigger,
             min_partitions=ingestion.spec.tasks_per_batch(scaled_executors=True),
         ),
         Limits(
             min_executors=scaling.min_executors,
             max_executors=scaling.max_executors,
-            target_lag_seconds=scaling.target_lag_seconds,
+            target_lag_seconds=ingestion.spec.target_lag_seconds,
             scale_up_stabilization_seconds=scaling.scale_up_stabilization_seconds,
             scale_down_stabilization_seconds=scaling.scale_down_stabilization_seconds,
         ),

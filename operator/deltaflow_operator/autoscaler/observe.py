@@ -46,6 +46,26 @@ class OffsetSnapshot:
     committed: dict[TopicPartition, int]  # a partition the stream never committed is absent
 
 
+# A record's age may be far beyond a day (a stream catching up after days down): ten years.
+MAX_AGE_SECONDS = 3.2e8
+
+
+@dataclass(frozen=True)
+class FreshnessReport:
+    """The driver's measured freshness over its window (see deltaflow_runtime.freshness)."""
+
+    window_seconds: float
+    batches: int
+    records: int
+    trigger_seconds: float
+    trigger_pinned: bool
+    reachable: bool
+    plan: str
+    p50_seconds: float | None = None
+    p99_seconds: float | None = None
+    batch_seconds_p90: float | None = None
+
+
 @dataclass(frozen=True)
 class DriverReport:
     """What the driver last published about its executors and capacity."""
@@ -64,6 +84,7 @@ class DriverReport:
     # The driver's last Kafka poll: the offsets it read, or why it could not read them.
     kafka: OffsetSnapshot | None = None
     kafka_error: str = ""
+    freshness: FreshnessReport | None = None
 
     def fresh(self, now: float) -> bool:
         """Published recently enough to act on."""
@@ -118,6 +139,7 @@ def _parse(text: str) -> DriverReport:
         last_batch_at=None if last_batch_at is None else _time(raw, "lastBatchAt"),
         kafka=_snapshot(kafka),
         kafka_error=str((kafka or {}).get("error") or "")[:MAX_TEXT_CHARS],
+        freshness=_freshness(raw.get("freshness")),
     )
 
 
@@ -197,6 +219,36 @@ def _seconds(raw: object) -> float | None:
     if not 0 <= raw <= MAX_SECONDS:  # False for NaN too
         return None
     return float(raw)
+
+
+def _freshness(raw: object) -> FreshnessReport | None:
+    """The report's ``freshness`` part; None when absent (a driver of an older release)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise RefusedReportError("freshness is not an object")
+    where = "freshness."
+
+    def age(key: str, high: float = MAX_AGE_SECONDS, *, required: bool = False) -> float | None:
+        if key not in raw and not required:
+            return None
+        value = _number(raw, key, where)
+        if not 0 <= value <= high:
+            raise RefusedReportError(f"{where}{key} is {_shown(raw[key])}, outside 0..{high:g}")
+        return value
+
+    return FreshnessReport(
+        window_seconds=age("windowSeconds", MAX_SECONDS, required=True) or 0.0,
+        batches=_count(raw, "batches", where=where),
+        records=_count(raw, "records", high=2**63 - 1, where=where),
+        trigger_seconds=age("triggerSeconds", MAX_SECONDS, required=True) or 0.0,
+        trigger_pinned=raw.get("triggerPinned") is True,
+        reachable=raw.get("reachable") is not False,
+        plan=str(raw.get("plan") or "")[:MAX_TEXT_CHARS],
+        p50_seconds=age("p50Seconds"),
+        p99_seconds=age("p99Seconds"),
+        batch_seconds_p90=age("batchSecondsP90", MAX_SECONDS),
+    )
 
 
 def _snapshot(raw: dict[str, object] | None) -> OffsetSnapshot | None:

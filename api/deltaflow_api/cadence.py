@@ -1,0 +1,120 @@
+"""The trigger's cadence from the freshness target (spec.freshness): pure, shared by the driver
+(which runs the trigger) and the operator's autoscaler (which models the batches it makes).
+
+A record that just missed a trigger waits one interval, then its batch: its age at the Delta
+commit is at most ``interval + batch time``. So the interval is what the target leaves after
+the batch (its measured p90 with room for the slower tail) and some headroom for clocks and the
+commit. A longer target means fewer batches, and a batch's fixed cost (seconds of CPU whatever it
+holds, bench/README) is most of a small stream's cost; a topic with nothing new runs no batch at
+all (Spark's processing-time trigger skips a batch without new offsets).
+
+Why one batch per interval rather than Spark's ``minOffsetsPerTrigger``/``maxTriggerDelay``
+(which start a batch early once enough records wait): the early batch only makes a fast stream
+fresher than asked, at the price of more batches, while the writer already bounds each file
+(about 100k records per write task) and ``source.maxOffsetsPerTrigger`` bounds a batch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+# Before a batch was measured: a small batch on a warm driver takes 2-4 s on this project's
+# 2-core reference machine (bench/README), a first one after start longer.
+DEFAULT_BATCH_SECONDS = 5.0
+# The measured p90 batch time times this: the slower tail (a file listing, a GC, a checkpoint
+# of the Delta log every few commits) must fit too.
+BATCH_TAIL = 1.5
+# The shortest interval planned: below it the trigger's own polling of Kafka is most of the cost.
+MIN_INTERVAL_SECONDS = 1.0
+# Headroom for the producer's clock against the driver's and for the commit after the batch.
+HEADROOM_SHARE = 0.1
+MIN_HEADROOM_SECONDS = 1.0
+# A running stream moves to a new interval only when it differs by more than this (relative)
+# from the one it runs: a move restarts the query (a second or two), so noise must not cause one.
+REPLAN_CHANGE = 0.25
+
+
+@dataclass(frozen=True)
+class TriggerPlan:
+    """The interval between batch starts, and whether the target holds with it."""
+
+    interval_seconds: float
+    pinned: bool  # spec.trigger.interval set it
+    batch_seconds: float  # the batch time planned for (measured p90, or the default)
+    measured: bool  # batch_seconds was measured (not the default)
+    reachable: bool  # interval + the batch's tail fit the target
+    reason: str  # one sentence for the status and the log
+
+    @property
+    def worst_age_seconds(self) -> float:
+        """A record's age at commit, at most, with a batch of the planned tail."""
+        return self.interval_seconds + BATCH_TAIL * self.batch_seconds
+
+
+def headroom_seconds(target_seconds: float) -> float:
+    """What the plan keeps free of the target."""
+    return max(MIN_HEADROOM_SECONDS, HEADROOM_SHARE * target_seconds)
+
+
+def minimum_target_seconds(batch_seconds: float) -> int:
+    """The smallest whole-second target that leaves the shortest interval at this batch time."""
+    need = MIN_INTERVAL_SECONDS + BATCH_TAIL * batch_seconds
+    # target - max(1, 0.1 target) >= need
+    return math.ceil(max(need + MIN_HEADROOM_SECONDS, need / (1 - HEADROOM_SHARE)))
+
+
+def plan_trigger(
+    target_seconds: float, batch_seconds: float | None, pinned_seconds: float | None = None
+) -> TriggerPlan:
+    """The trigger interval for a freshness target, at a measured p90 batch time (None before
+    any batch), or the pinned one; and why."""
+    measured = batch_seconds is not None
+    batch = DEFAULT_BATCH_SECONDS if batch_seconds is None else max(batch_seconds, 0.0)
+    of_batch = f"batches take {batch:.1f} s" + (" (p90)" if measured else " (not measured yet)")
+    if pinned_seconds is not None:
+        room = target_seconds - headroom_seconds(target_seconds) - BATCH_TAIL * batch
+        reachable = pinned_seconds <= room
+        reason = f"trigger.interval pins {_s(pinned_seconds)} s; {of_batch}"
+        if not reachable:
+            reason += (
+                f": a {_s(target_seconds)} s target needs the interval under "
+                f"{_s(max(room, 0.0))} s (or remove trigger.interval to derive it)"
+            )
+        return TriggerPlan(pinned_seconds, True, batch, measured, reachable, reason)
+    room = target_seconds - headroom_seconds(target_seconds) - BATCH_TAIL * batch
+    if room < MIN_INTERVAL_SECONDS:
+        least = minimum_target_seconds(batch)
+        return TriggerPlan(
+            MIN_INTERVAL_SECONDS,
+            False,
+            batch,
+            measured,
+            False,
+            f"{of_batch}: a {_s(target_seconds)} s target leaves no time to gather records; "
+            f"set spec.freshness.targetSeconds to {least} or more, or make batches faster "
+            "(more executors or cores)",
+        )
+    interval = math.floor(room) if room >= 2 else math.floor(room * 10) / 10
+    return TriggerPlan(
+        float(interval),
+        False,
+        batch,
+        measured,
+        True,
+        f"a batch every {_s(interval)} s at most: {of_batch}, within a "
+        f"{_s(target_seconds)} s target",
+    )
+
+
+def needs_replan(running: TriggerPlan, fresh: TriggerPlan) -> bool:
+    """Whether a running stream should move to ``fresh``'s interval: a derived interval that
+    changed by more than REPLAN_CHANGE (never a pinned one)."""
+    if running.pinned or fresh.pinned:
+        return False
+    old, new = running.interval_seconds, fresh.interval_seconds
+    return abs(new - old) > REPLAN_CHANGE * old
+
+
+def _s(seconds: float) -> str:
+    return f"{seconds:g}" if seconds == int(seconds) else f"{seconds:.1f}"

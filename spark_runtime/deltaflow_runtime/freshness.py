@@ -1,0 +1,127 @@
+"""Measured freshness: each committed batch's records' ages at its Delta commit, over a window.
+
+A batch's table pass observes its oldest and newest Kafka timestamps (two aggregates on a column
+it reads anyway), so the driver knows, at the commit, the age of the batch's oldest and newest
+record. Between them the records are taken as spread evenly (they are for a steady stream, where
+a batch holds one interval of arrivals), which makes each batch a uniform stretch of ages
+weighted by its rows; the window's percentiles are those of the mixture.
+
+Ages use the Kafka record timestamp: the producer's clock (CreateTime) or the broker's
+(LogAppendTime); an age below 0 (a producer clock ahead of the driver's) counts as 0.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from deltaflow_api.cadence import TriggerPlan
+
+# The window the status's percentiles cover, and the most batches it keeps.
+WINDOW_SECONDS = 600.0
+MAX_BATCHES = 512
+# A p90 batch time needs a few batches; fewer use the plan's default.
+MIN_BATCHES_FOR_P90 = 3
+
+
+@dataclass(frozen=True)
+class BatchAges:
+    """One committed batch: when, its records' ages then (seconds), how many, how long it ran."""
+
+    committed_at: float
+    youngest: float  # the newest record's age
+    oldest: float  # the oldest record's age
+    rows: int
+    batch_seconds: float
+
+
+def ages_at_commit(
+    committed_at: float, oldest_ms: int | None, newest_ms: int | None, rows: int, seconds: float
+) -> BatchAges | None:
+    """A batch's ages from its observed Kafka timestamps (epoch milliseconds); None without
+    rows or timestamps."""
+    if rows <= 0 or oldest_ms is None or newest_ms is None:
+        return None
+    oldest = max(0.0, committed_at - oldest_ms / 1000)
+    youngest = min(oldest, max(0.0, committed_at - newest_ms / 1000))
+    return BatchAges(committed_at, youngest, oldest, rows, seconds)
+
+
+def share_younger(batches: list[BatchAges], age: float) -> float:
+    """The share of the batches' records younger than ``age`` at their commit."""
+    total = sum(b.rows for b in batches)
+    if total == 0:
+        return 0.0
+    below = 0.0
+    for b in batches:
+        span = b.oldest - b.youngest
+        if age >= b.oldest:
+            below += b.rows
+        elif age > b.youngest:
+            below += b.rows * (age - b.youngest) / span
+    return below / total
+
+
+def age_quantile(batches: list[BatchAges], q: float) -> float | None:
+    """The age under which a share ``q`` of the batches' records landed (None without records)."""
+    if not batches or sum(b.rows for b in batches) == 0:
+        return None
+    low, high = min(b.youngest for b in batches), max(b.oldest for b in batches)
+    for _ in range(60):  # bisection: the mixture's distribution is monotone
+        middle = (low + high) / 2
+        if share_younger(batches, middle) < q:
+            low = middle
+        else:
+            high = middle
+    return high
+
+
+def p90_batch_seconds(batches: list[BatchAges]) -> float | None:
+    """The 90th percentile of the batches' wall times (None with too few to say)."""
+    times = sorted(b.batch_seconds for b in batches)
+    if len(times) < MIN_BATCHES_FOR_P90:
+        return None
+    return times[min(len(times) - 1, int(0.9 * len(times)))]
+
+
+class FreshnessWindow:
+    """The recent batches' ages (thread-safe: the writer adds, the reporter reads)."""
+
+    def __init__(self, window_seconds: float = WINDOW_SECONDS) -> None:
+        self.window_seconds = window_seconds
+        self._batches: deque[BatchAges] = deque(maxlen=MAX_BATCHES)
+        self._lock = threading.Lock()
+
+    def add(self, ages: BatchAges) -> None:
+        """One committed batch."""
+        with self._lock:
+            self._batches.append(ages)
+
+    def recent(self, now: float) -> list[BatchAges]:
+        """The batches committed within the window before ``now``."""
+        with self._lock:
+            return [b for b in self._batches if now - b.committed_at <= self.window_seconds]
+
+    def report(self, now: float, plan: TriggerPlan, target_seconds: float) -> dict[str, Any]:
+        """The driver report's ``freshness`` part (the operator's status and condition)."""
+        batches = self.recent(now)
+        body: dict[str, Any] = {
+            "targetSeconds": target_seconds,
+            "windowSeconds": self.window_seconds,
+            "batches": len(batches),
+            "records": sum(b.rows for b in batches),
+            "triggerSeconds": plan.interval_seconds,
+            "triggerPinned": plan.pinned,
+            "reachable": plan.reachable,
+            "plan": plan.reason,
+        }
+        for key, q in (("p50Seconds", 0.5), ("p99Seconds", 0.99)):
+            value = age_quantile(batches, q)
+            if value is not None:
+                body[key] = round(value, 2)
+        p90 = p90_batch_seconds(batches)
+        if p90 is not None:
+            body["batchSecondsP90"] = round(p90, 2)
+        return body

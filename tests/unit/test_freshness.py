@@ -1,0 +1,348 @@
+"""Freshness as the user's knob: the trigger plan (target and measured batch time in, interval
+out), the measured ages (a window of batches in, percentiles out), and the Freshness condition
+(the driver's report in, the verdict out). Pure: scenario tables, no cluster."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from deltaflow_api import DeltaIngestion
+from deltaflow_api.cadence import (
+    BATCH_TAIL,
+    DEFAULT_BATCH_SECONDS,
+    MIN_INTERVAL_SECONDS,
+    headroom_seconds,
+    minimum_target_seconds,
+    needs_replan,
+    plan_trigger,
+)
+from deltaflow_api.reasons import Reason
+from deltaflow_operator.autoscaler.observe import FreshnessReport, parse_report
+from deltaflow_operator.decisions.freshness import freshness_verdict, trigger_seconds
+from deltaflow_runtime.freshness import (
+    BatchAges,
+    FreshnessWindow,
+    age_quantile,
+    ages_at_commit,
+    p90_batch_seconds,
+    share_younger,
+)
+from support.manifests import valid_manifest
+
+# target s, measured p90 batch s (None: not yet), pinned interval s -> interval s, reachable
+PLANS = [
+    # The default target: a batch at most every ~46 s before a batch was measured, ~49 s after.
+    (60, None, None, 46.0, True),
+    (60, 3.0, None, 49.0, True),
+    (30, 3.0, None, 22.0, True),
+    (10, 3.0, None, 4.0, True),
+    # A day's target: batches hours apart (a trickle's cost is its batches).
+    (86_400, 3.0, None, 77_755.0, True),
+    # Nothing left to wait for records: the shortest interval, and the plan says it cannot hold.
+    (5, 3.0, None, MIN_INTERVAL_SECONDS, False),
+    (60, 40.0, None, MIN_INTERVAL_SECONDS, False),
+    # Less than two seconds of room: tenths of a second.
+    (7, 3.0, None, 1.5, True),
+    # Pinned: the interval as written; reachable only if it fits the target.
+    (60, 3.0, 10.0, 10.0, True),
+    (60, 3.0, 55.0, 55.0, False),
+    (30, None, 0.5, 0.5, True),
+]
+
+
+@pytest.mark.parametrize(("target", "batch", "pinned", "interval", "reachable"), PLANS)
+def test_the_trigger_interval_follows_the_target_and_the_measured_batch_time(
+    target: int, batch: float | None, pinned: float | None, interval: float, reachable: bool
+) -> None:
+    plan = plan_trigger(target, batch, pinned)
+    assert plan.interval_seconds == interval
+    assert plan.reachable is reachable
+    assert plan.pinned is (pinned is not None)
+    assert plan.measured is (batch is not None)
+    if reachable:
+        # A record that just missed a trigger, with a batch of the slow tail, still lands in time.
+        assert plan.worst_age_seconds + headroom_seconds(target) <= target + 1e-9
+        assert "target needs" not in plan.reason
+    elif pinned is None:
+        assert f"targetSeconds to {minimum_target_seconds(plan.batch_seconds)} or more" in (
+            plan.reason
+        )
+    else:
+        assert "remove trigger.interval" in plan.reason
+
+
+@given(st.floats(min_value=0.0, max_value=3600.0))
+def test_the_least_target_the_message_names_is_the_least_that_holds(batch: float) -> None:
+    least = minimum_target_seconds(batch)
+    assert plan_trigger(least, batch).reachable
+    assert least == 1 or not plan_trigger(least - 1, batch).reachable
+
+
+@given(
+    st.integers(min_value=1, max_value=86_400),
+    st.floats(min_value=0.0, max_value=600.0),
+    st.floats(min_value=0.0, max_value=600.0),
+)
+def test_a_longer_target_or_a_faster_batch_never_plans_more_batches(
+    target: int, batch: float, faster: float
+) -> None:
+    plan = plan_trigger(target, batch)
+    assert plan_trigger(target + 1, batch).interval_seconds >= plan.interval_seconds
+    assert plan_trigger(target, min(batch, faster)).interval_seconds >= plan.interval_seconds
+
+
+def test_before_any_batch_the_plan_assumes_the_default_batch_time() -> None:
+    assert plan_trigger(60, None).batch_seconds == DEFAULT_BATCH_SECONDS
+    assert "not measured yet" in plan_trigger(60, None).reason
+    assert "(p90)" in plan_trigger(60, 2.0).reason
+
+
+# running interval, new interval -> restart the query?
+REPLANS = [
+    (46.0, 49.0, False),  # noise-sized: keep running
+    (46.0, 19.0, True),  # batches turned out far slower
+    (19.0, 46.0, True),
+    (10.0, 12.5, False),
+    (10.0, 12.6, True),
+]
+
+
+@pytest.mark.parametrize(("running", "fresh", "move"), REPLANS)
+def test_a_running_stream_moves_only_for_a_change_that_matters(
+    running: float, fresh: float, move: bool
+) -> None:
+    def plan(interval: float, pinned: bool = False) -> Any:
+        return plan_trigger(60, None, interval if pinned else None).__class__(
+            interval, pinned, 3.0, True, True, ""
+        )
+
+    assert needs_replan(plan(running), plan(fresh)) is move
+    # A pinned interval is the user's: never moved.
+    assert not needs_replan(plan(running, pinned=True), plan(fresh))
+    assert not needs_replan(plan(running), plan(fresh, pinned=True))
+
+
+def batch(committed_at: float, youngest: float, oldest: float, rows: int) -> BatchAges:
+    return BatchAges(committed_at, youngest, oldest, rows, 2.0)
+
+
+def test_ages_come_from_the_batchs_oldest_and_newest_kafka_timestamps() -> None:
+    ages = ages_at_commit(1_000.0, 950_000, 990_000, 10, 2.0)
+    assert ages == BatchAges(1_000.0, 10.0, 50.0, 10, 2.0)
+    # A producer clock ahead of the driver's: never a negative age.
+    ahead = ages_at_commit(1_000.0, 999_000, 1_005_000, 10, 2.0)
+    assert ahead is not None
+    assert (ahead.youngest, ahead.oldest) == (0.0, 1.0)
+    assert ages_at_commit(1_000.0, None, None, 0, 2.0) is None
+    assert ages_at_commit(1_000.0, 950_000, 990_000, 0, 2.0) is None
+
+
+# batches (youngest, oldest, rows) -> p50, p99
+QUANTILES = [
+    # One steady batch: ages spread evenly over its stretch.
+    ([(10.0, 50.0, 100)], 30.0, 49.6),
+    # Same-age records (a single record, or a burst produced at once).
+    ([(5.0, 5.0, 1)], 5.0, 5.0),
+    # Weighted by rows: the big batch's ages dominate the median.
+    ([(0.0, 10.0, 900), (100.0, 110.0, 100)], 5.555_555, 109.0),
+    # A catch-up batch of a day-old backlog among fresh ones is the tail.
+    # (20 of 1,020 records are old: the p99 is where 10.2 of them are older, 196 s into it.)
+    ([(1.0, 2.0, 1_000), (86_000.0, 86_400.0, 20)], 1.51, 86_196.0),
+]
+
+
+@pytest.mark.parametrize(("batches", "p50", "p99"), QUANTILES)
+def test_percentiles_weigh_each_batch_by_its_records(
+    batches: list[tuple[float, float, int]], p50: float, p99: float
+) -> None:
+    window = [batch(0.0, y, o, r) for y, o, r in batches]
+    assert age_quantile(window, 0.5) == pytest.approx(p50, rel=1e-3)
+    assert age_quantile(window, 0.99) == pytest.approx(p99, rel=1e-3)
+    assert age_quantile([], 0.5) is None
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(0.0, 1e6), st.floats(0.0, 1e6), st.integers(min_value=1, max_value=10**9)
+        ),
+        min_size=1,
+        max_size=20,
+    ),
+    st.floats(0.01, 0.99),
+)
+def test_a_quantile_has_that_share_of_records_below_it(
+    raw: list[tuple[float, float, int]], q: float
+) -> None:
+    window = [batch(0.0, min(a, b), max(a, b), rows) for a, b, rows in raw]
+    age = age_quantile(window, q)
+    assert age is not None
+    assert min(b.youngest for b in window) <= age <= max(b.oldest for b in window)
+    assert share_younger(window, age) >= q - 1e-6
+    assert share_younger(window, age * (1 - 1e-6) - 1e-6) <= q + 1e-6
+
+
+def test_the_window_forgets_old_batches_and_reports_the_plan_it_runs() -> None:
+    window = FreshnessWindow(window_seconds=600.0)
+    window.add(batch(1_000.0, 100.0, 200.0, 5))  # gone from the window at 2,000
+    for i in range(4):
+        window.add(BatchAges(1_500.0 + i, 1.0, 11.0, 10, 1.0 + i))
+    body = window.report(2_000.0, plan_trigger(30, None), 30)
+    assert body["batches"] == 4
+    assert body["records"] == 40
+    assert body["p50Seconds"] == pytest.approx(6.0, abs=0.01)
+    assert body["p99Seconds"] == pytest.approx(10.9, abs=0.01)
+    assert body["batchSecondsP90"] == 4.0
+    assert body["triggerSeconds"] == plan_trigger(30, None).interval_seconds
+    assert body["triggerPinned"] is False
+    # The operator reads back what the driver writes.
+    parsed = parse_report(json.dumps({**REPORT, "freshness": body}))
+    assert parsed is not None
+    assert parsed.freshness is not None
+    assert parsed.freshness.p99_seconds == body["p99Seconds"]
+    assert parsed.freshness.trigger_seconds == body["triggerSeconds"]
+
+
+def test_a_p90_batch_time_needs_a_few_batches() -> None:
+    assert p90_batch_seconds([batch(0.0, 1.0, 2.0, 1)] * 2) is None
+    times = [BatchAges(0.0, 1.0, 2.0, 1, float(s)) for s in range(1, 11)]
+    assert p90_batch_seconds(times) == 10.0
+
+
+REPORT: dict[str, Any] = {
+    "at": 1_700_000_000.0,
+    "queryId": "q",
+    "runId": "r",
+    "target": 1,
+    "registered": 1,
+}
+FRESHNESS: dict[str, Any] = {
+    "targetSeconds": 30,
+    "windowSeconds": 600.0,
+    "batches": 3,
+    "records": 30,
+    "triggerSeconds": 22.0,
+    "triggerPinned": False,
+    "reachable": True,
+    "plan": "a batch every 22 s at most",
+    "p50Seconds": 12.0,
+    "p99Seconds": 24.0,
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"p99Seconds": -1}, "freshness.p99Seconds is -1, outside"),
+        ({"p99Seconds": "soon"}, "not a number"),
+        ({"triggerSeconds": 1e9}, "freshness.triggerSeconds"),
+        ({"batches": -2}, "freshness.batches"),
+        ({"windowSeconds": None}, "freshness.windowSeconds"),
+    ],
+)
+def test_a_freshness_part_with_impossible_figures_refuses_the_report(
+    change: dict[str, Any], why: str
+) -> None:
+    from deltaflow_operator.autoscaler.observe import RefusedReportError, _parse
+
+    body = {**FRESHNESS, **change}
+    if change.get("windowSeconds", 0) is None:
+        del body["windowSeconds"]
+    with pytest.raises(RefusedReportError, match=why.split(" is", maxsplit=1)[0]):
+        _parse(json.dumps({**REPORT, "freshness": body}))
+    assert parse_report(json.dumps({**REPORT, "freshness": "fast"})) is None
+
+
+def spec(target: int = 30, interval: str | None = None) -> Any:
+    manifest = valid_manifest()
+    manifest["spec"]["freshness"] = {"targetSeconds": target}
+    del manifest["spec"]["scaling"]["targetLagSeconds"]
+    if interval is None:
+        manifest["spec"].pop("trigger", None)
+    else:
+        manifest["spec"]["trigger"] = {"interval": interval}
+    return DeltaIngestion.model_validate(manifest).spec
+
+
+def fresh(**over: Any) -> FreshnessReport:
+    base = FreshnessReport(
+        window_seconds=600.0,
+        batches=10,
+        records=100,
+        trigger_seconds=22.0,
+        trigger_pinned=False,
+        reachable=True,
+        plan="a batch every 22 s at most: batches take 3.0 s (p90), within a 30 s target",
+        p50_seconds=12.0,
+        p99_seconds=24.0,
+        batch_seconds_p90=3.0,
+    )
+    return FreshnessReport(**{**base.__dict__, **over})
+
+
+# report (None: no driver), reporting -> condition status, reason, words in the message
+VERDICTS = [
+    (fresh(), True, True, Reason.ON_TARGET, "p99 age 24.0 s within the 30 s target"),
+    (fresh(p99_seconds=41.0), True, False, Reason.BEHIND_TARGET, "the stream is behind"),
+    (
+        fresh(p99_seconds=41.0, reachable=False, plan="batches take 25.0 s (p90): ..."),
+        True,
+        False,
+        Reason.TARGET_UNREACHABLE,
+        "batches take 25.0 s",
+    ),
+    # Unreachable is said before a record shows it: the plan predicts it.
+    (
+        fresh(records=0, batches=0, p50_seconds=None, p99_seconds=None, reachable=False),
+        True,
+        False,
+        Reason.TARGET_UNREACHABLE,
+        "a batch every",
+    ),
+    # Measured fine although the plan feared otherwise: the measurement wins.
+    (fresh(reachable=False), True, True, Reason.ON_TARGET, "within the 30 s target"),
+    (
+        fresh(records=0, batches=0, p50_seconds=None, p99_seconds=None),
+        True,
+        None,
+        Reason.NO_RECENT_RECORDS,
+        "no record landed in the last 10 min",
+    ),
+    (None, False, None, Reason.DRIVER_NOT_REPORTING, "does not report"),
+    (fresh(), False, None, Reason.DRIVER_NOT_REPORTING, "does not report"),
+]
+
+
+@pytest.mark.parametrize(("report", "reporting", "holds", "reason", "words"), VERDICTS)
+def test_the_freshness_condition_says_whether_the_target_holds_and_why_not(
+    report: FreshnessReport | None,
+    reporting: bool,
+    holds: bool | None,
+    reason: Reason,
+    words: str,
+) -> None:
+    verdict = freshness_verdict(spec(30), report, reporting=reporting, now=1_700_000_000.0)
+    assert (verdict.holds, verdict.reason) == (holds, reason)
+    assert words in verdict.message
+    assert verdict.status.target_seconds == 30
+    if report is not None and reporting:
+        assert verdict.status.p99_seconds == report.p99_seconds
+        assert verdict.status.trigger_seconds == report.trigger_seconds
+
+
+def test_one_knob_the_lag_target_and_the_trigger_follow_the_freshness_target() -> None:
+    assert spec(45).target_lag_seconds == 45
+    manifest = valid_manifest()
+    manifest["spec"]["freshness"] = {"targetSeconds": 45}
+    pinned = DeltaIngestion.model_validate(manifest).spec
+    assert pinned.target_lag_seconds == 60  # spec.scaling.targetLagSeconds, when set, wins
+    # The autoscaler models batches at the interval the driver runs, else at the one it plans.
+    assert trigger_seconds(spec(30), None) == plan_trigger(30, None).interval_seconds
+    assert trigger_seconds(spec(30, "10s"), None) == 10.0
+    assert trigger_seconds(spec(30), fresh(trigger_seconds=7.0)) == 7.0
+    assert BATCH_TAIL > 1
