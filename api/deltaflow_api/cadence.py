@@ -3,10 +3,10 @@
 
 A record that just missed a trigger waits one interval, then its batch: its age at the Delta
 commit is at most ``interval + batch time``. So the interval is what the target leaves after
-the batch (its measured p90 with room for the slower tail) and some headroom for clocks and the
-commit. A longer target means fewer batches, and a batch's fixed cost (seconds of CPU whatever it
-holds, bench/README) is most of a small stream's cost; a topic with nothing new runs no batch at
-all (Spark's processing-time trigger skips a batch without new offsets).
+the batch (its measured steady time with room for the slower tail) and some headroom for clocks
+and the commit. A longer target means fewer batches, and a batch's fixed cost (seconds of CPU
+whatever it holds, bench/README) is most of a small stream's cost; a topic with nothing new
+runs no batch at all (Spark's processing-time trigger skips a batch without new offsets).
 
 Why one batch per interval rather than Spark's ``minOffsetsPerTrigger``/``maxTriggerDelay``
 (which start a batch early once enough records wait): the early batch only makes a fast stream
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 # Before a batch was measured: a small batch on a warm driver takes 2-4 s on this project's
 # 2-core reference machine (bench/README), a first one after start longer.
 DEFAULT_BATCH_SECONDS = 5.0
-# The measured p90 batch time times this: the slower tail (a file listing, a GC, a checkpoint
-# of the Delta log every few commits) must fit too.
+# The measured steady batch time (a median) times this: the slower tail (a file listing, a GC,
+# a checkpoint of the Delta log every few commits) must fit too.
 BATCH_TAIL = 1.5
 # The shortest interval planned: below it the trigger's own polling of Kafka is most of the cost.
 MIN_INTERVAL_SECONDS = 1.0
@@ -41,7 +41,7 @@ class TriggerPlan:
 
     interval_seconds: float
     pinned: bool  # spec.trigger.interval set it
-    batch_seconds: float  # the batch time planned for (measured p90, or the default)
+    batch_seconds: float  # the batch time planned for (the measured steady one, or the default)
     measured: bool  # batch_seconds was measured (not the default)
     reachable: bool  # interval + the batch's tail fit the target
     reason: str  # one sentence for the status and the log
@@ -67,11 +67,11 @@ def minimum_target_seconds(batch_seconds: float) -> int:
 def plan_trigger(
     target_seconds: float, batch_seconds: float | None, pinned_seconds: float | None = None
 ) -> TriggerPlan:
-    """The trigger interval for a freshness target, at a measured p90 batch time (None before
-    any batch), or the pinned one; and why."""
+    """The trigger interval for a freshness target at a measured steady batch time (None
+    before any batch), or the pinned one; and why."""
     measured = batch_seconds is not None
     batch = DEFAULT_BATCH_SECONDS if batch_seconds is None else max(batch_seconds, 0.0)
-    of_batch = f"batches take {batch:.1f} s" + (" (p90)" if measured else " (not measured yet)")
+    of_batch = f"batches take {batch:.1f} s" + ("" if measured else " (not measured yet)")
     if pinned_seconds is not None:
         room = target_seconds - headroom_seconds(target_seconds) - BATCH_TAIL * batch
         reachable = pinned_seconds <= room

@@ -1188,7 +1188,10 @@ class FreshnessStatus(StatusModel):
     trigger_pinned: bool | None = Field(
         default=None, description="true: spec.trigger.interval; false: derived from the target"
     )
-    batch_seconds_p90: float | None = None
+    batch_seconds: float | None = Field(
+        default=None,
+        description="what a steady batch takes, as measured (the trigger plans around it)",
+    )
     measured_at: datetime | None = None
 
 

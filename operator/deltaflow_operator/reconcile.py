@@ -302,6 +302,7 @@ class Reconciler:
             ingestion.spec,
             None if report is None else report.freshness,
             reporting=report is not None and report.fresh(now),
+            lag_seconds=outcome.lag.seconds,
             now=now,
         )
         conditions = set_condition(

@@ -19,11 +19,17 @@ from typing import Any
 
 from deltaflow_api.cadence import TriggerPlan
 
-# The window the status's percentiles cover, and the most batches it keeps.
-WINDOW_SECONDS = 600.0
+# The most batches the window keeps (memory stays bounded whatever the cadence).
 MAX_BATCHES = 512
-# A p90 batch time needs a few batches; fewer use the plan's default.
-MIN_BATCHES_FOR_P90 = 3
+# The batch time the trigger plans for comes from this many recent batches, at least a few.
+BATCH_TIME_BATCHES = 50
+MIN_BATCHES_FOR_TIME = 3
+
+
+def window_seconds(target_seconds: float) -> float:
+    """The window the status's percentiles cover: three targets (a few batches, so a catch-up
+    leaves it soon after the stream caught up), at least a minute, at most a day."""
+    return max(60.0, min(3.0 * target_seconds, 86_400.0))
 
 
 @dataclass(frozen=True)
@@ -78,18 +84,23 @@ def age_quantile(batches: list[BatchAges], q: float) -> float | None:
     return high
 
 
-def p90_batch_seconds(batches: list[BatchAges]) -> float | None:
-    """The 90th percentile of the batches' wall times (None with too few to say)."""
-    times = sorted(b.batch_seconds for b in batches)
-    if len(times) < MIN_BATCHES_FOR_P90:
+def steady_batch_seconds(batches: list[BatchAges]) -> float | None:
+    """What a steady batch (one interval's arrivals) takes: the median wall time of the smaller
+    half of the recent batches (None with too few to say). A catch-up's large batches are the
+    other half: a burst neither shortens the interval nor restarts the query, while a stream
+    whose every batch got slower moves its plan within a few dozen batches."""
+    recent = batches[-BATCH_TIME_BATCHES:]
+    if len(recent) < MIN_BATCHES_FOR_TIME:
         return None
-    return times[min(len(times) - 1, int(0.9 * len(times)))]
+    smaller = sorted(recent, key=lambda b: b.rows)[: (len(recent) + 1) // 2]
+    times = sorted(b.batch_seconds for b in smaller)
+    return times[len(times) // 2]
 
 
 class FreshnessWindow:
     """The recent batches' ages (thread-safe: the writer adds, the reporter reads)."""
 
-    def __init__(self, window_seconds: float = WINDOW_SECONDS) -> None:
+    def __init__(self, window_seconds: float) -> None:
         self.window_seconds = window_seconds
         self._batches: deque[BatchAges] = deque(maxlen=MAX_BATCHES)
         self._lock = threading.Lock()
@@ -104,6 +115,11 @@ class FreshnessWindow:
         with self._lock:
             return [b for b in self._batches if now - b.committed_at <= self.window_seconds]
 
+    def batch_seconds(self) -> float | None:
+        """The steady batch time the trigger plans for (see steady_batch_seconds)."""
+        with self._lock:
+            return steady_batch_seconds(list(self._batches))
+
     def report(self, now: float, plan: TriggerPlan, target_seconds: float) -> dict[str, Any]:
         """The driver report's ``freshness`` part (the operator's status and condition)."""
         batches = self.recent(now)
@@ -114,6 +130,7 @@ class FreshnessWindow:
             "records": sum(b.rows for b in batches),
             "triggerSeconds": plan.interval_seconds,
             "triggerPinned": plan.pinned,
+            "batchSecondsMeasured": plan.measured,
             "reachable": plan.reachable,
             "plan": plan.reason,
         }
@@ -121,7 +138,7 @@ class FreshnessWindow:
             value = age_quantile(batches, q)
             if value is not None:
                 body[key] = round(value, 2)
-        p90 = p90_batch_seconds(batches)
-        if p90 is not None:
-            body["batchSecondsP90"] = round(p90, 2)
+        steady = self.batch_seconds()
+        if steady is not None:
+            body["batchSeconds"] = round(steady, 2)
         return body

@@ -24,7 +24,7 @@ from deltaflow_runtime.checkpoint import Checkpoint, TopicOffsets, render_offset
 from deltaflow_runtime.config import Pipeline
 from deltaflow_runtime.errors import DeltaflowError, ExitCode
 from deltaflow_runtime.executors import ExecutorControl
-from deltaflow_runtime.freshness import FreshnessWindow, ages_at_commit, p90_batch_seconds
+from deltaflow_runtime.freshness import FreshnessWindow, ages_at_commit, window_seconds
 from deltaflow_runtime.guard import StreamFacts, check_checkpoint, check_kafka_identity
 from deltaflow_runtime.jvm import jvm
 from deltaflow_runtime.kafka_admin import KafkaIdentity
@@ -176,8 +176,8 @@ class StreamRunner:
         self._progress_lock = threading.Lock()
         self._seen_batches: set[int] = set()
         self._listener: StreamingQueryListener | None = None
-        self.freshness = FreshnessWindow()
         spec = pipeline.ingestion.spec
+        self.freshness = FreshnessWindow(window_seconds(spec.freshness.target_seconds))
         self.plan = plan_trigger(spec.freshness.target_seconds, None, spec.trigger.pinned_seconds)
         self._replan: TriggerPlan | None = None  # a new interval, taken at the next idle moment
         self._kafka_options: dict[str, str] = {}
@@ -413,8 +413,8 @@ class StreamRunner:
     def _observe_freshness(
         self, committed_at: float, report: BatchReport, batch_seconds: float
     ) -> None:
-        """One committed batch's ages; a new trigger plan when the measured batch time moves
-        the interval the target allows."""
+        """One committed batch's ages; a new trigger plan when the measured steady batch time
+        moves the interval the target allows."""
         ages = ages_at_commit(
             committed_at, report.oldest_ms, report.newest_ms, report.rows or 0, batch_seconds
         )
@@ -426,7 +426,7 @@ class StreamRunner:
         spec = self.pipeline.ingestion.spec
         fresh = plan_trigger(
             spec.freshness.target_seconds,
-            p90_batch_seconds(self.freshness.recent(time.time())),
+            self.freshness.batch_seconds(),
             spec.trigger.pinned_seconds,
         )
         if needs_replan(self.plan, fresh):

@@ -29,12 +29,13 @@ from deltaflow_runtime.freshness import (
     FreshnessWindow,
     age_quantile,
     ages_at_commit,
-    p90_batch_seconds,
     share_younger,
+    steady_batch_seconds,
+    window_seconds,
 )
 from support.manifests import valid_manifest
 
-# target s, measured p90 batch s (None: not yet), pinned interval s -> interval s, reachable
+# target s, measured steady batch s (None: not yet), pinned interval s -> interval s, reachable
 PLANS = [
     # The default target: a batch at most every ~46 s before a batch was measured, ~49 s after.
     (60, None, None, 46.0, True),
@@ -99,7 +100,7 @@ def test_a_longer_target_or_a_faster_batch_never_plans_more_batches(
 def test_before_any_batch_the_plan_assumes_the_default_batch_time() -> None:
     assert plan_trigger(60, None).batch_seconds == DEFAULT_BATCH_SECONDS
     assert "not measured yet" in plan_trigger(60, None).reason
-    assert "(p90)" in plan_trigger(60, 2.0).reason
+    assert "not measured" not in plan_trigger(60, 2.0).reason
 
 
 # running interval, new interval -> restart the query?
@@ -197,7 +198,8 @@ def test_the_window_forgets_old_batches_and_reports_the_plan_it_runs() -> None:
     assert body["records"] == 40
     assert body["p50Seconds"] == pytest.approx(6.0, abs=0.01)
     assert body["p99Seconds"] == pytest.approx(10.9, abs=0.01)
-    assert body["batchSecondsP90"] == 4.0
+    assert body["batchSeconds"] == 2.0  # the smaller half's median (the old batch counts)
+    assert body["batchSecondsMeasured"] is False  # the plan given was made before any batch
     assert body["triggerSeconds"] == plan_trigger(30, None).interval_seconds
     assert body["triggerPinned"] is False
     # The operator reads back what the driver writes.
@@ -208,10 +210,25 @@ def test_the_window_forgets_old_batches_and_reports_the_plan_it_runs() -> None:
     assert parsed.freshness.trigger_seconds == body["triggerSeconds"]
 
 
-def test_a_p90_batch_time_needs_a_few_batches() -> None:
-    assert p90_batch_seconds([batch(0.0, 1.0, 2.0, 1)] * 2) is None
-    times = [BatchAges(0.0, 1.0, 2.0, 1, float(s)) for s in range(1, 11)]
-    assert p90_batch_seconds(times) == 10.0
+def test_the_planned_batch_time_is_a_steady_batchs_not_a_bursts() -> None:
+    assert steady_batch_seconds([batch(0.0, 1.0, 2.0, 1)] * 2) is None  # too few to say
+    steady = [BatchAges(0.0, 1.0, 2.0, 50, 2.0 + 0.1 * (i % 3)) for i in range(30)]
+    assert steady_batch_seconds(steady) == pytest.approx(2.1)
+    # A catch-up of ten 500k-record batches at 25 s each does not move it...
+    burst = [BatchAges(0.0, 60.0, 90.0, 500_000, 25.0)] * 10
+    assert steady_batch_seconds(steady + burst) == pytest.approx(2.1)
+    # ...while batches that all got slower do, within the recent batches.
+    slower = [BatchAges(0.0, 1.0, 2.0, 50, 6.0)] * 50
+    assert steady_batch_seconds(steady + slower) == 6.0
+
+
+@pytest.mark.parametrize(
+    ("target", "window"), [(1, 60.0), (10, 60.0), (30, 90.0), (60, 180.0), (86_400, 86_400.0)]
+)
+def test_the_window_spans_three_targets_within_a_minute_and_a_day(
+    target: int, window: float
+) -> None:
+    assert window_seconds(target) == window
 
 
 REPORT: dict[str, Any] = {
@@ -276,57 +293,63 @@ def fresh(**over: Any) -> FreshnessReport:
         records=100,
         trigger_seconds=22.0,
         trigger_pinned=False,
+        batch_seconds_measured=True,
         reachable=True,
-        plan="a batch every 22 s at most: batches take 3.0 s (p90), within a 30 s target",
+        plan="a batch every 22 s at most: batches take 3.0 s, within a 30 s target",
         p50_seconds=12.0,
         p99_seconds=24.0,
-        batch_seconds_p90=3.0,
+        batch_seconds=3.0,
     )
     return FreshnessReport(**{**base.__dict__, **over})
 
 
-# report (None: no driver), reporting -> condition status, reason, words in the message
+# report (None: no driver), reporting, backlog age (s) -> condition status, reason, message words
+EMPTY = {"records": 0, "batches": 0, "p50_seconds": None, "p99_seconds": None}
 VERDICTS = [
-    (fresh(), True, True, Reason.ON_TARGET, "p99 age 24.0 s within the 30 s target"),
-    (fresh(p99_seconds=41.0), True, False, Reason.BEHIND_TARGET, "the stream is behind"),
+    (fresh(), True, 8.0, True, Reason.ON_TARGET, "p99 age 24 s within the 30 s target"),
+    (fresh(p99_seconds=41.0), True, 8.0, False, Reason.BEHIND_TARGET, "the stream was behind"),
+    # Records already waiting longer than the target: late now, whatever landed before.
+    (fresh(), True, 95.0, False, Reason.BEHIND_TARGET, "records wait in Kafka for about 95 s"),
+    (fresh(**EMPTY), True, 95.0, False, Reason.BEHIND_TARGET, "over the 30 s target"),
     (
-        fresh(p99_seconds=41.0, reachable=False, plan="batches take 25.0 s (p90): ..."),
+        fresh(p99_seconds=41.0, reachable=False, plan="batches take 25 s: set ..."),
         True,
+        8.0,
         False,
         Reason.TARGET_UNREACHABLE,
-        "batches take 25.0 s",
+        "p99 age 41 s over the last 600 s: batches take 25 s",
     ),
-    # Unreachable is said before a record shows it: the plan predicts it.
+    # Said before a record shows it: a measured batch time predicts it...
+    (fresh(**EMPTY, reachable=False), True, None, False, Reason.TARGET_UNREACHABLE, "a batch"),
+    # ...but not the default batch time of a driver that has measured none (a guess).
     (
-        fresh(records=0, batches=0, p50_seconds=None, p99_seconds=None, reachable=False),
-        True,
-        False,
-        Reason.TARGET_UNREACHABLE,
-        "a batch every",
-    ),
-    # Measured fine although the plan feared otherwise: the measurement wins.
-    (fresh(reachable=False), True, True, Reason.ON_TARGET, "within the 30 s target"),
-    (
-        fresh(records=0, batches=0, p50_seconds=None, p99_seconds=None),
+        fresh(**EMPTY, reachable=False, batch_seconds_measured=False),
         True,
         None,
+        None,
         Reason.NO_RECENT_RECORDS,
-        "no record landed in the last 10 min",
+        "no record landed in the last 600 s",
     ),
-    (None, False, None, Reason.DRIVER_NOT_REPORTING, "does not report"),
-    (fresh(), False, None, Reason.DRIVER_NOT_REPORTING, "does not report"),
+    # Measured fine although the plan feared otherwise: the measurement wins.
+    (fresh(reachable=False), True, None, True, Reason.ON_TARGET, "within the 30 s target"),
+    (fresh(**EMPTY), True, 0.0, None, Reason.NO_RECENT_RECORDS, "an idle topic runs no batch"),
+    (None, False, None, None, Reason.DRIVER_NOT_REPORTING, "does not report"),
+    (fresh(), False, 8.0, None, Reason.DRIVER_NOT_REPORTING, "does not report"),
 ]
 
 
-@pytest.mark.parametrize(("report", "reporting", "holds", "reason", "words"), VERDICTS)
-def test_the_freshness_condition_says_whether_the_target_holds_and_why_not(
+@pytest.mark.parametrize(("report", "reporting", "lag", "holds", "reason", "words"), VERDICTS)
+def test_the_freshness_condition_says_whether_the_target_holds_and_why_not(  # noqa: PLR0917
     report: FreshnessReport | None,
     reporting: bool,
+    lag: float | None,
     holds: bool | None,
     reason: Reason,
     words: str,
 ) -> None:
-    verdict = freshness_verdict(spec(30), report, reporting=reporting, now=1_700_000_000.0)
+    verdict = freshness_verdict(
+        spec(30), report, reporting=reporting, lag_seconds=lag, now=1_700_000_000.0
+    )
     assert (verdict.holds, verdict.reason) == (holds, reason)
     assert words in verdict.message
     assert verdict.status.target_seconds == 30

@@ -59,11 +59,12 @@ class FreshnessReport:
     records: int
     trigger_seconds: float
     trigger_pinned: bool
+    batch_seconds_measured: bool
     reachable: bool
     plan: str
     p50_seconds: float | None = None
     p99_seconds: float | None = None
-    batch_seconds_p90: float | None = None
+    batch_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -243,11 +244,12 @@ def _freshness(raw: object) -> FreshnessReport | None:
         records=_count(raw, "records", high=2**63 - 1, where=where),
         trigger_seconds=age("triggerSeconds", MAX_SECONDS, required=True) or 0.0,
         trigger_pinned=raw.get("triggerPinned") is True,
+        batch_seconds_measured=raw.get("batchSecondsMeasured") is True,
         reachable=raw.get("reachable") is not False,
         plan=str(raw.get("plan") or "")[:MAX_TEXT_CHARS],
         p50_seconds=age("p50Seconds"),
         p99_seconds=age("p99Seconds"),
-        batch_seconds_p90=age("batchSecondsP90", MAX_SECONDS),
+        batch_seconds=age("batchSeconds", MAX_SECONDS),
     )
 
 

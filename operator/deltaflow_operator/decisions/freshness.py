@@ -40,10 +40,16 @@ def trigger_seconds(spec: DeltaIngestionSpec, report: FreshnessReport | None) ->
 
 
 def freshness_verdict(
-    spec: DeltaIngestionSpec, report: FreshnessReport | None, *, reporting: bool, now: float
+    spec: DeltaIngestionSpec,
+    report: FreshnessReport | None,
+    *,
+    reporting: bool,
+    lag_seconds: float | None,
+    now: float,
 ) -> FreshnessVerdict:
     """The Freshness condition of a stream whose driver reported ``report`` (None: no driver,
-    or one that does not report freshness)."""
+    or one that does not report freshness), with the backlog's age as the autoscaler measured it
+    this round (records waiting / arrival rate; None: unknown)."""
     target = spec.freshness.target_seconds
     if report is None or not reporting:
         return FreshnessVerdict(
@@ -61,14 +67,28 @@ def freshness_verdict(
         records=report.records,
         trigger_seconds=report.trigger_seconds,
         trigger_pinned=report.trigger_pinned,
-        batch_seconds_p90=report.batch_seconds_p90,
+        batch_seconds=report.batch_seconds,
         measured_at=datetime.fromtimestamp(now, UTC),
     )
+    # Unreachable only on a measured batch time: the default one is a guess.
+    unreachable = not report.reachable and report.batch_seconds_measured
     p99 = report.p99_seconds
-    window = f"{report.window_seconds / 60:g} min"
+    window = f"{_s(report.window_seconds)} s"
+    if unreachable and (p99 is None or p99 > target):
+        measured = "" if p99 is None else f"p99 age {_s(p99)} s over the last {window}: "
+        return FreshnessVerdict(
+            status, False, Reason.TARGET_UNREACHABLE, f"{measured}{report.plan}"
+        )
+    if lag_seconds is not None and lag_seconds > target:
+        # Records already waited longer than the target: late, whatever landed before.
+        return FreshnessVerdict(
+            status,
+            False,
+            Reason.BEHIND_TARGET,
+            f"records wait in Kafka for about {_s(lag_seconds)} s, over the {target} s target: "
+            "the stream is behind (the Scaling condition says what the autoscaler does)",
+        )
     if p99 is None or report.records == 0:
-        if not report.reachable:  # what the plan predicts, before a record says otherwise
-            return FreshnessVerdict(status, False, Reason.TARGET_UNREACHABLE, report.plan)
         return FreshnessVerdict(
             status,
             None,
@@ -84,22 +104,15 @@ def freshness_verdict(
             Reason.ON_TARGET,
             f"p99 age {_s(p99)} s within the {target} s target ({of}); {report.plan}",
         )
-    if not report.reachable:
-        return FreshnessVerdict(
-            status,
-            False,
-            Reason.TARGET_UNREACHABLE,
-            f"p99 age {_s(p99)} s is over the {target} s target ({of}): {report.plan}",
-        )
     return FreshnessVerdict(
         status,
         False,
         Reason.BEHIND_TARGET,
         f"p99 age {_s(p99)} s is over the {target} s target ({of}): records waited longer "
-        "than the trigger plans for, so the stream is behind (the Scaling condition says what "
-        f"the autoscaler does); {report.plan}",
+        "than the trigger plans for, so the stream was behind (the Scaling condition says "
+        f"what the autoscaler does); {report.plan}",
     )
 
 
 def _s(seconds: float) -> str:
-    return f"{seconds:.1f}"
+    return f"{seconds:g}" if seconds == int(seconds) else f"{seconds:.1f}"
