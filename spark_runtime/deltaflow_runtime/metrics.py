@@ -155,6 +155,18 @@ class RuntimeMetrics:
             "Unix time of the last batch commit.",
             registry=r,
         )
+        self.record_age = Gauge(
+            "deltaflow_record_age_at_commit_seconds",
+            "The last committed batch's oldest and newest record's age at the Delta commit "
+            "(commit time minus the Kafka timestamp): its freshness.",
+            ["record"],
+            registry=r,
+        )
+        self.trigger_interval = Gauge(
+            "deltaflow_trigger_interval_seconds",
+            "The trigger interval the stream runs (from spec.freshness, or trigger.interval).",
+            registry=r,
+        )
         self.group_commit_failures = Counter(
             "deltaflow_consumer_group_commit_failures",
             "Failed commits of end offsets to the stream's consumer group (monitoring only).",

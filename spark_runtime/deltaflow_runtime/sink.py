@@ -108,6 +108,12 @@ class BatchReport:
             "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
             "committedAt": round(time.time(), 3),
         }
+        if self.committed_at is not None and self.oldest_ms is not None:
+            # The batch's freshness: its oldest and newest record's age at the table commit.
+            body["ageSeconds"] = {
+                "oldest": round(self.committed_at - self.oldest_ms / 1000, 3),
+                "newest": round(self.committed_at - (self.newest_ms or self.oldest_ms) / 1000, 3),
+            }
         return json.dumps(body, separators=(",", ":"))
 
 

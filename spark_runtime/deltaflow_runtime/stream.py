@@ -256,6 +256,7 @@ class StreamRunner:
         self._listener = _progress_listener(self)
         self.spark.streams.addListener(self._listener)
         self.query = self._start_query()
+        self.metrics.trigger_interval.set(self.plan.interval_seconds)
         self._start_scaling(self.query)  # first: the first Kafka poll goes into its report
         threading.Thread(target=self._poll_kafka, name="deltaflow-kafka-poll", daemon=True).start()
         return self.query
@@ -282,6 +283,7 @@ class StreamRunner:
         self.query.stop()
         self.plan, self._replan = plan, None
         self.query = self._start_query()
+        self.metrics.trigger_interval.set(plan.interval_seconds)
         if self.scaling is not None:
             self.scaling.set_run_id(str(self.query.runId))
         log.info(
@@ -296,7 +298,7 @@ class StreamRunner:
             ),
         )
 
-    def _freshness_report(self, now: float) -> dict[str, Any]:
+    def freshness_report(self, now: float) -> dict[str, Any]:
         target = self.pipeline.ingestion.spec.freshness.target_seconds
         return self.freshness.report(now, self.plan, target)
 
@@ -319,7 +321,7 @@ class StreamRunner:
             PodChannel(namespace, pod),
             query_id=str(query.id),
             bounds=bounds,
-            freshness=self._freshness_report,
+            freshness=self.freshness_report,
         )
         self.scaling.set_run_id(str(query.runId))
         threading.Thread(
@@ -421,6 +423,8 @@ class StreamRunner:
         if ages is None:
             return
         self.freshness.add(ages)
+        self.metrics.record_age.labels("oldest").set(ages.oldest)
+        self.metrics.record_age.labels("newest").set(ages.youngest)
         if self.options.available_now:
             return
         spec = self.pipeline.ingestion.spec

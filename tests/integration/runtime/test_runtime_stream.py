@@ -338,6 +338,10 @@ def _check_metrics(
     assert metric("deltaflow_processed_rows_per_second") > 0
     assert metric("deltaflow_batch_phase_seconds", '{phase="write_table"}') > 0
     assert metric("deltaflow_batch_duration_seconds_count") >= 3
+    # The pinned trigger (runtime_kit's manifest: 1s), and the last batch's freshness.
+    assert metric("deltaflow_trigger_interval_seconds") == 1.0
+    oldest = metric("deltaflow_record_age_at_commit_seconds", '{record="oldest"}')
+    assert oldest >= metric("deltaflow_record_age_at_commit_seconds", '{record="newest"}') >= 0
 
 
 # --- avro and raw --------------------------------------------------------------------------------

@@ -1,0 +1,160 @@
+"""Freshness as the user's knob, on a real Kafka and real Spark + Delta: the driver derives its
+trigger from spec.freshness, moves to a longer interval once it has measured its batches (a query
+restart between batches, exactly once across it), and the records land within the target,
+measured independently from the table (each row's Kafka timestamp against the Delta commit that
+added it)."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from runtime_kit import (
+    Sent,
+    create_topic,
+    duplicates,
+    manifest,
+    order,
+    pipeline,
+    produce,
+    tpos,
+    unique,
+    wait_for,
+)
+
+from deltaflow_api.cadence import TriggerPlan, plan_trigger
+from deltaflow_runtime.stream import StreamOptions, StreamRunner
+from devstack.kafka import KafkaBroker
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+
+TARGET_SECONDS = 10
+
+
+def ages_at_commit(path: str) -> list[float]:
+    """Each row's age when the Delta commit that added it happened (seconds), from the table
+    alone: the rows new in each version, against that version's commit timestamp."""
+    from deltalake import DeltaTable
+
+    table = DeltaTable(path)
+    committed_at = {h["version"]: h["timestamp"] / 1000 for h in table.history()}
+    ages: list[float] = []
+    seen: set[tuple[int, int]] = set()
+    for version in sorted(committed_at):
+        rows = DeltaTable(path, version=version).to_pyarrow_table(
+            columns=["_kafka_partition", "_kafka_offset", "_kafka_timestamp"]
+        )
+        for partition, offset, stamp in zip(
+            rows.column("_kafka_partition").to_pylist(),
+            rows.column("_kafka_offset").to_pylist(),
+            rows.column("_kafka_timestamp").to_pylist(),
+            strict=True,
+        ):
+            if (partition, offset) not in seen:
+                seen.add((partition, offset))
+                ages.append(committed_at[version] - stamp.timestamp())
+    return ages
+
+
+def test_a_trickle_lands_within_its_freshness_target_on_the_interval_the_driver_derives(
+    kafka: KafkaBroker, runtime_spark: SparkSession, tmp_path: Path
+) -> None:
+    bootstrap = kafka.bootstrap_servers
+    topic = unique("fresh")
+    create_topic(bootstrap, topic, partitions=2)
+    doc = manifest(
+        unique("fresh"), topic, bootstrap, tmp_path, spec={"freshness": {"targetSeconds": 10}}
+    )
+    del doc["spec"]["trigger"]  # derived from the target, not pinned
+    runner = StreamRunner(runtime_spark, pipeline(doc), StreamOptions())
+    first = runner.plan
+    # Before any batch, the plan assumes the default batch time: a short interval.
+    assert first == plan_trigger(TARGET_SECONDS, None)
+    assert not first.pinned
+    runner.start()
+    sent: list[Sent] = []
+    stop = threading.Event()
+
+    def trickle() -> None:  # two records a second, as a small stream
+        i = 0
+        while not stop.is_set():
+            sent.extend(produce(bootstrap, topic, [(b"k", order(i)), (b"k", order(i + 1))]))
+            i += 2
+            stop.wait(1.0)
+
+    producer = threading.Thread(target=trickle, daemon=True)
+    producer.start()
+    try:
+        # A few batches measured, the driver moves to the interval they allow (a query restart
+        # between batches), then keeps landing the trickle at that pace.
+        wait_for(lambda: runner.plan.measured, 120, "the plan from measured batches")
+        moved = runner.plan
+        assert moved.interval_seconds > first.interval_seconds, (first, moved)
+        assert moved.reachable, moved
+        restarted = runner.freshness.recent(time.time())[-1].committed_at
+        wait_for(
+            lambda: (
+                sum(b.committed_at > restarted for b in runner.freshness.recent(time.time())) >= 3
+            ),
+            120,
+            "three batches on the new interval",
+        )
+    finally:
+        stop.set()
+        producer.join(30)
+    expected = {s.tpo for s in sent}
+    path = runner.pipeline.identity.table_path
+    wait_for(lambda: _landed(path) >= len(expected), 120, "the trickle's last records")
+    report: dict[str, Any] = runner.freshness_report(time.time())
+    assert runner.query is not None
+    runner.query.stop()
+    runner.wait()
+    _check_the_table(path, expected, moved, restarted)
+    # What the driver reports agrees with the table's own timestamps.
+    ages = sorted(ages_at_commit(path))
+    assert report["triggerSeconds"] == moved.interval_seconds
+    assert report["triggerPinned"] is False
+    assert report["p99Seconds"] <= TARGET_SECONDS
+    assert abs(report["p99Seconds"] - ages[int(0.99 * (len(ages) - 1))]) < 2.0, (report, ages)
+
+
+def _check_the_table(
+    path: str, expected: set[tuple[str, int, int]], moved: TriggerPlan, restarted: float
+) -> None:
+    """Exactly once across the query's restart; every record within the target, measured from
+    the table; on the new interval, at most a batch per interval."""
+    from deltalake import DeltaTable
+
+    rows = tpos(DeltaTable(path).to_pyarrow_table().to_pylist())
+    assert duplicates(rows) == []
+    assert set(rows) == expected
+    # The p99 is the promise; on this stream nothing waits in Kafka, so the worst keeps it too.
+    ages = sorted(ages_at_commit(path))
+    assert len(ages) == len(expected)
+    assert ages[-1] <= TARGET_SECONDS, f"worst age {ages[-1]:.1f} s, target {TARGET_SECONDS} s"
+    commits = sorted(
+        h["timestamp"] / 1000
+        for h in DeltaTable(path).history()
+        if h["operation"] in {"STREAMING UPDATE", "WRITE"}
+    )
+    later = [t for t in commits if t > restarted]
+    assert len(later) >= 3, commits
+    gaps = [b - a for a, b in itertools.pairwise(later)]
+    assert min(gaps) >= moved.interval_seconds - 2.0, (moved, gaps)
+
+
+def _landed(path: str) -> int:
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return DeltaTable(path).to_pyarrow_table(columns=["_kafka_offset"]).num_rows
+    except TableNotFoundError:
+        return 0
