@@ -33,6 +33,8 @@ MIN_HEADROOM_SECONDS = 1.0
 # A running stream moves to a new interval only when it differs by more than this (relative)
 # from the one it runs: a move restarts the query (a second or two), so noise must not cause one.
 REPLAN_CHANGE = 0.25
+# Float noise in the arithmetic above (seconds): never the difference between two plans.
+_EPSILON = 1e-9
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,7 @@ def minimum_target_seconds(batch_seconds: float) -> int:
     """The smallest whole-second target that leaves the shortest interval at this batch time."""
     need = MIN_INTERVAL_SECONDS + BATCH_TAIL * batch_seconds
     # target - max(1, 0.1 target) >= need
-    return math.ceil(max(need + MIN_HEADROOM_SECONDS, need / (1 - HEADROOM_SHARE)))
+    return math.ceil(max(need + MIN_HEADROOM_SECONDS, need / (1 - HEADROOM_SHARE)) - _EPSILON)
 
 
 def plan_trigger(
@@ -74,7 +76,7 @@ def plan_trigger(
     of_batch = f"batches take {batch:.1f} s" + ("" if measured else " (not measured yet)")
     if pinned_seconds is not None:
         room = target_seconds - headroom_seconds(target_seconds) - BATCH_TAIL * batch
-        reachable = pinned_seconds <= room
+        reachable = pinned_seconds <= room + _EPSILON
         reason = f"trigger.interval pins {_s(pinned_seconds)} s; {of_batch}"
         if not reachable:
             reason += (
@@ -83,7 +85,7 @@ def plan_trigger(
             )
         return TriggerPlan(pinned_seconds, True, batch, measured, reachable, reason)
     room = target_seconds - headroom_seconds(target_seconds) - BATCH_TAIL * batch
-    if room < MIN_INTERVAL_SECONDS:
+    if room < MIN_INTERVAL_SECONDS - _EPSILON:
         least = minimum_target_seconds(batch)
         return TriggerPlan(
             MIN_INTERVAL_SECONDS,
@@ -95,7 +97,8 @@ def plan_trigger(
             f"set spec.freshness.targetSeconds to {least} or more, or make batches faster "
             "(more executors or cores)",
         )
-    interval = math.floor(room) if room >= 2 else math.floor(room * 10) / 10
+    room = max(room, MIN_INTERVAL_SECONDS)
+    interval = math.floor(room + _EPSILON) if room >= 2 else math.floor(room * 10 + _EPSILON) / 10
     return TriggerPlan(
         float(interval),
         False,

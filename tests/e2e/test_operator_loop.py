@@ -12,9 +12,11 @@ from typing import Any
 
 import pytest
 
+from deltaflow_api.cadence import plan_trigger
 from deltaflow_runtime.cli import failed_with
 from deltaflow_runtime.errors import DeltaflowError
 from deltaflow_runtime.executors import ExecutorTotals
+from deltaflow_runtime.freshness import BatchAges, FreshnessWindow, window_seconds
 from deltaflow_runtime.guard import CheckpointMismatchError
 from deltaflow_runtime.maintenance import ENV_TERMINATION_LOG
 from deltaflow_runtime.scaling_agent import driver_report
@@ -133,12 +135,27 @@ def test_status_columns_conditions_and_events(
         "Ready=False StreamStarting",
         lambda: (operator.condition("orders", NS, "Ready") or {}).get("reason") == "StreamStarting",
     )
-    # The driver reports a committed batch: Ready, and `kubectl wait` sees it.
+    # The driver reports a committed batch: Ready, and `kubectl wait` sees it. Its batches take
+    # 40 s: the example's 30 s freshness target cannot hold, and the condition says what would.
     now = time.time()
-    _report(operator, _driver_report(at=now, last_batch=0, last_batch_at=now))
+    slow = _slow_batches(now)
+    _report(operator, _driver_report(at=now, last_batch=0, last_batch_at=now, freshness=slow))
     operator.kube.kubectl(
         "-n", NS, "wait", "--for=condition=Ready", "deltaingestion/orders", "--timeout=30s"
     )
+    freshness = wait_for(
+        "Freshness=False TargetUnreachable",
+        lambda: (
+            (c := operator.condition("orders", NS, "Freshness"))
+            and c["reason"] == "TargetUnreachable"
+            and c
+        ),
+    )
+    assert freshness["status"] == "False"
+    assert "set spec.freshness.targetSeconds to 68 or more" in freshness["message"], freshness
+    shown = operator.get("deltaingestion", "orders", NS)["status"]["freshness"]
+    assert (shown["targetSeconds"], shown["batchSeconds"]) == (30, 40.0), shown
+    assert shown["p99Seconds"] > 30
     # Reports go on, batches stop, and they carry no Kafka offsets (no broker): Unknown.
     _report(operator, _driver_report(at=time.time(), last_batch=0, last_batch_at=now - 900))
     unknown = wait_for(
@@ -167,14 +184,29 @@ def _terminated(exit_code: int, message: str) -> dict[str, Any]:
     }
 
 
-def _driver_report(*, at: float, last_batch: int, last_batch_at: float) -> dict[str, Any]:
+def _driver_report(
+    *, at: float, last_batch: int, last_batch_at: float, freshness: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """A report as the runtime's scaling agent builds it: one executor, no Kafka offsets."""
     totals = ExecutorTotals(registered=["1"], cores=1, busy_core_seconds=0.0, failed_tasks=0)
     return driver_report(
         at=at, query_id="q", run_id="r", last_batch=last_batch, last_batch_at=last_batch_at,
         target=1, totals=totals, released=0, capacity=None, executor_start_seconds=None,
-        kafka=None,
+        kafka=None, freshness=freshness,
     )  # fmt: skip
+
+
+def _slow_batches(now: float) -> dict[str, Any]:
+    """The report's freshness part as the runtime builds it, of a driver whose batches of a
+    trickle each took 40 s (against the example's 30 s target)."""
+    target = 30
+    window = FreshnessWindow(window_seconds(target))
+    for i in range(5):
+        committed = now - 50 * (5 - i)
+        window.add(BatchAges(committed, youngest=40.0, oldest=45.0, rows=10, batch_seconds=40.0))
+    plan = plan_trigger(target, window.batch_seconds())
+    assert not plan.reachable
+    return window.report(now, plan, target)
 
 
 def _runtime_failure(error: DeltaflowError, folder: Path) -> dict[str, Any]:

@@ -359,7 +359,7 @@ def test_operator_runs_as_the_charts_deployment(stream: Stream) -> None:
 
 def test_records_flow_through_driver_and_executor_pods_exactly_once(stream: Stream) -> None:
     stream.produce(3000, broken=True)
-    applied = stream.timings["applied"]
+    applied, produced = stream.timings["applied"], time.monotonic()
     driver = wait_for("the driver pod Running", lambda: stream.running(DRIVER), timeout=180)
     t_driver = time.monotonic() - applied
     executors = wait_for(
@@ -400,6 +400,26 @@ def test_records_flow_through_driver_and_executor_pods_exactly_once(stream: Stre
     assert reasons == Counter(
         {"malformed_json": 1, "schema_mismatch": 1, "tombstone": 1, "invalid_utf8": 1}
     )
+    _check_freshness_status(stream, t_batch - (produced - applied), t_batch)
+
+
+def _check_freshness_status(stream: Stream, low: float, high: float) -> None:
+    """The records waited for the driver's start: status.freshness shows that wait (between
+    ``low`` and ``high`` seconds), from the driver's own measurement, and the Freshness condition
+    agrees with it and the target (the manifest's default, 60 s)."""
+    freshness = wait_for(
+        "status.freshness measured",
+        lambda: (f := stream.status().get("freshness") or {}).get("p99Seconds") and f,
+        timeout=60,
+    )
+    assert (freshness["triggerSeconds"], freshness["triggerPinned"]) == (2, True), freshness
+    assert low - 3 <= freshness["p99Seconds"] <= high + 3, (low, high, freshness)
+    assert freshness["p50Seconds"] <= freshness["p99Seconds"]
+    assert freshness["records"] >= 3000
+    condition = stream.condition("Freshness")
+    on_target = freshness["p99Seconds"] <= freshness["targetSeconds"] == 60
+    expected = ("True", "OnTarget") if on_target else ("False", "BehindTarget")
+    assert (condition["status"], condition["reason"]) == expected, (condition, freshness)
 
 
 def _driver_main_pid(pod_name: str) -> int:

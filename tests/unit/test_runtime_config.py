@@ -53,7 +53,8 @@ def test_loads_the_operator_config_map_and_its_key(tmp_path: Path) -> None:
         (lambda s: s["format"].pop("schema"), "spec.format.schema"),
         (lambda s: s["sink"].update(checkpointPath="s3a://lake/orders/_cp"), "checkpointPath"),
         (lambda s: s["maintenance"]["vacuum"].update(retentionHours=24), "retentionHours"),
-        (lambda s: s["trigger"].update(interval="ten seconds"), "spec.trigger.interval"),
+        (lambda s: s.update(trigger={"interval": "ten seconds"}), "spec.trigger.interval"),
+        (lambda s: s.update(freshness={"targetSeconds": 0}), "spec.freshness.targetSeconds"),
         (lambda s: s.pop("source"), "spec.source"),
     ],
 )
