@@ -203,6 +203,41 @@ class StreamRunner:
 
     def start(self) -> StreamingQuery:
         """Run the guards and start the query."""
+        ident = self.pipeline.identity
+        resume = self._prepare()
+        self.metrics.info.labels(ident.txn_app_id, ident.consumer_group, ident.table_path).set(1)
+        if self.options.metrics_port is not None:
+            self.metrics.serve(self.options.metrics_port)
+        log.info(
+            "%s",
+            json.dumps(
+                {
+                    "event": "stream_starting",
+                    "txnAppId": ident.txn_app_id,
+                    "table": ident.table_path,
+                    "deadLetterTable": ident.dead_letter_table_path,
+                    "checkpoint": ident.checkpoint_path,
+                    "consumerGroup": ident.consumer_group,
+                    "resumeOffsets": resume,
+                    "minPartitions": self.writer.min_partitions if self.writer else None,
+                    "trigger": "availableNow"
+                    if self.options.available_now
+                    else {"intervalSeconds": self.plan.interval_seconds, "plan": self.plan.reason},
+                }
+            ),
+        )
+        self._listener = _progress_listener(self)
+        self.spark.streams.addListener(self._listener)
+        self.query = self._start_query()
+        self.metrics.trigger_interval.set(self.plan.interval_seconds)
+        self._start_scaling(self.query)  # first: the first Kafka poll goes into its report
+        threading.Thread(target=self._poll_kafka, name="deltaflow-kafka-poll", daemon=True).start()
+        return self.query
+
+    def _prepare(self) -> TopicOffsets | None:
+        """The guards, a writer that knows only what the table and the checkpoint say (as in a
+        new process), and the dead letters a stopped query left waiting; returns where the
+        stream resumes (None: new)."""
         ingestion, ident = self.pipeline.ingestion, self.pipeline.identity
         spec = parse_spec(self.spark, ingestion.spec.format, ingestion.spec.sink)
         facts, resume = self.preflight()
@@ -226,40 +261,13 @@ class StreamRunner:
             size_snapshot_partitions=SNAPSHOT_PARTITIONS not in ingestion.spec.spark_conf,
         )
         self.writer.seed_committed(resume)
-        self.metrics.info.labels(ident.txn_app_id, ident.consumer_group, ident.table_path).set(1)
-        if self.options.metrics_port is not None:
-            self.metrics.serve(self.options.metrics_port)
         options = spark_kafka_options(ingestion.spec.source, self.secrets, min_partitions=tasks)
         self._kafka_options = options
         # Dead letters a stopped driver left waiting, before any new batch.
         self.writer.catch_up_dead_letters(
             lambda start, end: read_range(self.spark, options, start, end)
         )
-        log.info(
-            "%s",
-            json.dumps(
-                {
-                    "event": "stream_starting",
-                    "txnAppId": ident.txn_app_id,
-                    "table": ident.table_path,
-                    "deadLetterTable": ident.dead_letter_table_path,
-                    "checkpoint": ident.checkpoint_path,
-                    "consumerGroup": ident.consumer_group,
-                    "resumeOffsets": resume,
-                    "minPartitions": tasks,
-                    "trigger": "availableNow"
-                    if self.options.available_now
-                    else {"intervalSeconds": self.plan.interval_seconds, "plan": self.plan.reason},
-                }
-            ),
-        )
-        self._listener = _progress_listener(self)
-        self.spark.streams.addListener(self._listener)
-        self.query = self._start_query()
-        self.metrics.trigger_interval.set(self.plan.interval_seconds)
-        self._start_scaling(self.query)  # first: the first Kafka poll goes into its report
-        threading.Thread(target=self._poll_kafka, name="deltaflow-kafka-poll", daemon=True).start()
-        return self.query
+        return resume
 
     def _start_query(self) -> StreamingQuery:
         """Start the query on the checkpoint with the current trigger plan."""
@@ -276,12 +284,15 @@ class StreamRunner:
 
     def _move_to(self, plan: TriggerPlan) -> None:
         """Restart the query, between batches, on a new trigger interval (Spark fixes a query's
-        trigger at its start). The checkpoint carries on: the next batch is the one the stopped
-        query would have run."""
+        trigger at its start). As a driver restart without the JVM's: should a batch have begun
+        after all, the stop cuts it like a crash would, so the writer is built again from what
+        the table and the checkpoint say, never from what the stopped query's writer held."""
         assert self.query is not None
         old = self.plan
         self.query.stop()
+        self._commit_waiting_dead_letters()
         self.plan, self._replan = plan, None
+        self._prepare()
         self.query = self._start_query()
         self.metrics.trigger_interval.set(plan.interval_seconds)
         if self.scaling is not None:
