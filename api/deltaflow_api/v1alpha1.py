@@ -1195,6 +1195,29 @@ class FreshnessStatus(StatusModel):
     measured_at: datetime | None = None
 
 
+class CostStatus(StatusModel):
+    """What the stream cost over the last window, as the driver measured it: CPU of all its
+    processes (the driver's Python and JVM, every executor JVM), executor pods held, memory."""
+
+    cpu_seconds_per_hour: float | None = Field(
+        default=None, description="CPU-seconds per hour of all the stream's processes"
+    )
+    executor_seconds_per_hour: float | None = Field(
+        default=None, description="executor pods x seconds, per hour"
+    )
+    cpu_seconds_per_million_records: float | None = None
+    executor_seconds_per_million_records: float | None = None
+    records: int | None = Field(default=None, description="records landed in the window")
+    window_seconds: float | None = None
+    driver_memory_bytes: int | None = Field(
+        default=None, description="resident memory of the driver's processes"
+    )
+    executor_memory_bytes: int | None = Field(
+        default=None, description="resident memory of the running executors, together"
+    )
+    measured_at: datetime | None = None
+
+
 class CapacityStatus(StatusModel):
     """What the driver measured one executor core to do."""
 
@@ -1265,6 +1288,7 @@ class DeltaIngestionStatus(StatusModel):
     executors: ExecutorStatus = ExecutorStatus()
     lag: LagStatus = LagStatus()
     freshness: FreshnessStatus = FreshnessStatus()
+    cost: CostStatus = CostStatus()
     autoscaler: AutoscalerStatus = AutoscalerStatus()
     checkpoint_path: str | None = None
     dead_letter_table_path: str | None = None

@@ -36,6 +36,7 @@ from deltaflow_operator.builders.maintenance import JOBS, maintenance_cronjob
 from deltaflow_operator.builders.network_policy import network_policies
 from deltaflow_operator.decisions.changes import changed_fields, needs_driver_replacement
 from deltaflow_operator.decisions.conditions import condition, set_condition
+from deltaflow_operator.decisions.cost import cost_status
 from deltaflow_operator.decisions.driver import (
     DeleteReason,
     DriverPlan,
@@ -298,10 +299,11 @@ class Reconciler:
         )
         now = time.time()
         report = outcome.reading.report
+        reporting = report is not None and report.fresh(now)
         fresh = freshness_verdict(
             ingestion.spec,
             None if report is None else report.freshness,
-            reporting=report is not None and report.fresh(now),
+            reporting=reporting,
             lag_seconds=outcome.lag.seconds,
             now=now,
         )
@@ -320,6 +322,9 @@ class Reconciler:
                 "executors": outcome.executors,
                 "lag": outcome.lag,
                 "freshness": fresh.status,
+                "cost": cost_status(
+                    None if report is None else report.cost, reporting=reporting, now=now
+                ),
                 "autoscaler": outcome.autoscaler,
             }
         )

@@ -108,9 +108,11 @@ class ScalingAgent:
         *,
         period: float = 2.0,
         freshness: Callable[[float], dict[str, Any]] | None = None,
+        cost: Callable[[float], dict[str, Any] | None] | None = None,
     ) -> None:
         self.control, self.channel, self.period = control, channel, period
         self.freshness = freshness  # the report's freshness part, at a time
+        self.cost = cost  # the report's cost part (None before it is measured)
         self.query_id = query_id
         self.bounds = bounds
         self._refused: int | None = None  # the last count asked for outside the bounds
@@ -208,6 +210,7 @@ class ScalingAgent:
             executor_start_seconds=self.start_clock.seconds,
             kafka=kafka,
             freshness=None if self.freshness is None else self.freshness(now),
+            cost=None if self.cost is None else self.cost(now),
         )
         # Publish on change, else as a heartbeat: the operator treats a report older than 30 s
         # as a driver that stopped reporting. Keeps the API server's load per stream low: a
@@ -244,6 +247,7 @@ def driver_report(
     executor_start_seconds: float | None,
     kafka: dict[str, Any] | None,
     freshness: dict[str, Any] | None = None,
+    cost: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The report the driver publishes on its pod (the operator's autoscaler and Ready read
     it; deltaflow_operator.autoscaler.observe parses it)."""
@@ -272,6 +276,8 @@ def driver_report(
         report["kafka"] = kafka
     if freshness is not None:
         report["freshness"] = freshness
+    if cost is not None:
+        report["cost"] = cost
     return report
 
 

@@ -19,6 +19,7 @@ from deltaflow_api import DeltaIngestion
 from deltaflow_api.driver_pod import ENV_POD_IP, ENV_SPARK_MASTER, IN_CLUSTER_MASTER, NETWORK_CONF
 from deltaflow_api.failures import FailureReason
 from deltaflow_runtime import object_store
+from deltaflow_runtime.cost import COST_PLUGIN
 from deltaflow_runtime.errors import DeltaflowError
 from deltaflow_runtime.table import SNAPSHOT_PARTITIONS, UNKNOWN_SIZE_SNAPSHOT_PARTITIONS
 
@@ -39,6 +40,7 @@ JAR_PREFIXES = (
 )
 
 # What the data plane's correctness rests on; spec.sparkConf cannot turn these off.
+PLUGINS = "spark.plugins"
 PINNED_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
@@ -132,6 +134,10 @@ def runtime_conf(
     }
     if master is not None:
         conf["spark.master"] = master
+    # The executors' CPU and memory for the stream's cost (cost.py), beside any plugin the
+    # spec names.
+    plugins = [p.strip() for p in conf.get(PLUGINS, "").split(",") if p.strip()]
+    conf[PLUGINS] = ",".join([*plugins, COST_PLUGIN] if COST_PLUGIN not in plugins else plugins)
     if conf.get("spark.master", "").startswith("k8s://"):
         # The operator's spark-defaults.conf holds these too; spec.sparkConf, set above on top of
         # that file, must not turn authentication off or move the ports its NetworkPolicies open.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import threading
 import time
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from deltaflow_api.cadence import TriggerPlan, needs_replan, plan_trigger
 from deltaflow_runtime.checkpoint import Checkpoint, TopicOffsets, render_offsets
 from deltaflow_runtime.config import Pipeline
+from deltaflow_runtime.cost import CostMeter, executor_figures, jvm_pid, process_figures
 from deltaflow_runtime.errors import DeltaflowError, ExitCode
 from deltaflow_runtime.executors import ExecutorControl
 from deltaflow_runtime.freshness import FreshnessWindow, ages_at_commit, window_seconds
@@ -180,6 +182,9 @@ class StreamRunner:
         self.freshness = FreshnessWindow(window_seconds(spec.freshness.target_seconds))
         self.plan = plan_trigger(spec.freshness.target_seconds, None, spec.trigger.pinned_seconds)
         self._replan: TriggerPlan | None = None  # a new interval, taken at the next idle moment
+        self.cost = CostMeter()
+        self._records = 0  # landed since start (the cost per million records)
+        self._driver_pids = [os.getpid()]
         self._kafka_options: dict[str, str] = {}
 
     def preflight(self) -> tuple[StreamFacts, TopicOffsets | None]:
@@ -228,6 +233,10 @@ class StreamRunner:
         )
         self._listener = _progress_listener(self)
         self.spark.streams.addListener(self._listener)
+        pid = jvm_pid(self.spark)
+        if pid is not None and pid != os.getpid():
+            self._driver_pids.append(pid)
+        self.sample_cost()
         self.query = self._start_query()
         self.metrics.trigger_interval.set(self.plan.interval_seconds)
         self._start_scaling(self.query)  # first: the first Kafka poll goes into its report
@@ -333,6 +342,7 @@ class StreamRunner:
             query_id=str(query.id),
             bounds=bounds,
             freshness=self.freshness_report,
+            cost=lambda _now: self.cost.report(),
         )
         self.scaling.set_run_id(str(query.runId))
         threading.Thread(
@@ -372,7 +382,25 @@ class StreamRunner:
                 if self.scaling is not None:
                     self.scaling.kafka_failed(time.time(), str(error) or type(error).__name__)
             self._flush_due(caught_up=lag == 0)
+            try:
+                self.sample_cost()
+            except Exception as error:  # a figure for the status must never stop the stream
+                log.warning("measuring the stream's cost failed: %s", error)
             self._done.wait(self.options.poll_seconds)
+
+    def sample_cost(self) -> None:
+        """Read the stream's running totals (CPU, executors, records) into its cost meter."""
+        control = ExecutorControl(self.spark)
+        registered = len(control.totals().registered) if control.supported() else 0
+        executor_cpu, executor_rss = executor_figures(self.spark)
+        self.cost.sample(
+            time.time(),
+            driver=process_figures(self._driver_pids),
+            executor_cpu_seconds=executor_cpu,
+            executor_rss_bytes=executor_rss,
+            registered_executors=registered,
+            records=self._records,
+        )
 
     def _flush_due(self, caught_up: bool = False) -> None:
         """Commit waiting dead letters once due, or at once when the stream has read all Kafka
@@ -398,6 +426,8 @@ class StreamRunner:
             sample = sample.scaled(report.rows)
         self.metrics.observe_progress(sample)
         batch_seconds = sample.durations_ms.get("triggerExecution", 0) / 1000
+        if report is not None and report.outcome == "committed" and report.rows:
+            self._records += report.rows
         if report is not None and report.committed_at is not None and report.rows:
             self._observe_freshness(report.committed_at, report, batch_seconds)
         measured = (

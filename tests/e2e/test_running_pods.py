@@ -401,6 +401,23 @@ def test_records_flow_through_driver_and_executor_pods_exactly_once(stream: Stre
         {"malformed_json": 1, "schema_mismatch": 1, "tombstone": 1, "invalid_utf8": 1}
     )
     _check_freshness_status(stream, t_batch - (produced - applied), t_batch)
+    _check_cost_status(stream)
+
+
+def _check_cost_status(stream: Stream) -> None:
+    """status.cost from real pods: the executor's JVM reported its CPU and memory through the
+    runtime's Spark plugin, and one executor has been held all along."""
+    cost = wait_for(
+        "status.cost with the executor's figures",
+        lambda: (c := stream.status().get("cost") or {}).get("executorMemoryBytes") and c,
+        timeout=60,
+    )
+    assert cost["cpuSecondsPerHour"] > 0, cost
+    # One executor (at least) the whole window: 3,600 executor-seconds an hour, a few percent off
+    # for the sampling; three at most.
+    assert 3000 <= cost["executorSecondsPerHour"] <= 3 * 3600 + 300, cost
+    assert 100 * 2**20 <= cost["executorMemoryBytes"] <= 3 * 4 * 2**30, cost
+    assert 100 * 2**20 <= cost["driverMemoryBytes"] <= 4 * 2**30, cost
 
 
 def _check_freshness_status(stream: Stream, low: float, high: float) -> None:

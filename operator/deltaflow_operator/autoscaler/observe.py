@@ -46,6 +46,8 @@ class OffsetSnapshot:
     committed: dict[TopicPartition, int]  # a partition the stream never committed is absent
 
 
+# A cost figure beyond this is no real stream's (a year of 10,000 cores, in seconds).
+MAX_COST = 3.2e11
 # A record's age may be far beyond a day (a stream catching up after days down): ten years.
 MAX_AGE_SECONDS = 3.2e8
 
@@ -68,6 +70,20 @@ class FreshnessReport:
 
 
 @dataclass(frozen=True)
+class CostReport:
+    """What the stream cost over the driver's window (see deltaflow_runtime.cost)."""
+
+    window_seconds: float
+    cpu_seconds_per_hour: float
+    executor_seconds_per_hour: float
+    records: int
+    driver_memory_bytes: int
+    executor_memory_bytes: int
+    cpu_seconds_per_million_records: float | None = None
+    executor_seconds_per_million_records: float | None = None
+
+
+@dataclass(frozen=True)
 class DriverReport:
     """What the driver last published about its executors and capacity."""
 
@@ -86,6 +102,7 @@ class DriverReport:
     kafka: OffsetSnapshot | None = None
     kafka_error: str = ""
     freshness: FreshnessReport | None = None
+    cost: CostReport | None = None
 
     def fresh(self, now: float) -> bool:
         """Published recently enough to act on."""
@@ -141,6 +158,7 @@ def _parse(text: str) -> DriverReport:
         kafka=_snapshot(kafka),
         kafka_error=str((kafka or {}).get("error") or "")[:MAX_TEXT_CHARS],
         freshness=_freshness(raw.get("freshness")),
+        cost=_cost(raw.get("cost")),
     )
 
 
@@ -250,6 +268,36 @@ def _freshness(raw: object) -> FreshnessReport | None:
         p50_seconds=age("p50Seconds"),
         p99_seconds=age("p99Seconds"),
         batch_seconds=age("batchSeconds", MAX_SECONDS),
+    )
+
+
+def _cost(raw: object) -> CostReport | None:
+    """The report's ``cost`` part; None when absent (not measured yet, or an older driver)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise RefusedReportError("cost is not an object")
+    where = "cost."
+
+    def rate(key: str, *, required: bool = True) -> float | None:
+        if key not in raw and not required:
+            return None
+        value = _number(raw, key, where)
+        if not 0 <= value <= MAX_COST:
+            raise RefusedReportError(f"{where}{key} is {_shown(raw[key])}, outside 0..{MAX_COST:g}")
+        return value
+
+    return CostReport(
+        window_seconds=rate("windowSeconds") or 0.0,
+        cpu_seconds_per_hour=rate("cpuSecondsPerHour") or 0.0,
+        executor_seconds_per_hour=rate("executorSecondsPerHour") or 0.0,
+        records=_count(raw, "records", high=2**63 - 1, where=where),
+        driver_memory_bytes=_count(raw, "driverMemoryBytes", high=2**63 - 1, where=where),
+        executor_memory_bytes=_count(raw, "executorMemoryBytes", high=2**63 - 1, where=where),
+        cpu_seconds_per_million_records=rate("cpuSecondsPerMillionRecords", required=False),
+        executor_seconds_per_million_records=rate(
+            "executorSecondsPerMillionRecords", required=False
+        ),
     )
 
 

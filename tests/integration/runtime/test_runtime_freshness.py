@@ -113,6 +113,8 @@ def test_a_trickle_lands_within_its_freshness_target_on_the_interval_the_driver_
     path = runner.pipeline.identity.table_path
     wait_for(lambda: _landed(path) >= len(expected), 120, "the trickle's last records")
     report: dict[str, Any] = runner.freshness_report(time.time())
+    runner.sample_cost()
+    cost = runner.cost.report()
     assert runner.query is not None
     runner.query.stop()
     runner.wait()
@@ -123,6 +125,12 @@ def test_a_trickle_lands_within_its_freshness_target_on_the_interval_the_driver_
     assert report["triggerPinned"] is False
     assert report["p99Seconds"] <= TARGET_SECONDS
     assert abs(report["p99Seconds"] - ages[int(0.99 * (len(ages) - 1))]) < 2.0, (report, ages)
+    # Its cost, measured: a local driver (no executor), the trickle's records counted.
+    assert cost is not None
+    assert cost["cpuSecondsPerHour"] > 0
+    assert cost["executorSecondsPerHour"] == 0
+    assert cost["records"] == len(expected)
+    assert cost["driverMemoryBytes"] > 200 * 2**20  # Python and the JVM
 
 
 def _check_the_table(
