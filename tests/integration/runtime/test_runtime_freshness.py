@@ -125,11 +125,15 @@ def test_a_trickle_lands_within_its_freshness_target_on_the_interval_the_driver_
     assert report["triggerPinned"] is False
     assert report["p99Seconds"] <= TARGET_SECONDS
     assert abs(report["p99Seconds"] - ages[int(0.99 * (len(ages) - 1))]) < 2.0, (report, ages)
-    # Its cost, measured: a local driver (no executor), the trickle's records counted.
+    _check_cost(cost, len(expected))
+
+
+def _check_cost(cost: dict[str, Any] | None, records: int) -> None:
+    """Its cost, measured: a local driver (no executor), the trickle's records counted."""
     assert cost is not None
     assert cost["cpuSecondsPerHour"] > 0
     assert cost["executorSecondsPerHour"] == 0
-    assert cost["records"] == len(expected)
+    assert cost["records"] == records
     assert cost["driverMemoryBytes"] > 200 * 2**20  # Python and the JVM
 
 
