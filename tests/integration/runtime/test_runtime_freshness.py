@@ -112,12 +112,12 @@ def test_a_trickle_lands_within_its_freshness_target_on_the_interval_the_driver_
     expected = {s.tpo for s in sent}
     path = runner.pipeline.identity.table_path
     wait_for(lambda: _landed(path) >= len(expected), 120, "the trickle's last records")
+    assert runner.query is not None
+    runner.query.stop()
+    runner.wait()  # also until the listener has seen the last batch
     report: dict[str, Any] = runner.freshness_report(time.time())
     runner.sample_cost()
     cost = runner.cost.report()
-    assert runner.query is not None
-    runner.query.stop()
-    runner.wait()
     _check_the_table(path, expected, moved, restarted)
     # What the driver reports agrees with the table's own timestamps.
     ages = sorted(ages_at_commit(path))
