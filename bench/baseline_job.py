@@ -17,8 +17,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from deltaflow_api.cadence import plan_trigger
 from deltaflow_runtime import session
-from deltaflow_runtime.config import Pipeline, load_ingestion, trigger_seconds
+from deltaflow_runtime.config import Pipeline, load_ingestion
 from deltaflow_runtime.source import KafkaSecrets, spark_kafka_options
 
 
@@ -30,6 +31,7 @@ def main() -> int:
     parser.add_argument("--conf", action="append", default=[])
     parser.add_argument("--available-now", action="store_true")
     parser.add_argument("--validate", action="store_true", help="apply the runtime's checks")
+    parser.add_argument("--interval", type=float, default=None, help="trigger seconds (pin)")
     args = parser.parse_args()
     pipeline = Pipeline.of(load_ingestion(args.config))
     spec = pipeline.ingestion.spec
@@ -75,7 +77,12 @@ def main() -> int:
     if args.available_now:
         writer = writer.trigger(availableNow=True)
     else:
-        writer = writer.trigger(processingTime=f"{trigger_seconds(spec.trigger.interval)} seconds")
+        # The manifest's pinned interval, or the one its freshness target plans before measuring
+        # (or --interval: the one Deltaflow's driver moved to, for a like-for-like cadence).
+        interval = args.interval or spec.trigger.pinned_seconds
+        if interval is None:
+            interval = plan_trigger(spec.freshness.target_seconds, None).interval_seconds
+        writer = writer.trigger(processingTime=f"{interval} seconds")
     query = writer.start(pipeline.identity.table_path + "_baseline")
     try:
         query.awaitTermination()

@@ -183,7 +183,7 @@ def write_manifest(
         sink["optimizeWrite"] = optimize_write
     if where.store is not None:
         sink["storage"] = where.store.storage_spec()
-    document = {
+    document: dict[str, Any] = {
         "apiVersion": "deltaflow.io/v1alpha1",
         "kind": "DeltaIngestion",
         "metadata": {"name": name, "namespace": "bench"},

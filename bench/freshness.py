@@ -39,7 +39,8 @@ from common import (
     write_manifest,
 )
 
-from deltaflow_runtime.config import Pipeline, load_ingestion, trigger_seconds
+from deltaflow_api.v1alpha1 import duration_seconds
+from deltaflow_runtime.config import Pipeline, load_ingestion
 
 
 def commits(table: str, where: Lake) -> list[tuple[int, float, list[str]]]:
@@ -131,7 +132,7 @@ def _run(
     """One stream at the given rate with optimized writes on or off (or the minimal job): its
     figures."""
     name = "fresh-baseline" if baseline else f"fresh-{'ow' if optimize_write else 'plain'}"
-    interval = trigger_seconds(args.trigger)
+    interval = duration_seconds(args.trigger)
     create_topic(bootstrap, name, args.partitions)
     config = work / f"{name}.yaml"
     table = write_manifest(

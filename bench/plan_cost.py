@@ -79,7 +79,7 @@ def main() -> None:
         calls += 1
         return send(self, command)
 
-    connection.send_command = counting  # type: ignore[method-assign]
+    connection.send_command = counting
 
     def per_batch() -> DataFrame:
         observed = split(route(batch, spec), spec).observe(

@@ -15,6 +15,9 @@ step "ruff"
 .venv/bin/ruff format --check .
 step "mypy --strict"
 .venv/bin/mypy
+# The benchmarks run outside the suite: type-checked here so that a refactor cannot break one
+# unseen (bench/baseline_job.py and bench/freshness.py once imported a name that had gone).
+MYPYPATH=bench:tests/integration/runtime:tests .venv/bin/mypy bench
 step "import contracts"
 .venv/bin/lint-imports
 

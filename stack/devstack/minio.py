@@ -53,7 +53,7 @@ class ObjectStore:
 
     def filesystem(self) -> Any:
         """A pyarrow S3 filesystem on this store (paths are ``bucket/key``)."""
-        from pyarrow import fs  # type: ignore[import-untyped]
+        from pyarrow import fs
 
         return fs.S3FileSystem(
             access_key=self.access_key,

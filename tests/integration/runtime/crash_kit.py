@@ -251,7 +251,7 @@ class TableWatch:
     def data_files(self) -> set[str]:
         """Every data file stored (committed or not)."""
         if self._s3 is None:
-            out = set()
+            out: set[str] = set()
             for root, dirs, files in os.walk(self.table):
                 dirs[:] = [d for d in dirs if d != "_delta_log"]
                 out.update(os.path.join(root, f) for f in files if f.endswith(".parquet"))
@@ -622,7 +622,7 @@ def count_landed(
 
     def landed_as(t: Any, columns: list[str]) -> list[tuple[tuple[str, int, int], tuple[Any, ...]]]:
         values = [t.column(c).to_pylist() for c in [*position, *columns]]
-        return [(tuple(v[:3]), tuple(v[3:])) for v in zip(*values, strict=True)]  # type: ignore[misc]
+        return [(tuple(v[:3]), tuple(v[3:])) for v in zip(*values, strict=True)]
 
     table_rows, dead_letters = landed_as(rows, ["id"]), landed_as(dead, ["key", "value"])
     counts = Counter(tpo for tpo, _ in table_rows + dead_letters)
