@@ -172,11 +172,13 @@ def write_manifest(
     where: Lake,
     *,
     max_offsets: int,
-    trigger: str,
+    trigger: str | None,
     optimize_write: bool | None = None,
     spark_conf: dict[str, str] | None = None,
+    freshness: int | None = None,
 ) -> str:
-    """The DeltaIngestion both jobs run; returns the table's path."""
+    """The DeltaIngestion both jobs run; returns the table's path. ``trigger`` None: the
+    interval follows ``freshness`` (spec.freshness.targetSeconds, else its default)."""
     table = f"{where.root}/lake/{name}"
     sink: dict[str, Any] = {"tablePath": table, "partitionBy": ["country"]}
     if optimize_write is not None:
@@ -195,9 +197,12 @@ def write_manifest(
             },
             "format": {"type": "json", "schema": SCHEMA},
             "sink": sink,
-            "trigger": {"interval": trigger},
         },
     }
+    if trigger is not None:
+        document["spec"]["trigger"] = {"interval": trigger}
+    if freshness is not None:
+        document["spec"]["freshness"] = {"targetSeconds": freshness}
     if spark_conf:
         document["spec"]["sparkConf"] = spark_conf
     path.write_text(yaml.safe_dump(document))
@@ -344,6 +349,7 @@ def baseline_job(
     available_now: bool,
     validate: bool = False,
     env: dict[str, str] | None = None,
+    interval: float | None = None,
 ) -> Job:
     """The minimal hand-written job (bench/baseline_job.py) on the same config; ``validate``
     adds the runtime's validity checks to it."""
@@ -353,6 +359,8 @@ def baseline_job(
         argv.append("--available-now")
     if validate:
         argv.append("--validate")
+    if interval is not None:
+        argv += ["--interval", str(interval)]
     return Job(argv, log, env)
 
 

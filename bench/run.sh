@@ -4,7 +4,7 @@
 #   bash bench/run.sh throughput [--records 5000000] [--repeat 1] [--bad-percent 0.2] [--spark-conf K=V]
 #   bash bench/run.sh freshness  [--rate 5000] [--seconds 120] [--warmup-seconds 30] [--trigger 5s]
 #                                [--optimize-write both] [--jobs deltaflow,baseline]
-#   bash bench/run.sh trickle    [--rate 10] [--seconds 120] [--trigger 1s]
+#   bash bench/run.sh trickle    [--rate 10] [--seconds 120] [--trigger 1s | --freshness 60] [--idle-seconds 60]
 #   bash bench/run.sh crash      [--records 1000000] [--kills 10]
 #   bash bench/run.sh start      [--starts 5] [--records 40000]   (a driver's start, with and
 #                                without the JVM class-data archive, ~5 min)

@@ -1,7 +1,10 @@
-"""Fixed cost per batch at a trickle (10 records/s): CPU-seconds and wall time per micro-batch,
-Deltaflow runtime vs the minimal hand-written job, same manifest and Spark settings.
+"""A stream at a trickle (10 records/s): CPU per batch and on average, idle CPU, memory, and each
+record's age at its commit, Deltaflow's runtime vs the minimal hand-written job, same manifest and
+Spark settings. With --freshness the interval follows the target (the baseline runs at the
+interval Deltaflow's driver moved to).
 
-    bash bench/run.sh trickle [--rate 10] [--seconds 120] [--trigger 1s]
+    bash bench/run.sh trickle [--rate 10] [--seconds 120] [--trigger 1s | --freshness 60]
+                              [--idle-seconds 60]
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import time
 from pathlib import Path
 
 from common import (
+    Job,
     Lake,
     baseline_job,
     broker,
@@ -23,6 +27,8 @@ from common import (
     work_dir,
     write_manifest,
 )
+
+from deltaflow_runtime.cost import process_figures
 
 
 def _versions(table: Path) -> int:
@@ -58,17 +64,87 @@ def _breakdown(log: Path, before: dict[str, int]) -> str:
     return ", ".join(parts)
 
 
-def main() -> int:
+def _ages(table: Path, since_version: int) -> list[float]:
+    """Each record's age at the Delta commit that added it (seconds), for the versions after
+    ``since_version``: the table's own timestamps, the same measure for both jobs."""
+    from deltalake import DeltaTable
+
+    history = {h["version"]: h["timestamp"] / 1000 for h in DeltaTable(str(table)).history()}
+    ages: list[float] = []
+    before = since_version
+    for version in sorted(v for v in history if v > since_version):
+        new = DeltaTable(str(table), version=version).to_pyarrow_table(
+            columns=["_kafka_partition", "_kafka_offset", "_kafka_timestamp"]
+        )
+        old = (
+            DeltaTable(str(table), version=before).to_pyarrow_table(
+                columns=["_kafka_partition", "_kafka_offset"]
+            )
+            if before >= 0
+            else None
+        )
+        seen = (
+            set()
+            if old is None
+            else set(
+                zip(
+                    old.column("_kafka_partition").to_pylist(),
+                    old.column("_kafka_offset").to_pylist(),
+                    strict=True,
+                )
+            )
+        )
+        for p, o, stamp in zip(
+            new.column("_kafka_partition").to_pylist(),
+            new.column("_kafka_offset").to_pylist(),
+            new.column("_kafka_timestamp").to_pylist(),
+            strict=True,
+        ):
+            if (p, o) not in seen:
+                ages.append(history[version] - stamp.timestamp())
+        before = version
+    return ages
+
+
+def _interval(log: Path) -> float | None:
+    """The trigger interval the Deltaflow driver ran last (from its log)."""
+    interval = None
+    for line in log.read_text(errors="replace").splitlines():
+        if '"trigger_replanned"' in line:
+            interval = float(json.loads(line.split(": ", 1)[1])["toSeconds"])
+        elif '"stream_starting"' in line:
+            trigger = json.loads(line.split(": ", 1)[1]).get("trigger")
+            if isinstance(trigger, dict):
+                interval = float(trigger["intervalSeconds"])
+    return interval
+
+
+def _rss(job: Job) -> int:
+    """Resident bytes of the job's processes now."""
+    return process_figures(list(job.cpu.per_pid)).rss_bytes
+
+
+def main() -> int:  # noqa: PLR0915 - one run of two jobs, told step by step
     """Run the benchmark and print its figures."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rate", type=float, default=10)
     parser.add_argument("--seconds", type=float, default=120)
-    parser.add_argument("--trigger", default="1s")
+    parser.add_argument("--trigger", default=None, help="pin the interval (default: 1s)")
+    parser.add_argument(
+        "--freshness",
+        type=int,
+        default=None,
+        help="spec.freshness.targetSeconds instead of a pinned trigger; the baseline is pinned "
+        "to the interval Deltaflow's driver ran last",
+    )
+    parser.add_argument("--idle-seconds", type=float, default=60, help="then idle this long")
     parser.add_argument("--work", type=Path, default=None)
     args = parser.parse_args()
+    trigger = None if args.freshness is not None else (args.trigger or "1s")
     work = work_dir(args.work, "deltaflow-trickle-")
     kafka = broker(work)
     rows: list[str] = []
+    interval: float | None = None
     try:
         for job_name in ("deltaflow", "baseline"):
             topic = f"trickle-{job_name}"
@@ -82,16 +158,19 @@ def main() -> int:
                     kafka.bootstrap_servers,
                     Lake(str(work)),
                     max_offsets=100_000,
-                    trigger=args.trigger,
+                    trigger=trigger,
+                    freshness=args.freshness,
                 )
             )
             if job_name == "baseline":
                 table = table.parent / (table.name + "_baseline")
             log = work / f"{topic}.log"
-            start = deltaflow_job if job_name == "deltaflow" else baseline_job
-            job = start(config, work, log, available_now=False)
+            if job_name == "deltaflow":
+                job = deltaflow_job(config, work, log, available_now=False)
+            else:
+                job = baseline_job(config, work, log, available_now=False, interval=interval)
             # Warm up at the same rate: the table created, a few batches, JIT settled.
-            deadline = time.monotonic() + 300
+            deadline = time.monotonic() + 600
             warm = 0
             while _versions(table) < 4:
                 if time.monotonic() > deadline or job.proc.poll() is not None:
@@ -107,22 +186,33 @@ def main() -> int:
                 start=warm,
                 rate=args.rate,
             )
-            time.sleep(3)
+            # The last records' batch: within an interval (the target, with --freshness).
+            time.sleep(3 if args.freshness is None else args.freshness + 3)
             cpu1, v1, t1 = job.cpu.current(), _versions(table), time.monotonic()
+            memory = _rss(job)
+            time.sleep(args.idle_seconds)
+            cpu2, t2 = job.cpu.current(), time.monotonic()
             job.kill()
+            if job_name == "deltaflow" and args.freshness is not None:
+                interval = _interval(log)
             batches = v1 - v0
+            ages = sorted(_ages(table, v0 - 1))
             line = (
                 f"{job_name:9s}: {batches} commits in {t1 - t0:.0f}s, "
                 f"{(cpu1 - cpu0) / max(batches, 1):.3f} cpu-s per batch, "
-                f"{(cpu1 - cpu0) / (t1 - t0):.2f} cores busy on average"
+                f"{(cpu1 - cpu0) / (t1 - t0):.3f} cores busy on average, "
+                f"{(cpu2 - cpu1) / (t2 - t1):.4f} idle, memory {memory / 2**30:.2f} GiB, "
+                f"age at commit p50 {percentile(ages, 50):.1f}s p99 {percentile(ages, 99):.1f}s"
             )
             if job_name == "deltaflow":  # the baseline logs no progress
+                line += f", last interval {_interval(log)}s"
                 line += "\n           per batch: " + _breakdown(log, phases_before)
             print(line, flush=True)
             rows.append(line)
     finally:
         kafka.stop()
-    print(f"\n== fixed cost per batch at {args.rate:g} records/s, trigger {args.trigger}")
+    cadence = f"freshness target {args.freshness}s" if args.freshness else f"trigger {trigger}"
+    print(f"\n== cost at {args.rate:g} records/s, {cadence}")
     for line in rows:
         print(line)
     if args.work is None:
