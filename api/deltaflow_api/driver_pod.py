@@ -20,6 +20,12 @@ IN_CLUSTER_MASTER = "k8s://in-cluster"
 # Kafka's SASL credentials, filled by the kubelet from the spec's secretKeyRefs.
 ENV_KAFKA_USERNAME = "DELTAFLOW_KAFKA_USERNAME"
 ENV_KAFKA_PASSWORD = "DELTAFLOW_KAFKA_PASSWORD"
+# The operator's Spark properties for the driver (spark-defaults.conf, from the ConfigMap): the
+# runtime reads the file itself. Handed to spark-submit as SPARK_CONF_DIR, the folder would go on
+# the JVM's class path, and Java refuses a class-data archive (jvm_archive) for a class path
+# holding a non-empty directory: every driver would start without it.
+ENV_SPARK_DEFAULTS = "DELTAFLOW_SPARK_DEFAULTS"
+SPARK_DEFAULTS_FILE = f"{CONFIG_MOUNT}/spark/spark-defaults.conf"
 # The port the driver serves its Prometheus metrics on.
 ENV_METRICS_PORT = "DELTAFLOW_METRICS_PORT"
 

@@ -142,8 +142,8 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
     archive = commands.add_parser(
         "jvm-archive",
-        help="build the class-data archive that makes a local driver's JVM start faster "
-        "(stack/install/jvm-archive.sh builds it into the cache)",
+        help="build the class-data archive that makes a driver's JVM start faster "
+        "(the image has one; stack/install/jvm-archive.sh builds one into the cache)",
     )
     archive.add_argument("--output", type=Path, required=True, help="the archive to write")
     archive.add_argument(

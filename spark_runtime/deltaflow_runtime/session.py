@@ -1,10 +1,11 @@
 """The SparkSession: Delta enabled, tables kept readable by every Delta reader, object-store access
 from the spec, and (for local runs) the Delta/Kafka/Avro jars found without any download.
 
-On Kubernetes the operator's ``spark-defaults.conf`` (``SPARK_CONF_DIR``) sets the executors; this
-module adds what the data plane itself depends on, and what only the driver pod knows (no cluster
-DNS needed): the master, made from ``KUBERNETES_SERVICE_HOST``/``KUBERNETES_SERVICE_PORT`` when
-``DELTAFLOW_SPARK_MASTER`` is ``k8s://in-cluster``, and ``spark.driver.host``, the pod's IP from
+On Kubernetes the operator's ``spark-defaults.conf`` (``DELTAFLOW_SPARK_DEFAULTS``, read here)
+sets the executors; this module adds what the data plane itself depends on, and what only the
+driver pod knows (no cluster DNS needed): the master, made from
+``KUBERNETES_SERVICE_HOST``/``KUBERNETES_SERVICE_PORT`` when ``DELTAFLOW_SPARK_MASTER`` is
+``k8s://in-cluster``, and ``spark.driver.host``, the pod's IP from
 ``DELTAFLOW_POD_IP``, which executors connect to.
 """
 
@@ -16,7 +17,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from deltaflow_api import DeltaIngestion
-from deltaflow_api.driver_pod import ENV_POD_IP, ENV_SPARK_MASTER, IN_CLUSTER_MASTER, NETWORK_CONF
+from deltaflow_api.driver_pod import (
+    ENV_POD_IP,
+    ENV_SPARK_DEFAULTS,
+    ENV_SPARK_MASTER,
+    IN_CLUSTER_MASTER,
+    NETWORK_CONF,
+)
 from deltaflow_api.failures import FailureReason
 from deltaflow_runtime import object_store
 from deltaflow_runtime.cost import COST_PLUGIN
@@ -112,6 +119,23 @@ def pod_conf(env: Mapping[str, str]) -> dict[str, str]:
     return conf
 
 
+def spark_defaults(env: Mapping[str, str]) -> dict[str, str]:
+    """The operator's Spark properties for this driver (``DELTAFLOW_SPARK_DEFAULTS``, the
+    spark-defaults.conf it wrote: ``key value`` lines, ``#`` comments), lowest in precedence as
+    spark-submit's own defaults file would be; empty outside a driver pod."""
+    path = env.get(ENV_SPARK_DEFAULTS, "").strip()
+    if not path:
+        return {}
+    conf: dict[str, str] = {}
+    for line in Path(path).read_text().splitlines():
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        key, _, value = text.partition(" ")
+        conf[key] = value.strip()
+    return conf
+
+
 def runtime_conf(
     ingestion: DeltaIngestion,
     *,
@@ -123,6 +147,7 @@ def runtime_conf(
     then the pod's master and address, then the spec)."""
     e = os.environ if env is None else env
     conf = {
+        **spark_defaults(e),
         "spark.app.name": f"deltaflow-{ingestion.namespace}-{ingestion.name}",
         **DEFAULT_CONF,
         **object_store.storage_conf(ingestion.spec.sink.storage),

@@ -48,7 +48,9 @@ def test_driver_pod_is_restricted_owned_and_runs_the_stream() -> None:
     assert container["image"] == "deltaflow:1.2.3"
     assert container["args"] == ["stream", "--config", "/etc/deltaflow/ingestion.yaml"]
     env = {e["name"]: e for e in container["env"]}
-    assert env["SPARK_CONF_DIR"]["value"] == "/etc/deltaflow/spark"
+    # The file itself, not a SPARK_CONF_DIR (which would break the JVM's class-data archive).
+    assert env["DELTAFLOW_SPARK_DEFAULTS"]["value"] == "/etc/deltaflow/spark/spark-defaults.conf"
+    assert "SPARK_CONF_DIR" not in env
     # 1g heap + 384 MiB overhead, memory limited, CPU requested.
     assert container["resources"] == {
         "requests": {"cpu": "1", "memory": "1408Mi"},
@@ -402,8 +404,9 @@ def test_driver_pod_carries_its_ip_and_the_in_cluster_master_marker() -> None:
     )
 
 
-def test_driver_pod_in_a_pod_resolves_master_and_host_without_dns() -> None:
-    """What the kubelet gives the driver container, fed to the runtime's Spark conf."""
+def test_driver_pod_in_a_pod_resolves_master_and_host_without_dns(tmp_path: Path) -> None:
+    """What the kubelet gives the driver container (its environment, the ConfigMap's
+    spark-defaults.conf as a file), fed to the runtime's Spark conf."""
     from deltaflow_runtime import session
 
     ing = ingestion()
@@ -417,9 +420,17 @@ def test_driver_pod_in_a_pod_resolves_master_and_host_without_dns() -> None:
         if "value" in e or "fieldRef" in e.get("valueFrom", {})
     }
     env |= {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+    defaults = tmp_path / "spark-defaults.conf"
+    defaults.write_text(b.config_map(ing, SETTINGS)["data"]["spark-defaults.conf"])
+    assert env["DELTAFLOW_SPARK_DEFAULTS"] == "/etc/deltaflow/spark/spark-defaults.conf"
+    env["DELTAFLOW_SPARK_DEFAULTS"] = str(defaults)  # where this test's kubelet mounted it
     conf = session.runtime_conf(ing, env=env)
     assert conf["spark.master"] == "k8s://https://10.96.0.1:443"
     assert conf["spark.driver.host"] == "10.88.0.17"
+    # The operator's properties reach the session (the executors' namespace, image, ...).
+    for key, value in b.spark_conf(ing, SETTINGS).items():
+        if key not in session.runtime_conf(ing, env={}):  # the runtime's own win, as before
+            assert conf[key] == value, key
     # The maintenance jobs run Spark locally: no marker, no Kubernetes master.
     job = maintenance_cronjob(ing, SETTINGS, "vacuum")["spec"]["jobTemplate"]["spec"]["template"]
     job_env = {e["name"] for e in job["spec"]["containers"][0]["env"]}

@@ -27,11 +27,13 @@ from deltaflow_api.driver_pod import (
     ENV_KAFKA_USERNAME,
     ENV_METRICS_PORT,
     ENV_POD_IP,
+    ENV_SPARK_DEFAULTS,
     ENV_SPARK_MASTER,
     IN_CLUSTER_MASTER,
     KAFKA_CA_DIR,
     KAFKA_CA_FILE_NAME,
     NETWORK_CONF,
+    SPARK_DEFAULTS_FILE,
 )
 from deltaflow_api.v1alpha1 import Resources, Scaling, SecretKeyRef, Volume
 from deltaflow_operator.builders.common import (
@@ -55,7 +57,6 @@ from deltaflow_operator.builders.common import (
 from deltaflow_operator.settings import Settings
 
 EXECUTOR_CONTAINER = "executor"
-SPARK_CONF_DIR = f"{CONFIG_MOUNT}/spark"
 # Environment variables the runtime reads its secrets from (values come from secretKeyRefs).
 ENV_STORAGE_KEY_ID = "AWS_ACCESS_KEY_ID"
 ENV_STORAGE_SECRET = "AWS_SECRET_ACCESS_KEY"
@@ -236,7 +237,7 @@ SPARK_DEFAULTS_HEADER = (
 
 
 def render_spark_defaults(conf: dict[str, str]) -> str:
-    """spark-defaults.conf text (read by spark-submit through SPARK_CONF_DIR)."""
+    """spark-defaults.conf text (the runtime reads it: session.spark_defaults)."""
     return SPARK_DEFAULTS_HEADER + "".join(
         f"{key} {value}\n" for key, value in sorted(conf.items())
     )
@@ -406,7 +407,7 @@ def driver_pod(ingestion: DeltaIngestion, settings: Settings) -> Manifest:
                     "imagePullPolicy": settings.image_pull_policy,
                     "args": ["stream", "--config", f"{CONFIG_MOUNT}/ingestion.yaml"],
                     "env": [
-                        {"name": "SPARK_CONF_DIR", "value": SPARK_CONF_DIR},
+                        {"name": ENV_SPARK_DEFAULTS, "value": SPARK_DEFAULTS_FILE},
                         {
                             "name": ENV_METRICS_PORT,
                             "value": str(settings.runtime_metrics_port),
