@@ -79,6 +79,9 @@ def test_a_trickle_lands_within_its_freshness_target_on_the_interval_the_driver_
     assert first == plan_trigger(TARGET_SECONDS, None)
     assert not first.pinned
     runner.start()
+    # The driver's main thread: it waits on the query, and moves it to a new plan between batches.
+    waiting = threading.Thread(target=runner.wait, daemon=True)
+    waiting.start()
     sent: list[Sent] = []
     stop = threading.Event()
 
@@ -112,9 +115,9 @@ def test_a_trickle_lands_within_its_freshness_target_on_the_interval_the_driver_
     expected = {s.tpo for s in sent}
     path = runner.pipeline.identity.table_path
     wait_for(lambda: _landed(path) >= len(expected), 120, "the trickle's last records")
-    assert runner.query is not None
-    runner.query.stop()
-    runner.wait()  # also until the listener has seen the last batch
+    runner.options.stop.set()  # as SIGTERM does: the stream stops between batches
+    waiting.join(120)
+    assert not waiting.is_alive()
     report: dict[str, Any] = runner.freshness_report(time.time())
     runner.sample_cost()
     cost = runner.cost.report()
