@@ -104,10 +104,10 @@ def test_a_trickle_lands_within_its_freshness_target_on_the_interval_the_driver_
         restarted = runner.freshness.recent(time.time())[-1].committed_at
         wait_for(
             lambda: (
-                sum(b.committed_at > restarted for b in runner.freshness.recent(time.time())) >= 3
+                sum(b.committed_at > restarted for b in runner.freshness.recent(time.time())) >= 4
             ),
             120,
-            "three batches on the new interval",
+            "four batches on the new interval",
         )
     finally:
         stop.set()
@@ -159,7 +159,8 @@ def _check_the_table(
         for h in DeltaTable(path).history()
         if h["operation"] in {"STREAMING UPDATE", "WRITE"}
     )
-    later = [t for t in commits if t > restarted]
+    # The restarted query runs its first batch at once; Spark aligns the next ones to the interval.
+    later = [t for t in commits if t > restarted][1:]
     assert len(later) >= 3, commits
     gaps = [b - a for a, b in itertools.pairwise(later)]
     assert min(gaps) >= moved.interval_seconds - 2.0, (moved, gaps)
