@@ -65,7 +65,7 @@ cleanup() {
 }
 trap cleanup EXIT
 status=0
-DELTAFLOW_PIDFILE="$pidfile" PYTHONPATH=stack:bench:tests/integration/runtime \
+DELTAFLOW_PIDFILE="$pidfile" PYTHONPATH=stack:bench:tests/integration/runtime:tests \
   .venv/bin/python "$script" "$@" || status=$?
 if { [ "$what" = autoscale-node ] || [ "$what" = control-plane ]; } && [ "$status" != 2 ]; then # 2: refused, the node was busy
   # The node must leave no mount, namespace, interface, rule or shim behind (as after the demo).

@@ -38,7 +38,7 @@ from devstack.kafka import KafkaBroker
 from devstack.kube import KubeControlPlane
 from devstack.minio import ObjectStore
 from support.figures import record
-from support.node_processes import DriverProcessWatch, driver_processes
+from support.node_processes import DriverProcessWatch, child_mapped_files, driver_processes
 from support.operator_harness import OPERATOR_NAMESPACE, wait_for
 from support.pod_watch import PodWatch
 
@@ -402,6 +402,9 @@ def test_records_flow_through_driver_and_executor_pods_exactly_once(stream: Stre
     )
     _check_freshness_status(stream, t_batch - (produced - applied), t_batch)
     _check_cost_status(stream)
+    # The driver's JVM started from the image's class-data archive (a fifth off its start).
+    mapped = child_mapped_files(_driver_main_pid(driver[0]["metadata"]["name"]))
+    assert "/opt/deltaflow/share/deltaflow.jsa" in mapped, sorted(mapped)[:20]
 
 
 def _check_cost_status(stream: Stream) -> None:

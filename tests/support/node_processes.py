@@ -28,6 +28,22 @@ def driver_processes(pod_name: str) -> set[int]:
     return found
 
 
+def child_mapped_files(parent_pid: int) -> set[str]:
+    """Files that a child of ``parent_pid`` has mapped (the driver's JVM, which PySpark starts
+    under its Python process); empty without such a child."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) != parent_pid:  # the parent pid
+                continue
+            maps = (stat.parent / "maps").read_text()
+        except (OSError, IndexError, ValueError):  # gone meanwhile
+            continue
+        fields_of = (line.split(maxsplit=5) for line in maps.splitlines())
+        return {f[5] for f in fields_of if len(f) == 6}
+    return set()
+
+
 class DriverProcessWatch:
     """Samples :func:`driver_processes` until :meth:`stop`: the most that ran at once, and
     every pid seen."""

@@ -30,6 +30,7 @@ from confluent_kafka import Producer
 
 from devstack.minio import ObjectStore
 from devstack.process import record_pid
+from support.node_processes import child_mapped_files
 
 STRATEGIES = ("random", "mid-write", "after-table-commit", "after-plan")
 
@@ -180,17 +181,7 @@ class ProcessGroup:
 
     def mapped_files(self) -> set[str]:
         """Files the process's child JVM (PySpark's driver) has mapped; empty without one."""
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-                if int(fields[1]) != self.proc.pid:  # the parent pid
-                    continue
-                maps = (stat.parent / "maps").read_text()
-            except (OSError, IndexError, ValueError):  # gone meanwhile
-                continue
-            fields_of = (line.split(maxsplit=5) for line in maps.splitlines())
-            return {f[5] for f in fields_of if len(f) == 6}
-        return set()
+        return child_mapped_files(self.proc.pid)
 
 
 class Driver(ProcessGroup):
