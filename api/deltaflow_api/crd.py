@@ -173,6 +173,11 @@ def crd_manifest() -> dict[str, Any]:
                             "jsonPath": ".status.executors.desired",
                         },
                         {
+                            "name": "Fresh(p99)",
+                            "type": "number",
+                            "jsonPath": ".status.freshness.p99Seconds",
+                        },
+                        {
                             "name": "Scaling",
                             "type": "string",
                             "jsonPath": ".status.autoscaler.verdict",

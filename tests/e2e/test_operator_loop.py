@@ -89,7 +89,9 @@ def test_status_columns_conditions_and_events(
     )
     table = operator.kube.kubectl("-n", NS, "get", "deltaingestions").stdout
     header = table.splitlines()[0].split()
-    assert header[:7] == ["NAME", "READY", "REASON", "LAG", "LAG(S)", "EXECUTORS", "DESIRED"], table
+    assert header[:8] == [
+        "NAME", "READY", "REASON", "LAG", "LAG(S)", "EXECUTORS", "DESIRED", "FRESH(P99)"
+    ], table  # fmt: skip
     obj = operator.get("deltaingestion", "orders", NS)
     assert obj is not None
     status = obj["status"]

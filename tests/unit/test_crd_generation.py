@@ -90,7 +90,7 @@ def test_crd_has_status_subresource_and_columns() -> None:
         "labelSelectorPath": ".status.executors.selector",
     }
     columns = {c["name"] for c in version["additionalPrinterColumns"]}
-    assert {"Ready", "Lag", "Lag(s)", "Executors", "Desired", "Age"} <= columns
+    assert {"Ready", "Lag", "Lag(s)", "Executors", "Desired", "Fresh(p99)", "Age"} <= columns
     schema = version["schema"]["openAPIV3Schema"]
     executors = schema["properties"]["status"]["properties"]["executors"]["properties"]
     # Unknown is absent, never a default 0 that looks measured.
