@@ -440,9 +440,11 @@ def crash_soak(
     say: Callable[[str], None] = print,
     store: ObjectStore | None = None,
     sigterm_mid_batch: bool = True,
+    strategies: tuple[str, ...] = STRATEGIES,
 ) -> CrashResult:
     """Produce (at least ``records``, and until the last kill) in the background, kill the driver
-    ``kills`` times, SIGTERM a life mid-batch (unless told not to), drain, count. With ``store``,
+    ``kills`` times (rotating ``strategies``), SIGTERM a life mid-batch (unless told not to),
+    drain, count. With ``store``,
     the table, the dead-letter table and the checkpoint live on that object store
     (s3a://lake/<topic>/...)."""
 
@@ -470,7 +472,7 @@ def crash_soak(
     driver: Driver | None = None
     try:
         for number in range(1, kills + 1):
-            strategy = STRATEGIES[(number - 1) % len(STRATEGIES)]
+            strategy = strategies[(number - 1) % len(strategies)]
             before = watch.version()
             driver = Driver(config, work, log, env=env)
             if not _wait(lambda: watch.version() > before, 300, poll=0.05):  # noqa: B023

@@ -16,21 +16,31 @@ from devstack.spark import spark_jars
 
 pytestmark = [pytest.mark.spark]
 
-# One writer: waits for each round's start time, then writes that round's version.
+# One writer: says it is ready, waits for the go file (the start time, epoch ms, in it), then
+# writes each round's version at that round's time.
 RACE = """
 import io.deltaflow.storage.LocalLinkLogStore;
 import java.nio.file.FileAlreadyExistsException;
+import java.nio.file.Files;
 import java.util.List;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.Path;
 
 public class Race {
   public static void main(String[] args) throws Exception {
-    long start = Long.parseLong(args[0]);
+    java.nio.file.Path go = java.nio.file.Path.of(args[0]);
     int rounds = Integer.parseInt(args[2]);
     Configuration conf = new Configuration();
     LocalLinkLogStore store = new LocalLinkLogStore(conf);
-    System.out.println(System.currentTimeMillis() < start ? "ready" : "late");
+    System.out.println("ready");
+    System.out.flush();
+    while (!Files.exists(go)) {
+      Thread.sleep(5);
+    }
+    long start = Long.parseLong(Files.readString(go).trim());
+    if (System.currentTimeMillis() >= start) {
+      System.out.println("late");
+    }
     for (int round = 0; round < rounds; round++) {
       while (System.currentTimeMillis() < start + round * 200L) {
         Thread.onSpinWait();
@@ -60,32 +70,35 @@ def test_of_several_processes_committing_one_version_exactly_one_wins(tmp_path: 
     source = tmp_path / "Race.java"
     source.write_text(RACE)
     log = tmp_path / "table" / "_delta_log"
+    go = tmp_path / "go"
     writers, rounds = 6, 15
-    start = int((time.time() + 30) * 1000)  # after every JVM compiled Race.java and started
+    # Compiled once (javac), so each writer's JVM only starts; all ready, then released together.
+    classes = tmp_path / "classes"
+    subprocess.run(
+        ["javac", "-cp", _classpath(), "-d", str(classes), str(source)], check=True, timeout=120
+    )
+    argv = ["java", "-cp", f"{classes}:{_classpath()}", "Race", str(go), f"file://{log}"]
     procs = [
         subprocess.Popen(
-            [
-                "java",
-                "-cp",
-                _classpath(),
-                str(source),
-                str(start),
-                f"file://{log}",
-                str(rounds),
-                f"w{i}",
-            ],
+            [*argv, str(rounds), f"w{i}"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
         for i in range(writers)
     ]
+    for proc in procs:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+    ready = tmp_path / "go.partial"
+    ready.write_text(str(int((time.time() + 0.5) * 1000)))
+    ready.rename(go)  # whole, at once: a writer never reads half a start time
     outputs = []
     for proc in procs:
         out, err = proc.communicate(timeout=180)
         assert proc.returncode == 0, err[-2000:]
         outputs.append(out.split("\n"))
-    assert [out[0] for out in outputs] == ["ready"] * writers, "a writer started too late"
+    assert "late" not in {line for out in outputs for line in out}, "a writer started too late"
     for round_ in range(rounds):
         outcomes = Counter(
             line.split()[1] for out in outputs for line in out if line.startswith(f"{round_} ")
