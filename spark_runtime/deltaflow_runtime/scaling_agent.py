@@ -215,7 +215,8 @@ class ScalingAgent:
         # Publish on change, else as a heartbeat: the operator treats a report older than 30 s
         # as a driver that stopped reporting. Keeps the API server's load per stream low: a
         # Kafka poll that saw nothing move is not a change.
-        content = {k: v for k, v in report.items() if k != "at"}
+        # The cost moves with every sample: it rides on the other changes and the heartbeat.
+        content = {k: v for k, v in report.items() if k not in ("at", "cost")}
         if kafka is not None:
             content["kafka"] = {k: v for k, v in kafka.items() if k != "at"}
         if content != self._published or time.monotonic() - self._published_at >= HEARTBEAT_SECONDS:
