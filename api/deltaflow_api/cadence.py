@@ -47,6 +47,7 @@ class TriggerPlan:
     measured: bool  # batch_seconds was measured (not the default)
     reachable: bool  # interval + the batch's tail fit the target
     reason: str  # one sentence for the status and the log
+    target_seconds: float = 0.0
 
     @property
     def worst_age_seconds(self) -> float:
@@ -83,7 +84,7 @@ def plan_trigger(
                 f": a {_s(target_seconds)} s target needs the interval under "
                 f"{_s(max(room, 0.0))} s (or remove trigger.interval to derive it)"
             )
-        return TriggerPlan(pinned_seconds, True, batch, measured, reachable, reason)
+        return TriggerPlan(pinned_seconds, True, batch, measured, reachable, reason, target_seconds)
     room = target_seconds - headroom_seconds(target_seconds) - BATCH_TAIL * batch
     if room < MIN_INTERVAL_SECONDS - _EPSILON:
         least = minimum_target_seconds(batch)
@@ -96,6 +97,7 @@ def plan_trigger(
             f"{of_batch}: a {_s(target_seconds)} s target leaves no time to gather records; "
             f"set spec.freshness.targetSeconds to {least} or more, or make batches faster "
             "(more executors or cores)",
+            target_seconds,
         )
     room = max(room, MIN_INTERVAL_SECONDS)
     interval = math.floor(room + _EPSILON) if room >= 2 else math.floor(room * 10 + _EPSILON) / 10
@@ -107,16 +109,51 @@ def plan_trigger(
         True,
         f"a batch every {_s(interval)} s at most: {of_batch}, within a "
         f"{_s(target_seconds)} s target",
+        target_seconds,
     )
 
 
 def needs_replan(running: TriggerPlan, fresh: TriggerPlan) -> bool:
-    """Whether a running stream should move to ``fresh``'s interval: a derived interval that
-    changed by more than REPLAN_CHANGE (never a pinned one)."""
+    """Whether a running stream should move to ``fresh``'s interval (never a pinned one): at
+    once when the running interval no longer fits the target at the batch time ``fresh`` was
+    planned for, else only for a change of more than REPLAN_CHANGE (each move is a restart)."""
     if running.pinned or fresh.pinned:
         return False
     old, new = running.interval_seconds, fresh.interval_seconds
+    if old > new + _EPSILON and not _fits(old, fresh):
+        return True
     return abs(new - old) > REPLAN_CHANGE * old
+
+
+def judged(running: TriggerPlan, fresh: TriggerPlan) -> TriggerPlan:
+    """The running interval judged at ``fresh``'s batch time (what the status shows while no
+    move is due): the pinned plan is ``fresh`` itself; a derived one keeps its interval."""
+    if running.pinned or running.interval_seconds == fresh.interval_seconds:
+        return fresh
+    fits = _fits(running.interval_seconds, fresh)
+    reason = (
+        f"a batch every {_s(running.interval_seconds)} s at most: batches take "
+        f"{fresh.batch_seconds:.1f} s" + ("" if fresh.measured else " (not measured yet)")
+    )
+    if not fits:
+        reason = fresh.reason
+    return TriggerPlan(
+        running.interval_seconds,
+        False,
+        fresh.batch_seconds,
+        fresh.measured,
+        fits,
+        reason,
+        fresh.target_seconds,
+    )
+
+
+def _fits(interval: float, plan: TriggerPlan) -> bool:
+    """Whether a record waiting ``interval`` and then a batch of ``plan``'s measured time still
+    lands within its target (the headroom kept; the 1.5x tail is the plan's margin, not this
+    test's, so that batch-time noise does not restart the query)."""
+    target = plan.target_seconds
+    return interval + plan.batch_seconds + headroom_seconds(target) <= target + _EPSILON
 
 
 def _s(seconds: float) -> str:

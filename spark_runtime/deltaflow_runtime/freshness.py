@@ -50,6 +50,10 @@ def ages_at_commit(
     rows or timestamps."""
     if rows <= 0 or oldest_ms is None or newest_ms is None:
         return None
+    # Kafka's "no timestamp" is -1 (and 0 is no real produce time): such a batch says nothing
+    # of its freshness, and one such record must not make every percentile decades old.
+    if oldest_ms <= 0 or newest_ms <= 0:
+        return None
     oldest = max(0.0, committed_at - oldest_ms / 1000)
     youngest = min(oldest, max(0.0, committed_at - newest_ms / 1000))
     return BatchAges(committed_at, youngest, oldest, rows, seconds)

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from deltaflow_api.cadence import TriggerPlan, needs_replan, plan_trigger
+from deltaflow_api.cadence import TriggerPlan, judged, needs_replan, plan_trigger
 from deltaflow_runtime.checkpoint import Checkpoint, TopicOffsets, render_offsets
 from deltaflow_runtime.config import Pipeline
 from deltaflow_runtime.cost import CostMeter, executor_figures, jvm_pid, process_figures
@@ -476,6 +476,8 @@ class StreamRunner:
         )
         if needs_replan(self.plan, fresh):
             self._replan = fresh
+        else:  # the status judges the interval running now at the measured batch time
+            self.plan = judged(self.plan, fresh)
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until the query ends; raise its failure (a data-loss failure, explained).
@@ -494,6 +496,9 @@ class StreamRunner:
                 if (
                     self._replan is not None
                     and not self._stop.is_set()
+                    # A query that ended (failed) is not idle: its failure must surface.
+                    and self.query.isActive
+                    and self.query.exception() is None
                     and not self.query.status["isTriggerActive"]
                 ):
                     self._move_to(self._replan)

@@ -150,9 +150,14 @@ def test_the_operator_shows_the_drivers_cost_and_nothing_when_it_does_not_report
         ({"driverMemoryBytes": -3}, "cost.driverMemoryBytes"),
     ],
 )
-def test_a_cost_part_with_impossible_figures_refuses_the_report(
+def test_a_cost_part_with_impossible_figures_is_left_out_and_the_report_kept(
     change: dict[str, Any], why: str
 ) -> None:
+    from deltaflow_operator.autoscaler.observe import _cost
+
     with pytest.raises(RefusedReportError, match=why):
-        _parse(json.dumps({**REPORT, "cost": {**COST, **change}}))
-    assert parse_report(json.dumps({**REPORT, "cost": [1]})) is None
+        _cost(json.loads(json.dumps({**COST, **change})))
+    # What the autoscaler and Ready act on still counts; only the cost is unknown.
+    for part in ({**COST, **change}, [1]):
+        report = _parse(json.dumps({**REPORT, "cost": part}))
+        assert (report.cost, report.target) == (None, 1)

@@ -17,6 +17,7 @@ from deltaflow_api.cadence import (
     DEFAULT_BATCH_SECONDS,
     MIN_INTERVAL_SECONDS,
     headroom_seconds,
+    judged,
     minimum_target_seconds,
     needs_replan,
     plan_trigger,
@@ -262,17 +263,20 @@ FRESHNESS: dict[str, Any] = {
         ({"windowSeconds": None}, "freshness.windowSeconds"),
     ],
 )
-def test_a_freshness_part_with_impossible_figures_refuses_the_report(
+def test_a_freshness_part_with_impossible_figures_is_left_out_and_the_report_kept(
     change: dict[str, Any], why: str
 ) -> None:
-    from deltaflow_operator.autoscaler.observe import RefusedReportError, _parse
+    from deltaflow_operator.autoscaler.observe import RefusedReportError, _freshness, _parse
 
     body = {**FRESHNESS, **change}
     if change.get("windowSeconds", 0) is None:
         del body["windowSeconds"]
     with pytest.raises(RefusedReportError, match=why.split(" is", maxsplit=1)[0]):
-        _parse(json.dumps({**REPORT, "freshness": body}))
-    assert parse_report(json.dumps({**REPORT, "freshness": "fast"})) is None
+        _freshness(json.loads(json.dumps(body)))
+    # What the autoscaler and Ready act on still counts; only the freshness is unknown.
+    for part in (body, "fast"):
+        report = _parse(json.dumps({**REPORT, "freshness": part}))
+        assert (report.freshness, report.target) == (None, 1)
 
 
 def spec(target: int = 30, interval: str | None = None) -> Any:
@@ -369,3 +373,31 @@ def test_one_knob_the_lag_target_and_the_trigger_follow_the_freshness_target() -
     assert trigger_seconds(spec(30, "10s"), None) == 10.0
     assert trigger_seconds(spec(30), fresh(trigger_seconds=7.0)) == 7.0
     assert BATCH_TAIL > 1
+
+
+def test_a_running_interval_that_no_longer_fits_moves_at_once_and_the_status_judges_it() -> None:
+    running = plan_trigger(60, 3.0)  # 49 s
+    slower = plan_trigger(60, 9.0)  # 40 s: within the 25% band, but 49 + 9 + 6 > 60
+    assert running.interval_seconds == 49.0
+    assert slower.interval_seconds == 40.0
+    assert needs_replan(running, slower)
+    # Slightly slower batches that still fit: no restart, and the status judges the running one.
+    noisy = plan_trigger(60, 3.4)
+    assert noisy.interval_seconds == 48.0
+    assert not needs_replan(running, noisy)
+    kept = judged(running, noisy)
+    assert (kept.interval_seconds, kept.reachable, kept.measured) == (49.0, True, True)
+    assert "batches take 3.4 s" in kept.reason
+    # A pinned interval is judged at the measured batch time, never moved.
+    pinned = plan_trigger(60, None, 55.0)
+    assert "not measured" in pinned.reason
+    measured = plan_trigger(60, 4.0, 55.0)
+    assert not needs_replan(pinned, measured)
+    assert judged(pinned, measured) == measured
+    assert not measured.reachable
+    assert measured.measured
+
+
+def test_records_without_a_kafka_timestamp_say_nothing_of_freshness() -> None:
+    assert ages_at_commit(1_000.0, -1, 990_000, 10, 2.0) is None
+    assert ages_at_commit(1_000.0, 0, 990_000, 10, 2.0) is None

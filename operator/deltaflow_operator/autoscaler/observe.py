@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from deltaflow_api.channel import DESIRED_ANNOTATION
 from deltaflow_operator.autoscaler.policy import Capacity, PartitionLag
@@ -46,6 +47,7 @@ class OffsetSnapshot:
     committed: dict[TopicPartition, int]  # a partition the stream never committed is absent
 
 
+_Part = TypeVar("_Part")
 # A cost figure beyond this is no real stream's (a year of 10,000 cores, in seconds).
 MAX_COST = 3.2e11
 # A record's age may be far beyond a day (a stream catching up after days down): ten years.
@@ -157,8 +159,8 @@ def _parse(text: str) -> DriverReport:
         last_batch_at=None if last_batch_at is None else _time(raw, "lastBatchAt"),
         kafka=_snapshot(kafka),
         kafka_error=str((kafka or {}).get("error") or "")[:MAX_TEXT_CHARS],
-        freshness=_freshness(raw.get("freshness")),
-        cost=_cost(raw.get("cost")),
+        freshness=_optional_part(_freshness, raw.get("freshness")),
+        cost=_optional_part(_cost, raw.get("cost")),
     )
 
 
@@ -240,6 +242,15 @@ def _seconds(raw: object) -> float | None:
     return float(raw)
 
 
+def _optional_part(parse: Callable[[object], _Part | None], raw: object) -> _Part | None:
+    """A part the status shows but no decision needs (freshness, cost): one that is not sound
+    is left out, never a reason to refuse the report the autoscaler and Ready act on."""
+    try:
+        return parse(raw)
+    except RefusedReportError:
+        return None
+
+
 def _freshness(raw: object) -> FreshnessReport | None:
     """The report's ``freshness`` part; None when absent (a driver of an older release)."""
     if raw is None:
@@ -260,7 +271,8 @@ def _freshness(raw: object) -> FreshnessReport | None:
         window_seconds=age("windowSeconds", MAX_SECONDS, required=True) or 0.0,
         batches=_count(raw, "batches", where=where),
         records=_count(raw, "records", high=2**63 - 1, where=where),
-        trigger_seconds=age("triggerSeconds", MAX_SECONDS, required=True) or 0.0,
+        # A pinned interval may be longer than a day (DURATION_PATTERN allows 25h).
+        trigger_seconds=age("triggerSeconds", MAX_AGE_SECONDS, required=True) or 0.0,
         trigger_pinned=raw.get("triggerPinned") is True,
         batch_seconds_measured=raw.get("batchSecondsMeasured") is True,
         reachable=raw.get("reachable") is not False,
