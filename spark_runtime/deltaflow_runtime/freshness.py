@@ -23,7 +23,7 @@ from deltaflow_api.cadence import TriggerPlan
 MAX_BATCHES = 512
 # The batch time the trigger plans for comes from this many recent batches, at least a few.
 BATCH_TIME_BATCHES = 50
-MIN_BATCHES_FOR_TIME = 3
+MIN_BATCHES_FOR_TIME = 5
 
 
 def window_seconds(target_seconds: float) -> float:
@@ -98,7 +98,7 @@ def steady_batch_seconds(batches: list[BatchAges]) -> float | None:
         return None
     smaller = sorted(recent, key=lambda b: b.rows)[: (len(recent) + 1) // 2]
     times = sorted(b.batch_seconds for b in smaller)
-    return times[len(times) // 2]
+    return times[(len(times) - 1) // 2]  # the lower median: a cold first batch is not it
 
 
 class FreshnessWindow:

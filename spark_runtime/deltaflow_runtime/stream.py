@@ -253,7 +253,7 @@ class StreamRunner:
         # On a cluster backend the operator scales the executors: see tasks_per_batch.
         scaled = ExecutorControl(self.spark).supported()
         tasks = ingestion.spec.tasks_per_batch(scaled_executors=scaled)
-        self.writer = BatchWriter(
+        writer = BatchWriter(
             spark=self.spark,
             stream=ident,
             spec=spec,
@@ -269,13 +269,13 @@ class StreamRunner:
             min_partitions=tasks,
             size_snapshot_partitions=SNAPSHOT_PARTITIONS not in ingestion.spec.spark_conf,
         )
-        self.writer.seed_committed(resume)
+        writer.seed_committed(resume)
         options = spark_kafka_options(ingestion.spec.source, self.secrets, min_partitions=tasks)
         self._kafka_options = options
         # Dead letters a stopped driver left waiting, before any new batch.
-        self.writer.catch_up_dead_letters(
-            lambda start, end: read_range(self.spark, options, start, end)
-        )
+        writer.catch_up_dead_letters(lambda start, end: read_range(self.spark, options, start, end))
+        # Published whole: the Kafka poll and the listener never see a writer half set up.
+        self.writer = writer
         return resume
 
     def _start_query(self) -> StreamingQuery:

@@ -212,7 +212,7 @@ def test_the_window_forgets_old_batches_and_reports_the_plan_it_runs() -> None:
 
 
 def test_the_planned_batch_time_is_a_steady_batchs_not_a_bursts() -> None:
-    assert steady_batch_seconds([batch(0.0, 1.0, 2.0, 1)] * 2) is None  # too few to say
+    assert steady_batch_seconds([batch(0.0, 1.0, 2.0, 1)] * 4) is None  # too few to say
     steady = [BatchAges(0.0, 1.0, 2.0, 50, 2.0 + 0.1 * (i % 3)) for i in range(30)]
     assert steady_batch_seconds(steady) == pytest.approx(2.1)
     # A catch-up of ten 500k-record batches at 25 s each does not move it...
