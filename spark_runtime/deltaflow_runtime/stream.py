@@ -138,6 +138,9 @@ def check_retention(
     log.warning("%s", message)
 
 
+# A move to a new trigger interval tries the start-up checks this often, this far apart.
+MOVE_ATTEMPTS = 6
+MOVE_RETRY_SECONDS = 10.0
 # How many batch ids the progress listener remembers to report each batch once.
 SEEN_BATCHES_KEPT = 1024
 
@@ -301,7 +304,9 @@ class StreamRunner:
         self.query.stop()
         self._commit_waiting_dead_letters()
         self.plan, self._replan = plan, None
-        self._prepare()
+        self._prepare_again()
+        if self._stop.is_set():
+            return  # stopped meanwhile: wait() sees the stopped query end and stops cleanly
         self.query = self._start_query()
         self.metrics.trigger_interval.set(plan.interval_seconds)
         if self.scaling is not None:
@@ -317,6 +322,27 @@ class StreamRunner:
                 }
             ),
         )
+
+    def _prepare_again(self) -> None:
+        """The start-up guards of a move, tried again while they fail for a passing reason (a
+        Kafka or object-store hiccup must not end a stream that was running); a guard's own
+        verdict (DataLoss, a checkpoint mismatch, ...) and a stop end the tries."""
+        for attempt in range(1, MOVE_ATTEMPTS + 1):
+            try:
+                self._prepare()
+                return
+            except DeltaflowError:
+                raise
+            except Exception as error:
+                if attempt == MOVE_ATTEMPTS or self._stop.is_set():
+                    raise
+                log.warning(
+                    "restarting the query on its new trigger interval: the start-up checks "
+                    "failed (%s); trying again in %.0f s",
+                    error,
+                    MOVE_RETRY_SECONDS,
+                )
+                self._stop.wait(MOVE_RETRY_SECONDS)
 
     def freshness_report(self, now: float) -> dict[str, Any]:
         target = self.pipeline.ingestion.spec.freshness.target_seconds
