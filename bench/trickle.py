@@ -27,6 +27,7 @@ from common import (
     work_dir,
     write_manifest,
 )
+from runtime_kit import ages_at_commit
 
 from deltaflow_runtime.cost import process_figures
 
@@ -62,48 +63,6 @@ def _breakdown(log: Path, before: dict[str, int]) -> str:
         if measured:
             parts.append(f"{name} p50 {percentile(measured, 50):.3f}s")
     return ", ".join(parts)
-
-
-def _ages(table: Path, since_version: int) -> list[float]:
-    """Each record's age at the Delta commit that added it (seconds), for the versions after
-    ``since_version``: the table's own timestamps, the same measure for both jobs."""
-    from deltalake import DeltaTable
-
-    history = {h["version"]: h["timestamp"] / 1000 for h in DeltaTable(str(table)).history()}
-    ages: list[float] = []
-    before = since_version
-    for version in sorted(v for v in history if v > since_version):
-        new = DeltaTable(str(table), version=version).to_pyarrow_table(
-            columns=["_kafka_partition", "_kafka_offset", "_kafka_timestamp"]
-        )
-        old = (
-            DeltaTable(str(table), version=before).to_pyarrow_table(
-                columns=["_kafka_partition", "_kafka_offset"]
-            )
-            if before >= 0
-            else None
-        )
-        seen = (
-            set()
-            if old is None
-            else set(
-                zip(
-                    old.column("_kafka_partition").to_pylist(),
-                    old.column("_kafka_offset").to_pylist(),
-                    strict=True,
-                )
-            )
-        )
-        for p, o, stamp in zip(
-            new.column("_kafka_partition").to_pylist(),
-            new.column("_kafka_offset").to_pylist(),
-            new.column("_kafka_timestamp").to_pylist(),
-            strict=True,
-        ):
-            if (p, o) not in seen:
-                ages.append(history[version] - stamp.timestamp())
-        before = version
-    return ages
 
 
 def _interval(log: Path) -> float | None:
@@ -196,7 +155,7 @@ def main() -> int:  # noqa: PLR0915 - one run of two jobs, told step by step
             if job_name == "deltaflow" and args.freshness is not None:
                 interval = _interval(log)
             batches = v1 - v0
-            ages = sorted(_ages(table, v0 - 1))
+            ages = sorted(ages_at_commit(str(table), after_version=v0 - 1))
             line = (
                 f"{job_name:9s}: {batches} commits in {t1 - t0:.0f}s, "
                 f"{(cpu1 - cpu0) / max(batches, 1):.3f} cpu-s per batch, "

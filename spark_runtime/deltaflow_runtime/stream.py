@@ -188,6 +188,7 @@ class StreamRunner:
         self.cost = CostMeter()
         self._records = 0  # landed since start (the cost per million records)
         self._driver_pids = [os.getpid()]
+        self._executors: ExecutorControl | None = None  # for the cost sample
         self._kafka_options: dict[str, str] = {}
 
     def preflight(self) -> tuple[StreamFacts, TopicOffsets | None]:
@@ -416,7 +417,9 @@ class StreamRunner:
 
     def sample_cost(self) -> None:
         """Read the stream's running totals (CPU, executors, records) into its cost meter."""
-        control = ExecutorControl(self.spark)
+        if self._executors is None:  # once: its py4j handles and the backend do not change
+            self._executors = ExecutorControl(self.spark)
+        control = self._executors
         registered = len(control.totals().registered) if control.supported() else 0
         executor_cpu, executor_rss = executor_figures(self.spark)
         self.cost.sample(

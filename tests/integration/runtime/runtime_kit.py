@@ -191,12 +191,43 @@ def pipeline(document: Mapping[str, Any]) -> Pipeline:
     return Pipeline.of(DeltaIngestion.model_validate(dict(document)))
 
 
+def ages_at_commit(path: str, since: float = 0.0, *, after_version: int = -1) -> list[float]:
+    """Each row's age when the Delta commit that added it happened (seconds), from the table
+    alone: the rows new in each version, against that version's commit timestamp (of commits
+    at ``since`` or later, and of versions after ``after_version``). The tests and
+    ``bench/trickle.py`` measure freshness with it."""
+    from deltalake import DeltaTable
+
+    table = DeltaTable(path)
+    committed_at = {h["version"]: h["timestamp"] / 1000 for h in table.history()}
+    ages: list[float] = []
+    seen: set[tuple[int, int]] = set()
+    for version in sorted(committed_at):
+        rows = DeltaTable(path, version=version).to_pyarrow_table(
+            columns=["_kafka_partition", "_kafka_offset", "_kafka_timestamp"]
+        )
+        for partition, offset, stamp in zip(
+            rows.column("_kafka_partition").to_pylist(),
+            rows.column("_kafka_offset").to_pylist(),
+            rows.column("_kafka_timestamp").to_pylist(),
+            strict=True,
+        ):
+            if (partition, offset) not in seen:
+                seen.add((partition, offset))
+                if committed_at[version] >= since and version > after_version:
+                    ages.append(committed_at[version] - stamp.timestamp())
+    return ages
+
+
 def read_table(path: str, storage_options: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """All rows of a Delta table, read with deltalake (delta-rs), an independent reader (from an
     object store with ``storage_options``)."""
     from deltalake import DeltaTable
 
-    return DeltaTable(path, storage_options=storage_options).to_pyarrow_table().to_pylist()
+    rows: list[dict[str, Any]] = (
+        DeltaTable(path, storage_options=storage_options).to_pyarrow_table().to_pylist()
+    )
+    return rows
 
 
 DELTAFLOW = str(Path(sys.executable).parent / "deltaflow")

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from runtime_kit import (
     Sent,
+    ages_at_commit,
     create_topic,
     duplicates,
     manifest,
@@ -36,33 +37,6 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 TARGET_SECONDS = 10
-
-
-def ages_at_commit(path: str, since: float = 0.0) -> list[float]:
-    """Each row's age when the Delta commit that added it happened (seconds), from the table
-    alone: the rows new in each version, against that version's commit timestamp (of commits
-    at ``since`` or later)."""
-    from deltalake import DeltaTable
-
-    table = DeltaTable(path)
-    committed_at = {h["version"]: h["timestamp"] / 1000 for h in table.history()}
-    ages: list[float] = []
-    seen: set[tuple[int, int]] = set()
-    for version in sorted(committed_at):
-        rows = DeltaTable(path, version=version).to_pyarrow_table(
-            columns=["_kafka_partition", "_kafka_offset", "_kafka_timestamp"]
-        )
-        for partition, offset, stamp in zip(
-            rows.column("_kafka_partition").to_pylist(),
-            rows.column("_kafka_offset").to_pylist(),
-            rows.column("_kafka_timestamp").to_pylist(),
-            strict=True,
-        ):
-            if (partition, offset) not in seen:
-                seen.add((partition, offset))
-                if committed_at[version] >= since:
-                    ages.append(committed_at[version] - stamp.timestamp())
-    return ages
 
 
 def test_a_trickle_lands_within_its_freshness_target_on_the_interval_the_driver_derives(
