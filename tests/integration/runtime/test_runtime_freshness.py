@@ -127,10 +127,13 @@ def _check_the_table(
     rows = tpos(DeltaTable(path).to_pyarrow_table().to_pylist())
     assert duplicates(rows) == []
     assert set(rows) == expected
-    # The p99 is the promise; on this stream nothing waits in Kafka, so the worst keeps it too.
+    # The p99 is the promise. The records that waited through the move (the query stopped,
+    # the start-up checks run again) may be a little later: within half a target more.
     ages = sorted(ages_at_commit(path))
     assert len(ages) == len(expected)
-    assert ages[-1] <= TARGET_SECONDS, f"worst age {ages[-1]:.1f} s, target {TARGET_SECONDS} s"
+    p99 = ages[int(0.99 * (len(ages) - 1))]
+    assert p99 <= TARGET_SECONDS, f"p99 age {p99:.1f} s, target {TARGET_SECONDS} s"
+    assert ages[-1] <= 1.5 * TARGET_SECONDS, f"worst age {ages[-1]:.1f} s"
     commits = sorted(
         h["timestamp"] / 1000
         for h in DeltaTable(path).history()
