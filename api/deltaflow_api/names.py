@@ -32,7 +32,14 @@ class ChildName:
 
 DRIVER_POD = ChildName("driver pod", "-driver", DNS_LABEL)
 DRIVER_SERVICE = ChildName("driver Service", "-driver", DNS_LABEL)
-DRIVER_IDENTITY = ChildName("driver ServiceAccount and RoleBinding", "-spark", DNS_SUBDOMAIN)
+# A suffix no other application's ServiceAccount ends in: the chart's admission policy knows a
+# driver by it (system:serviceaccount:<namespace>:<name>-deltaflow-driver).
+DRIVER_IDENTITY = ChildName(
+    "driver ServiceAccount and RoleBinding", "-deltaflow-driver", DNS_SUBDOMAIN
+)
+# What earlier operators named it: a newer one's first apply deletes that RoleBinding, so the
+# old identity keeps no rights (the ServiceAccount itself goes with the DeltaIngestion).
+LEGACY_DRIVER_IDENTITY_SUFFIX = "-spark"
 CONFIG_MAP = ChildName("pipeline ConfigMap", "-config", DNS_SUBDOMAIN)
 OPTIMIZE_CRONJOB = ChildName("OPTIMIZE CronJob", "-optimize", CRONJOB)
 VACUUM_CRONJOB = ChildName("VACUUM CronJob", "-vacuum", CRONJOB)

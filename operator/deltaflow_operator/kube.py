@@ -142,10 +142,31 @@ class Kube:
             # which the driver holds only while it lists or creates pods.
             if e.status != 422 or manifest["kind"] != "RoleBinding":
                 raise
-            self.rbac.delete_namespaced_role_binding(manifest["metadata"]["name"], namespace)
+            self.delete_role_binding(namespace, manifest["metadata"]["name"])
             result = apply()
         applied: dict[str, Any] = result.to_dict()
         return applied
+
+    def delete_role_binding(self, namespace: str, name: str, owner_uid: str | None = None) -> bool:
+        """Delete the RoleBinding (only if ``owner_uid`` owns it, when given); False if there
+        was none to delete."""
+        if owner_uid is not None:
+            body = _unless_missing(
+                lambda: self._plain(self.rbac.read_namespaced_role_binding(name, namespace))
+            )
+            owners = [] if body is None else body["metadata"].get("ownerReferences") or []
+            if not any(o.get("uid") == owner_uid for o in owners):
+                return False
+            uid = body["metadata"]["uid"] if body else None
+            options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid))
+        else:
+            options = client.V1DeleteOptions()
+        return (
+            _unless_missing(
+                lambda: self.rbac.delete_namespaced_role_binding(name, namespace, body=options)
+            )
+            is not None
+        )
 
     def get_pod(self, namespace: str, name: str) -> Pod | None:
         """The pod as stored, or None."""

@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from deltaflow_api import DeltaIngestion
+from deltaflow_api import DeltaIngestion, names
 from deltaflow_api.crd import strip_nones
 from deltaflow_api.errors import describe
 from deltaflow_api.identity import identity
@@ -93,7 +93,7 @@ def children(ingestion: DeltaIngestion, settings: Settings) -> list[dict[str, An
     return [
         # First: the driver pod, created after the children, never runs open to other pods.
         *network_policies(ingestion, settings),
-        driver_builders.service_account(ingestion),
+        driver_builders.service_account(ingestion, settings),
         driver_builders.role_binding(ingestion, settings),
         driver_builders.driver_service(ingestion, settings),
         driver_builders.config_map(ingestion, settings),
@@ -263,6 +263,10 @@ class Reconciler:
             return
         for manifest in manifests:
             self.kube.apply(manifest)
+        if last is None:  # this process's first apply: an earlier operator's binding goes
+            legacy = f"{ingestion.name}{names.LEGACY_DRIVER_IDENTITY_SUFFIX}"
+            if self.kube.delete_role_binding(ingestion.namespace, legacy, owner_uid=uid):
+                log.info("%s: deleted RoleBinding %s (the driver's earlier identity)", key, legacy)
         self._applied[key] = _Applied(uid, ingestion.metadata.get("generation"), digest, now)
         if first_time:
             kinds = ", ".join(f"{m['kind']} {m['metadata']['name']}" for m in manifests)

@@ -1,5 +1,6 @@
 """Nobody else in, on the local node: a stream's driver takes Spark's traffic from its own
-executors only, and Spark answers only holders of the stream's secret.
+executors only, Spark answers only holders of the stream's secret, and the driver's own identity
+may create and change only its stream's executor pods (the chart's admission policy).
 
 The chart's operator runs as a pod and a DeltaIngestion runs for real (driver and executor pods
 from the project's image, tables on the object store), with the NetworkPolicies the operator
@@ -21,7 +22,9 @@ the stream.
 
 from __future__ import annotations
 
+import copy
 import json
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,8 +34,13 @@ from typing import Any
 import pytest
 
 from deltaflow_api import DeltaIngestion
-from deltaflow_operator.builders.common import RUNTIME_UID, labels
-from deltaflow_operator.builders.driver import BLOCK_MANAGER_PORT, DRIVER_PORT
+from deltaflow_operator.builders.common import RUNTIME_UID, labels, service_account_name
+from deltaflow_operator.builders.driver import (
+    BLOCK_MANAGER_PORT,
+    DRIVER_PORT,
+    EXECUTOR_IMAGE_ANNOTATION,
+    EXECUTOR_SECRETS_ANNOTATION,
+)
 from devstack.cluster import lake_credentials
 from devstack.demo import cluster_manifest, create_topic, pods, produce_orders, running, table_rows
 from devstack.install import REPO_ROOT
@@ -313,3 +321,115 @@ def test_a_process_without_the_streams_secret_cannot_register_as_its_executor(
     guarded.wait_landed()
     status = kube.kubectl_json("-n", NS, "get", "deltaingestion", NAME)["status"]
     assert status["executors"].get("current") == registered, status["executors"]
+
+
+def _as_new_pod(pod: dict[str, Any], name: str) -> dict[str, Any]:
+    """``pod`` as a request to create another like it (server-set fields dropped)."""
+    meta = {k: pod["metadata"][k] for k in ("namespace", "labels", "ownerReferences")}
+    spec = {k: v for k, v in pod["spec"].items() if k != "nodeName"}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {**meta, "name": name}, "spec": spec}
+
+
+def _other_secret_volume(pod: dict[str, Any]) -> None:
+    pod["spec"]["volumes"].append({"name": "loot", "secret": {"secretName": "other-team"}})
+
+
+def _other_secret_env(pod: dict[str, Any]) -> None:
+    pod["spec"]["containers"][0]["env"].append(
+        {"name": "LOOT", "valueFrom": {"secretKeyRef": {"name": "other-team", "key": "k"}}}
+    )
+
+
+def _no_owner(pod: dict[str, Any]) -> None:
+    del pod["metadata"]["ownerReferences"]
+
+
+def _other_stream(pod: dict[str, Any]) -> None:
+    pod["metadata"]["labels"]["app.kubernetes.io/instance"] = "ledger"
+
+
+def _other_image(pod: dict[str, Any]) -> None:
+    pod["spec"]["containers"][0]["image"] = "registry.example/miner:1"
+
+
+def _other_account(pod: dict[str, Any]) -> None:
+    pod["spec"]["serviceAccountName"] = "ci-deployer"
+    pod["spec"]["automountServiceAccountToken"] = True
+
+
+def _host_network(pod: dict[str, Any]) -> None:
+    pod["spec"]["hostNetwork"] = True
+
+
+def test_the_drivers_identity_may_create_and_change_only_its_own_executors(
+    guarded: Guarded,
+) -> None:
+    """The chart's admission policy on the API server, asked as the driver's ServiceAccount
+    (impersonated; every request is a server-side dry run, so it is judged and nothing runs)."""
+    kube = guarded.kube
+    account = service_account_name(NAME)
+    as_driver = f"--as=system:serviceaccount:{NS}:{account}"
+    allowance = kube.kubectl_json("-n", NS, "get", "serviceaccount", account)["metadata"][
+        "annotations"
+    ]
+    assert allowance[EXECUTOR_IMAGE_ANNOTATION] == kube.image
+    assert allowance[EXECUTOR_SECRETS_ANNOTATION] == "lake-creds"  # lake_credentials
+    executor = guarded.running(EXECUTORS)[0]
+    # The pod Spark made is what the driver may make (the control; the stream runs on it).
+    assert executor["spec"]["serviceAccountName"] == account
+    kube.kubectl("-n", NS, "create", "serviceaccount", "ci-deployer", check=False)
+    kube.kubectl("-n", NS, "create", "secret", "generic", "other-team", "--from-literal=k=v",
+                 check=False)  # fmt: skip
+
+    def create(pod: dict[str, Any], *identity: str) -> subprocess.CompletedProcess[str]:
+        return kube.kubectl(
+            "create", "--dry-run=server", *identity, "-f", "-", stdin=json.dumps(pod), check=False
+        )
+
+    def variant(change: Any) -> dict[str, Any]:
+        pod = _as_new_pod(copy.deepcopy(executor), f"{NAME}-exec-999")
+        change(pod)
+        return pod
+
+    assert create(variant(lambda pod: None), as_driver).returncode == 0
+    refused = {
+        "other Secret as a volume": (_other_secret_volume, "only its stream's Secrets"),
+        "other Secret in the environment": (_other_secret_env, "only its stream's Secrets"),
+        "not owned by the driver pod": (_no_owner, "owned by its driver pod"),
+        "another stream's executor": (_other_stream, "only its own stream's executor pods"),
+        "another image": (_other_image, "the stream's image only"),
+        "another ServiceAccount with a token": (_other_account, "without an API token"),
+    }
+    for case, (change, words) in refused.items():
+        answer = create(variant(change), as_driver)
+        assert answer.returncode != 0, f"{case}: admitted"
+        assert "ValidatingAdmissionPolicy" in answer.stderr, (case, answer.stderr)
+        assert words in answer.stderr, (case, answer.stderr)
+    # Pod Security ("restricted" here) refuses the node's namespaces first; the policy refuses
+    # them too where a namespace enforces less.
+    answer = create(variant(_host_network), as_driver)
+    assert answer.returncode != 0
+    assert "hostNetwork" in answer.stderr, answer.stderr
+    # The policy holds drivers only: the namespace's admin creates what the namespace allows.
+    assert create(variant(_other_secret_volume)).returncode == 0
+    # Changes: labels and annotations of its own pods, never their spec; deletes: executors only.
+    driver_pod = f"{NAME}-driver"
+    image_patch = json.dumps({"spec": {"containers": [{"name": "driver", "image": "x:1"}]}})
+    denied = [
+        ("patch", "pod", driver_pod, "-p", image_patch),
+        ("delete", "pod", driver_pod),
+    ]
+    for request in denied:
+        answer = kube.kubectl("-n", NS, *request, "--dry-run=server", as_driver, check=False)
+        assert answer.returncode != 0, request
+        assert "ValidatingAdmissionPolicy" in answer.stderr, (request, answer.stderr)
+    allowed = [
+        ("annotate", "pod", driver_pod, "deltaflow.io/checked=yes"),
+        ("label", "pod", executor["metadata"]["name"], "checked=yes"),
+        ("delete", "pod", executor["metadata"]["name"]),
+    ]
+    for request in allowed:
+        answer = kube.kubectl("-n", NS, *request, "--dry-run=server", as_driver, check=False)
+        assert answer.returncode == 0, (request, answer.stderr)
+    guarded.produce(500)
+    guarded.wait_landed()

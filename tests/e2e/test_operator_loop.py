@@ -27,8 +27,8 @@ NS = "data"
 CHILD_KINDS = [
     ("pod", "orders-driver"),
     ("service", "orders-driver"),
-    ("serviceaccount", "orders-spark"),
-    ("rolebinding", "orders-spark"),
+    ("serviceaccount", "orders-deltaflow-driver"),
+    ("rolebinding", "orders-deltaflow-driver"),
     ("configmap", "orders-config"),
     ("cronjob", "orders-optimize"),
     ("cronjob", "orders-vacuum"),
@@ -483,7 +483,7 @@ def test_operator_permissions_are_exactly_the_checked_in_list(
 def test_driver_service_account_can_only_manage_its_executors(
     operator: OperatorUnderTest, orders: dict[str, Any]
 ) -> None:
-    who = "system:serviceaccount:data:orders-spark"
+    who = "system:serviceaccount:data:orders-deltaflow-driver"
     assert effective(operator, who) == allowed("driver.txt")
     for verb, what in [
         ("get", "secrets"),

@@ -44,7 +44,7 @@ def test_driver_pod_is_restricted_owned_and_runs_the_stream() -> None:
     container = spec["containers"][0]
     _restricted(container["securityContext"], spec["securityContext"])
     assert spec["restartPolicy"] == "Never"
-    assert spec["serviceAccountName"] == "orders-spark"
+    assert spec["serviceAccountName"] == "orders-deltaflow-driver"
     assert container["image"] == "deltaflow:1.2.3"
     assert container["args"] == ["stream", "--config", "/etc/deltaflow/ingestion.yaml"]
     env = {e["name"]: e for e in container["env"]}
@@ -98,6 +98,23 @@ def test_secrets_only_by_reference() -> None:
     }
     conf = b.spark_conf(ing, SETTINGS)
     assert conf["spark.kubernetes.executor.secretKeyRef.AWS_SECRET_ACCESS_KEY"] == "lake:secret"
+    # The driver's executors may name exactly these Secrets, this image and no claim (the
+    # chart's admission policy reads them off the driver's ServiceAccount).
+    assert b.service_account(ing, SETTINGS)["metadata"]["annotations"] == {
+        b.EXECUTOR_IMAGE_ANNOTATION: "deltaflow:1.2.3",
+        b.EXECUTOR_SECRETS_ANNOTATION: "kc kca lake",
+        b.EXECUTOR_CLAIMS_ANNOTATION: "",
+    }
+    with_volumes = ingestion(
+        volumes=[
+            {"name": "lake", "claimName": "lake-pvc", "mountPath": "/lake"},
+            {"name": "ref", "claimName": "ref-pvc", "mountPath": "/ref", "readOnly": True},
+        ],
+        image="registry.example/deltaflow:9",
+    )
+    allowance = b.executor_allowance(with_volumes, SETTINGS)
+    assert allowance[b.EXECUTOR_CLAIMS_ANNOTATION] == "lake-pvc ref-pvc"
+    assert allowance[b.EXECUTOR_IMAGE_ANNOTATION] == "registry.example/deltaflow:9"
     assert set(b.secret_refs(ing)) == {
         "spec.source.auth.username",
         "spec.source.auth.password",
@@ -133,7 +150,7 @@ def test_driver_gets_the_charts_cluster_role_in_its_own_namespace_only() -> None
         "name": SETTINGS.driver_cluster_role,
     }
     assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "orders-spark", "namespace": "data"}
+        {"kind": "ServiceAccount", "name": "orders-deltaflow-driver", "namespace": "data"}
     ]
     assert {r for rule in b.DRIVER_RULES for r in rule["resources"]} == {"pods"}
 
@@ -504,10 +521,11 @@ def test_pod_placement_reaches_each_roles_pods_and_deltaflows_labels_win() -> No
     assert SPEC_HASH_ANNOTATION in driver["metadata"]["annotations"]
     job = maintenance_cronjob(custom, SETTINGS, "optimize")["spec"]["jobTemplate"]["spec"]
     assert job["template"]["spec"]["nodeSelector"] == {"pool": "on-demand"}
-    account = b.service_account(custom)
-    assert account["metadata"]["annotations"] == {
-        "eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/x"
-    }
+    account = b.service_account(custom, SETTINGS)
+    annotations = account["metadata"]["annotations"]
+    assert annotations["eks.amazonaws.com/role-arn"] == "arn:aws:iam::1:role/x"
+    # Its executors may pull with the stream's pull secret (the admission policy reads this).
+    assert annotations[b.EXECUTOR_SECRETS_ANNOTATION].split() == ["registry"]
     # A placement change gives a new driver (pods cannot be moved).
     assert b.driver_spec_hash(custom, SETTINGS) != b.driver_spec_hash(ingestion(), SETTINGS)
 

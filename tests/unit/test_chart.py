@@ -131,6 +131,48 @@ def test_the_driver_cluster_role_is_the_builders_rules() -> None:
     assert role["rules"] == DRIVER_RULES
 
 
+def test_the_driver_admission_policy_knows_drivers_as_the_operator_makes_them() -> None:
+    """The policy's handles on a driver are the operator's: its ServiceAccount's name suffix
+    and labels, and the annotations it writes there. A rename on one side fails here."""
+    from deltaflow_api import DeltaIngestion, names
+    from deltaflow_operator.builders import driver
+    from deltaflow_operator.builders.common import labels
+    from deltaflow_operator.settings import Settings
+    from support.manifests import valid_manifest
+
+    docs = render()
+    policy = _one(docs, "ValidatingAdmissionPolicy", "deltaflow-operator-driver-pods")
+    text = yaml.safe_dump(policy["spec"], width=1000)
+    assert f"endsWith('{names.DRIVER_IDENTITY.suffix}')" in text
+    assert f"size('{names.DRIVER_IDENTITY.suffix}')" in text
+    assert f"variables.stream + '{names.DRIVER_POD.suffix}'" in text
+    manifest = valid_manifest()
+    manifest["metadata"]["uid"] = "u1"
+    account = driver.service_account(DeltaIngestion.model_validate(manifest), Settings())
+    for key in account["metadata"]["annotations"]:
+        assert f"'{key}'" in text, key
+    binding = _one(docs, "ValidatingAdmissionPolicyBinding", "deltaflow-operator-driver-pods")
+    selector = binding["spec"]["paramRef"]["selector"]["matchLabels"]
+    assert selector.items() <= account["metadata"]["labels"].items()
+    assert (
+        not selector.items() <= labels(DeltaIngestion.model_validate(manifest), "executor").items()
+    )
+    # Deny would refuse every pod of a namespace without a stream (no parameter there).
+    assert binding["spec"]["paramRef"]["parameterNotFoundAction"] == "Allow"
+    assert "matchResources" not in binding["spec"]  # cluster-wide, like the operator
+    scoped = _one(
+        render("deltaflow", "--set=watchNamespaces={a,b}"), "ValidatingAdmissionPolicyBinding"
+    )
+    assert scoped["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0][
+        "values"
+    ] == [
+        "a",
+        "b",
+    ]
+    off = render("deltaflow", "--set=driverAdmissionPolicy.enabled=false")
+    assert not [d for d in off if d["kind"].startswith("ValidatingAdmissionPolicy")]
+
+
 def test_the_operator_binds_the_driver_role_and_creates_no_roles() -> None:
     rules = _one(render(), "ClusterRole", "deltaflow-operator")["rules"]
     granted = {

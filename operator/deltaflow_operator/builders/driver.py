@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from deltaflow_api import DeltaIngestion
+from deltaflow_api import GROUP, DeltaIngestion
 from deltaflow_api.driver_pod import (
     BLOCK_MANAGER_PORT,
     CONFIG_MOUNT,
@@ -106,6 +106,9 @@ def driver_spec_hash(ingestion: DeltaIngestion, settings: Settings) -> str:
             # A driver started without these (an older operator's) is replaced once: its
             # executors' random block-manager ports are not the ones the NetworkPolicy opens.
             "network": NETWORK_CONF,
+            # Likewise a driver running as an earlier operator's ServiceAccount name, which the
+            # admission policy does not know and whose RoleBinding is gone.
+            "identity": service_account_name(ingestion.name),
         }
     )
 
@@ -470,14 +473,38 @@ def driver_service(ingestion: DeltaIngestion, settings: Settings) -> Manifest:
     }
 
 
-def service_account(ingestion: DeltaIngestion) -> Manifest:
-    """The driver's identity towards the API server."""
+# The executor pods the driver may create, as the chart's admission policy reads them from the
+# driver's ServiceAccount (its parameter): the image, and the Secrets and PersistentVolumeClaims
+# they may name (space-separated). Admission keeps users' keys out of deltaflow.io/.
+EXECUTOR_IMAGE_ANNOTATION = f"{GROUP}/executor-image"
+EXECUTOR_SECRETS_ANNOTATION = f"{GROUP}/executor-secrets"
+EXECUTOR_CLAIMS_ANNOTATION = f"{GROUP}/executor-claims"
+
+
+def executor_allowance(ingestion: DeltaIngestion, settings: Settings) -> dict[str, str]:
+    """What the stream's executor pods may use: every Secret the stream references (Kafka and
+    object-store credentials, the Kafka CA, image pull secrets) and its spec.volumes claims."""
+    secrets = {ref.name for ref in secret_refs(ingestion).values()}
+    secrets |= {s.name for s in ingestion.spec.image_pull_secrets}
+    claims = {v.claim_name for v in ingestion.spec.volumes}
+    return {
+        EXECUTOR_IMAGE_ANNOTATION: runtime_image(ingestion, settings.image),
+        EXECUTOR_SECRETS_ANNOTATION: " ".join(sorted(secrets)),
+        EXECUTOR_CLAIMS_ANNOTATION: " ".join(sorted(claims)),
+    }
+
+
+def service_account(ingestion: DeltaIngestion, settings: Settings) -> Manifest:
+    """The driver's identity towards the API server, carrying what its executors may use."""
     return {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
         "metadata": {
             **metadata(ingestion, service_account_name(ingestion.name), "driver"),
-            "annotations": dict(ingestion.spec.service_account.annotations),
+            "annotations": {
+                **ingestion.spec.service_account.annotations,
+                **executor_allowance(ingestion, settings),
+            },
         },
     }
 
