@@ -10,6 +10,7 @@ from deltaflow_operator.autoscaler.observe import REPORT_STALE_SECONDS, DriverRe
 from deltaflow_operator.decisions.progress import (
     STALL_SECONDS,
     STARTUP_GRACE_SECONDS,
+    stall_after_seconds,
     stream_progress,
 )
 
@@ -90,15 +91,24 @@ def test_ready_follows_progress(
     assert (verdict.ready, verdict.reason) == expected, scenario
 
 
-def test_a_slow_trigger_stretches_the_stall_window() -> None:
-    slow = stream_progress(
-        report(ago=STALL_SECONDS + 30),
-        running_for=3600,
-        lag_records=10,
-        trigger_seconds=60,
-        now=NOW,
+@pytest.mark.parametrize(
+    ("trigger", "quiet", "stalled"),
+    [
+        (5, 125, False),  # a batch's work and two short intervals
+        (5, 135, True),
+        (60, STALL_SECONDS + 30, False),  # a slow trigger stretches the window ...
+        (52, 230, True),  # ... by two intervals: a 60 s target's stall shows within 4 min
+        (1, 123, True),
+    ],
+)
+def test_a_stall_is_a_batchs_work_plus_two_intervals_without_a_commit(
+    trigger: float, quiet: float, stalled: bool
+) -> None:
+    verdict = stream_progress(
+        report(ago=quiet), running_for=3600, lag_records=10, trigger_seconds=trigger, now=NOW
     )
-    assert slow.ready is True  # ten 60 s triggers have not passed
+    assert (verdict.reason == "StreamStalled") is stalled, verdict
+    assert verdict.ready is not stalled
 
 
 def test_the_stall_message_names_the_backlog() -> None:
@@ -146,7 +156,7 @@ def test_a_ready_stream_is_looked_at_again_when_its_report_would_go_stale() -> N
     )
     assert fresh.recheck_in == pytest.approx(REPORT_STALE_SECONDS - 2)
     quiet = stream_progress(
-        report(at=NOW - 1, ago=STALL_SECONDS - 10),
+        report(at=NOW - 1, ago=stall_after_seconds(5) - 10),
         running_for=3600,
         lag_records=50,
         trigger_seconds=5,

@@ -16,8 +16,17 @@ from deltaflow_operator.decisions.driver import at_text
 
 # Time a new driver gets to start its JVM, its query and its first report.
 STARTUP_GRACE_SECONDS = 180.0
-# With records waiting, no commit for this long (or ten triggers, if longer) is a stall.
+# With records waiting, no commit for this long plus two trigger intervals is a stall: the work
+# of one batch, and the wait for the trigger just missed and the next.
 STALL_SECONDS = 120.0
+
+
+def stall_after_seconds(trigger_seconds: float) -> float:
+    """How long a stream with records waiting may go without a commit before it is stalled.
+
+    Two intervals, not ten: an interval derived from a freshness target is close to the target
+    (52 s for 60 s), and ten of them would hide a stall for nine minutes."""
+    return STALL_SECONDS + 2 * trigger_seconds
 
 
 @dataclass(frozen=True)
@@ -71,7 +80,7 @@ def stream_progress(
             "deleting the pod restarts it from the checkpoint)",
         )
     assert report is not None
-    stall_after = max(STALL_SECONDS, 10 * trigger_seconds)
+    stall_after = stall_after_seconds(trigger_seconds)
     last = report.last_batch_at
     quiet = now - last if last is not None else running_for
     since = _at(last if last is not None else now - running_for)
