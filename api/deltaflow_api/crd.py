@@ -184,6 +184,12 @@ def crd_manifest() -> dict[str, Any]:
                             "priority": 1,
                         },
                         {
+                            "name": "Mode",
+                            "type": "string",
+                            "jsonPath": ".status.placement.mode",
+                            "priority": 1,
+                        },
+                        {
                             "name": "Topic",
                             "type": "string",
                             "jsonPath": ".spec.source.topic",

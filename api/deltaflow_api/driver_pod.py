@@ -17,6 +17,15 @@ KAFKA_CA_FILE = f"{KAFKA_CA_DIR}/{KAFKA_CA_FILE_NAME}"
 ENV_POD_IP = "DELTAFLOW_POD_IP"
 ENV_SPARK_MASTER = "DELTAFLOW_SPARK_MASTER"
 IN_CLUSTER_MASTER = "k8s://in-cluster"
+# The driver pod's mode (deltaflow_api.v1alpha1.PlacementStatus.mode), for the operator's eye.
+SPARK_MODE_ANNOTATION = "deltaflow.io/spark-mode"
+
+
+def local_master(task_slots: int) -> str:
+    """The master of a driver that runs Spark in local mode with ``task_slots`` task threads."""
+    return f"local[{max(1, task_slots)}]"
+
+
 # Kafka's SASL credentials, filled by the kubelet from the spec's secretKeyRefs.
 ENV_KAFKA_USERNAME = "DELTAFLOW_KAFKA_USERNAME"
 ENV_KAFKA_PASSWORD = "DELTAFLOW_KAFKA_PASSWORD"

@@ -145,6 +145,9 @@ class EventReason(StrEnum):
     DRIVER_REPLACING = "DriverReplacing"
     SCALED_UP = "ScaledUp"
     SCALED_DOWN = "ScaledDown"
+    # The stream moves between Spark in the driver pod alone and executor pods (a new driver).
+    MOVED_TO_EXECUTORS = "MovedToExecutors"
+    MOVED_TO_LOCAL_MODE = "MovedToLocalMode"
     # "Scaling" + a verdict that says more executors would not help (scaling.LIMIT_VERDICTS).
     SCALING_INEFFECTIVE = "ScalingIneffective"
     SCALING_HOT_PARTITION = "ScalingHotPartition"

@@ -575,7 +575,9 @@ def duration_seconds(text: str) -> float:
 class Scaling(ApiModel):
     """Executor count: sized on Kafka lag by the operator (``lag``), or set from outside
     (``manual``: ``kubectl scale``, an HPA or KEDA through the /scale subresource), within bounds.
-    One owner at a time: ``executors`` may only be set in manual mode."""
+    One owner at a time: ``executors`` may only be set in manual mode. A count of 0 runs Spark in
+    local mode inside the driver pod (no executor pods): with ``minExecutors: 0`` in lag mode the
+    operator moves the stream between that and executor pods as its lag needs."""
 
     mode: Literal["lag", "manual"] = Field(
         default="lag",
@@ -585,14 +587,23 @@ class Scaling(ApiModel):
     executors: Annotated[
         int | None,
         Field(
-            ge=1,
+            ge=0,
             le=1000,
             description="Manual mode only: the executor count (what kubectl scale sets); "
-            "minExecutors when unset.",
+            "minExecutors when unset. 0: Spark runs in local mode inside the driver pod.",
         ),
     ] = None
     min_executors: Annotated[
-        int, Field(ge=1, le=1000, description="The fewest executors, in either mode.")
+        int,
+        Field(
+            ge=0,
+            le=1000,
+            description="The fewest executors, in either mode. 0: while the driver alone keeps "
+            "the lag target, Spark runs in local mode inside the driver pod (no executor pods, "
+            "spec.driver.cores task threads); the operator moves the stream to executor pods "
+            "(a new driver from the same checkpoint) when it cannot, and back after "
+            "scaleDownStabilizationSeconds.",
+        ),
     ] = 1
     max_executors: Annotated[
         int, Field(ge=1, le=1000, description="The most executors, in either mode.")
@@ -623,6 +634,14 @@ class Scaling(ApiModel):
             description="Lag mode: scale down to the highest count recommended over this window.",
         ),
     ] = 300
+
+    @property
+    def may_run_locally(self) -> bool:
+        """Whether a count of 0 (Spark in local mode in the driver pod) is allowed."""
+        if self.mode == "manual":
+            return (self.executors if self.executors is not None else self.min_executors) == 0
+        return self.min_executors == 0
+
     rules = (
         Rule(
             cel="self.maxExecutors >= self.minExecutors",
@@ -1279,6 +1298,16 @@ class OperatorClaimStatus(StatusModel):
     )
 
 
+class PlacementStatus(StatusModel):
+    """Where the stream's Spark runs: ``local`` (inside the driver pod, no executor pods) or
+    ``executors`` (executor pods), since when and why."""
+
+    mode: Literal["local", "executors"]
+    since: datetime | None = None
+    reason: str = ""
+    message: str = ""
+
+
 class DeltaIngestionStatus(StatusModel):
     """What the operator reports: is my data flowing?"""
 
@@ -1290,6 +1319,7 @@ class DeltaIngestionStatus(StatusModel):
     freshness: FreshnessStatus = FreshnessStatus()
     cost: CostStatus = CostStatus()
     autoscaler: AutoscalerStatus = AutoscalerStatus()
+    placement: PlacementStatus | None = None
     checkpoint_path: str | None = None
     dead_letter_table_path: str | None = None
     operator: OperatorClaimStatus | None = None

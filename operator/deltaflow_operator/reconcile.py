@@ -23,12 +23,14 @@ from pydantic import ValidationError
 
 from deltaflow_api import DeltaIngestion, names
 from deltaflow_api.crd import strip_nones
+from deltaflow_api.driver_pod import SPARK_MODE_ANNOTATION
 from deltaflow_api.errors import describe
 from deltaflow_api.identity import identity
 from deltaflow_api.reasons import ConditionType, EventReason, Reason
-from deltaflow_api.v1alpha1 import DeltaIngestionStatus
+from deltaflow_api.v1alpha1 import DeltaIngestionStatus, PlacementStatus
 from deltaflow_operator import metrics
 from deltaflow_operator.autoscaler.engine import Autoscaler
+from deltaflow_operator.autoscaler.explain import ScalingOutcome
 from deltaflow_operator.autoscaler.observe import ReportReading
 from deltaflow_operator.builders import driver as driver_builders
 from deltaflow_operator.builders.common import config_map_name, driver_pod_name
@@ -50,6 +52,7 @@ from deltaflow_operator.decisions.ownership import (
     decide_ownership,
     read_claim,
 )
+from deltaflow_operator.decisions.placement import moved, place
 from deltaflow_operator.decisions.pod import Pod
 from deltaflow_operator.decisions.progress import stream_progress
 from deltaflow_operator.kube import Kube
@@ -330,9 +333,34 @@ class Reconciler:
                     None if report is None else report.cost, reporting=reporting, now=now
                 ),
                 "autoscaler": outcome.autoscaler,
+                "placement": self._place(body, ingestion, outcome),
             }
         )
         return status, outcome.reading
+
+    def _place(
+        self, body: dict[str, Any], ingestion: DeltaIngestion, outcome: ScalingOutcome
+    ) -> PlacementStatus:
+        """Local mode or executor pods, from this round's count (decisions.placement); an Event
+        when the stream moves (the next round replaces the driver in the new mode)."""
+        previous = (ingestion.status or DeltaIngestionStatus()).placement
+        decided = outcome.autoscaler.verdict not in (None, "Unknown", "Idle")
+        placement = place(
+            ingestion.spec,
+            previous,
+            outcome.executors.desired if decided else None,
+            outcome.autoscaler.reason or "",
+            datetime.now(UTC),
+        )
+        if moved(previous, placement):
+            reason = (
+                EventReason.MOVED_TO_LOCAL_MODE
+                if placement.mode == "local"
+                else EventReason.MOVED_TO_EXECUTORS
+            )
+            self.kube.post_event(body, "Normal", reason, placement.message)
+            log.info("%s/%s: %s", ingestion.namespace, ingestion.name, placement.message)
+        return placement
 
     def _progress(
         self,
@@ -392,11 +420,17 @@ class Reconciler:
         return False, changed_fields(old.get("spec", {}), new["spec"])
 
     def _plan(self, ingestion: DeltaIngestion, pod: Pod | None, changed: list[str]) -> DriverPlan:
+        replacing = [f for f in changed if needs_driver_replacement([f])]
+        mode = driver_builders.driver_pod_mode(ingestion)
+        running = pod.annotations.get(SPARK_MODE_ANNOTATION) if pod is not None else None
+        if running is not None and running != mode:
+            # Named in the replacement's words (decisions.placement moved the stream).
+            replacing.append(f"status.placement ({running} -> {mode})")
         observed = Observed(
             ingestion=ingestion,
             driver_pod=pod,
             desired_hash=driver_builders.driver_spec_hash(ingestion, self.settings),
-            changed_fields=[f for f in changed if needs_driver_replacement([f])],
+            changed_fields=replacing,
             now=datetime.now(UTC),
         )
         return decide_driver(observed, self.settings)

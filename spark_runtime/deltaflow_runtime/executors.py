@@ -16,7 +16,7 @@ the target comes from the operator's autoscaler instead. On Spark's Kubernetes b
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from deltaflow_runtime.jvm import java_array, jvm, scala_context
 
@@ -33,6 +33,20 @@ class ExecutorTotals:
     busy_core_seconds: float  # task time, all executors ever, cumulative
     failed_tasks: int  # cumulative
     newest_added_at: float | None = None  # wall time the newest registered executor registered
+
+
+class Executors(Protocol):
+    """What the scaling agent reads and sets: executor pods (ExecutorControl) or a local-mode
+    driver's own task threads (LocalExecutors)."""
+
+    target: int
+    released: int
+
+    def totals(self) -> ExecutorTotals: ...
+
+    def started_at(self) -> float: ...
+
+    def set_target(self, executors: int) -> list[str]: ...
 
 
 def _executor_order(executor_id: str) -> tuple[int, str]:
@@ -95,7 +109,9 @@ class ExecutorControl:
         Returns the ids released this call. Idempotent: called again with the same count it
         releases what was busy last time and is idle now.
         """
-        executors = max(0, executors)
+        # A driver on executor pods keeps one: with none it runs no task (a count of 0 is a
+        # local-mode driver, which the operator starts in its place: LocalExecutors).
+        executors = max(1, executors)
         if executors != self.target:
             no_locality = self._java.org.apache.spark.api.python.PythonUtils.toScalaMap(
                 self._java.java.util.HashMap()
@@ -127,3 +143,35 @@ class ExecutorControl:
         released = [str(decommissioned.apply(i)) for i in range(decommissioned.size())]
         self.released += len(released)
         return released
+
+
+class LocalExecutors:
+    """A driver running Spark in local mode (spec.scaling.minExecutors 0): no executor to set,
+    0 registered; its task threads are the slots the capacity is measured over, and its tasks'
+    time is the busy time. A count above 0 is not applied here: the operator moves the stream
+    to executor pods with a new driver."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self._sc: Any = scala_context(spark)
+        self.slots = int(spark.sparkContext.defaultParallelism)
+        self.target = 0
+        self.released = 0
+
+    def totals(self) -> ExecutorTotals:
+        """No executors; the driver's task slots and the cumulative time of its tasks."""
+        summaries = self._sc.statusStore().executorList(False)
+        busy_ms = failed = 0
+        for i in range(summaries.size()):
+            summary = summaries.apply(i)
+            if summary.id() == "driver":  # in local mode the tasks run on the driver
+                busy_ms += int(summary.totalDuration())
+                failed += int(summary.failedTasks())
+        return ExecutorTotals([], self.slots, busy_ms / 1000, failed)
+
+    def started_at(self) -> float:
+        """Wall time the SparkContext started."""
+        return int(self._sc.startTime()) / 1000
+
+    def set_target(self, executors: int) -> list[str]:
+        """Nothing to set (see the class doc); releases nothing."""
+        return []

@@ -28,7 +28,7 @@ from deltaflow_runtime.capacity import (
 )
 from deltaflow_runtime.checkpoint import TopicOffsets
 from deltaflow_runtime.config import ConfigError, load_ingestion
-from deltaflow_runtime.executors import ExecutorControl, ExecutorTotals
+from deltaflow_runtime.executors import Executors, ExecutorTotals
 
 log = logging.getLogger("deltaflow.scaling")
 
@@ -101,7 +101,7 @@ class ScalingAgent:
 
     def __init__(
         self,
-        control: ExecutorControl,
+        control: Executors,
         channel: Channel,
         query_id: str,
         bounds: Callable[[], Bounds],
@@ -180,12 +180,12 @@ class ScalingAgent:
         released: list[str] = []
         if desired is not None:
             before = self.control.target
-            released = self.control.set_target(desired)
-            if desired != before or released:
+            released = self.control.set_target(desired)  # it may hold a floor (executors.py)
+            if self.control.target != before or released:
                 log.info(
                     "executors: target %d -> %d%s",
                     before,
-                    desired,
+                    self.control.target,
                     f", released idle {', '.join(released)}" if released else "",
                 )
         totals = self.control.totals()

@@ -25,7 +25,7 @@ from deltaflow_runtime.checkpoint import Checkpoint, TopicOffsets, render_offset
 from deltaflow_runtime.config import Pipeline
 from deltaflow_runtime.cost import CostMeter, executor_figures, jvm_pid, process_figures
 from deltaflow_runtime.errors import DeltaflowError, ExitCode
-from deltaflow_runtime.executors import ExecutorControl
+from deltaflow_runtime.executors import ExecutorControl, Executors, LocalExecutors
 from deltaflow_runtime.freshness import FreshnessWindow, ages_at_commit, window_seconds
 from deltaflow_runtime.guard import StreamFacts, check_checkpoint, check_kafka_identity
 from deltaflow_runtime.jvm import jvm
@@ -350,15 +350,17 @@ class StreamRunner:
         return self.freshness.report(now, self.plan, target)
 
     def _start_scaling(self, query: StreamingQuery) -> None:
-        """On Kubernetes, run the autoscaling agent (the operator sets the executor count)."""
-        control = ExecutorControl(self.spark)
+        """In a driver pod, run the autoscaling agent: it reports to the operator and sets the
+        executor count it asks for (none in local mode, where a count is a move: LocalExecutors)."""
         conf = self.spark.sparkContext.getConf()
         pod, namespace = (
             conf.get("spark.kubernetes.driver.pod.name"),
             conf.get("spark.kubernetes.namespace"),
         )
-        if not control.supported() or not pod or not namespace:
-            return
+        if not pod or not namespace:
+            return  # not in a driver pod (deltaflow run, tests): nobody to report to
+        cluster = ExecutorControl(self.spark)
+        control: Executors = cluster if cluster.supported() else LocalExecutors(self.spark)
         scaling = self.pipeline.ingestion.spec.scaling
         bounds = SpecBounds(
             self.options.config_path, (scaling.min_executors, scaling.max_executors)

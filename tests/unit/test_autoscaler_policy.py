@@ -61,6 +61,7 @@ class Stream:
     measured_start: float | None = None  # the start time the driver reports (None: not yet)
     max_offsets: int | None = None
     min_partitions: int | None = None  # spec.source.minPartitions
+    local_slots: int = 0  # a local-mode driver's task slots: what 0 executors run on
     limits: Limits = LIMITS
     lag: float = 0.0
     now: float = 0.0
@@ -79,7 +80,10 @@ class Stream:
     def true_rate(self, executors: int) -> float:
         assert self.shares is not None
         tasks, largest = split_tasks(list(self.shares), self.min_partitions)
-        waves = math.ceil(tasks / (executors * self.cores))
+        slots = executors * self.cores if executors > 0 else self.local_slots
+        if slots == 0:
+            return 0.0
+        waves = math.ceil(tasks / slots)
         return min(PER_CORE * tasks / waves, PER_CORE / largest, self.sink_limit)
 
     def natural_lag(self) -> float:
@@ -107,6 +111,7 @@ class Stream:
             trigger_interval_seconds=ROUND,
             max_offsets_per_trigger=self.max_offsets,
             min_partitions=self.min_partitions,
+            local_slots=self.local_slots,
         )
 
     def step(self) -> Decision:
@@ -581,6 +586,30 @@ def test_noisy_rates_near_a_boundary_never_flap(
     assert all((after > before) == (direction == "up") for _, before, after in stream.actions)
     if direction == "down":
         assert len(stream.actions) == 1
+
+
+def test_a_stream_that_may_run_locally_moves_to_executors_for_a_burst_and_back() -> None:
+    """minExecutors 0: the driver's own two task slots carry a trickle; a burst they cannot
+    carry within the target gets executors after the scale-up window, and the stream goes back
+    to the driver alone once the scale-down window has seen the burst end."""
+    local = replace(LIMITS, min_executors=0)
+    burst = spike(600, 300, 50, 6000)
+    stream = Stream(8, burst, executors=0, local_slots=2, limits=local).run(2400)
+    before = [d for d in stream.decisions if d.history.recommendations[-1].at < 600]
+    assert {d.desired for d in before} == {0}  # 2k rec/s of local slots carry 50 rec/s
+    (up_at, _, up_to), (down_at, down_from, down_to) = stream.actions
+    assert 630 <= up_at <= 660  # the 30 s scale-up window
+    assert up_to >= 4  # 6k rec/s: at least the cores the 2 local slots fall short by
+    assert (down_from, down_to) == (up_to, 0)
+    assert 900 + 300 <= down_at <= 900 + 300 + 2 * ROUND  # the burst's end, then the window
+    assert stream.lag_seconds() < LIMITS.target_lag_seconds
+
+
+def test_without_local_slots_a_minimum_of_zero_still_runs_executors() -> None:
+    # A count of 0 with no local-mode driver has no task slot: it never meets a need.
+    stream = Stream(8, constant(50), executors=1, limits=replace(LIMITS, min_executors=0))
+    stream.run(1200)
+    assert stream.target == 1
 
 
 def test_partition_ceiling_stops_at_the_partition_count() -> None:

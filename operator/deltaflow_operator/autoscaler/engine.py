@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from deltaflow_api import DeltaIngestion
 from deltaflow_api.channel import REPORT_ANNOTATION
+from deltaflow_api.driver_pod import SPARK_MODE_ANNOTATION
 from deltaflow_api.v1alpha1 import AutoscalerStatus, DeltaIngestionStatus
 from deltaflow_operator.autoscaler import explain
 from deltaflow_operator.autoscaler.collector import Collector, Stream
@@ -81,9 +82,15 @@ class Autoscaler:
             lag = explain.lag_status(observed.view, _lag_seconds(observed.view, None), now)
             return explain.not_scaling(ingestion, base, lag, observed.reading)
         decision = evaluate(ingestion, observed, previous, now)
-        if observed.reporting:
+        local = driver_pod is not None and driver_pod.annotations.get(SPARK_MODE_ANNOTATION) == (
+            "local"
+        )
+        # A local-mode driver has no executors to set: a count above 0 moves the stream to
+        # executor pods with a new driver (decisions.placement); a driver on executor pods runs
+        # at least one until a local-mode driver replaces it.
+        if observed.reporting and not local:
             self.realizer.realize(
-                ingestion.namespace, ingestion.name, observed.asked, decision.desired
+                ingestion.namespace, ingestion.name, observed.asked, max(1, decision.desired)
             )
         return explain.outcome(
             ingestion, base, decision, previous, observed.view, observed.reading,
@@ -145,6 +152,8 @@ def evaluate(
             ),
             max_offsets_per_trigger=ingestion.spec.source.max_offsets_per_trigger,
             min_partitions=ingestion.spec.tasks_per_batch(scaled_executors=True),
+            # What a count of 0 runs on: the driver's own task threads in local mode.
+            local_slots=ingestion.spec.driver.cores if scaling.may_run_locally else 0,
         ),
         Limits(
             min_executors=scaling.min_executors,

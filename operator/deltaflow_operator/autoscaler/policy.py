@@ -105,6 +105,9 @@ class Observation:
     max_offsets_per_trigger: int | None
     # Spark's Kafka minPartitions as the driver sets it (DeltaIngestionSpec.tasks_per_batch).
     min_partitions: int | None = None
+    # Task slots of a driver running Spark in local mode (spec.scaling.minExecutors 0): what a
+    # count of 0 executors means. 0: the stream may not run without executors.
+    local_slots: int = 0
 
 
 @dataclass(frozen=True)
@@ -179,6 +182,11 @@ def lag_seconds(
     return None
 
 
+def task_slots(executors: int, cores_per_executor: int, local_slots: int = 0) -> int:
+    """Tasks that run at once: the executors' cores, or with none the local-mode driver's."""
+    return executors * cores_per_executor if executors > 0 else local_slots
+
+
 def throughput(  # noqa: PLR0917 - positional, as the callers in the operator use it
     executors: int,
     capacity: Capacity,
@@ -186,11 +194,19 @@ def throughput(  # noqa: PLR0917 - positional, as the callers in the operator us
     partitions: int,
     batch_records: float,
     hottest_share: float,
+    *,
+    local_slots: int = 0,
 ) -> float:
     """Records/s that ``executors`` sustain on batches of ``batch_records`` (see the module doc)."""
     records = max(batch_records, 1.0)
     seconds = _batch_seconds(
-        executors, capacity, cores_per_executor, partitions, records, hottest_share
+        executors,
+        capacity,
+        cores_per_executor,
+        partitions,
+        records,
+        hottest_share,
+        local_slots=local_slots,
     )
     if math.isinf(seconds):
         return 0.0
@@ -204,9 +220,11 @@ def _batch_seconds(  # noqa: PLR0917 - the same figures as throughput()
     partitions: int,
     records: float,
     hottest_share: float,
+    *,
+    local_slots: int = 0,
 ) -> float:
     """How long ``executors`` take over a batch of ``records``; infinite without a task slot."""
-    slots = executors * cores_per_executor
+    slots = task_slots(executors, cores_per_executor, local_slots)
     rate = capacity.records_per_core_second
     if slots <= 0 or rate <= 0:
         return math.inf
@@ -231,11 +249,18 @@ class _Model:
     backlog: float  # records beyond the natural micro-batch lag
 
     target_lag: float = 0.0  # seconds; bounds how long a batch may take (see throughput)
+    local_slots: int = 0  # what 0 executors run on (Observation.local_slots)
 
     def _seconds_per_record(self, executors: int) -> float:
         """The per-record part of a batch's time at ``executors`` (inf without a task slot)."""
         seconds = _batch_seconds(
-            executors, self.capacity, self.cores, self.partitions, 1.0, self.hottest_share
+            executors,
+            self.capacity,
+            self.cores,
+            self.partitions,
+            1.0,
+            self.hottest_share,
+            local_slots=self.local_slots,
         )
         return seconds - self.capacity.batch_overhead_seconds
 
@@ -267,6 +292,7 @@ class _Model:
             self.partitions,
             self.batch_records(executors, arrival_rate),
             self.hottest_share,
+            local_slots=self.local_slots,
         )
 
     def throughput(self, executors: int, arrival_rate: float) -> float:
@@ -281,6 +307,7 @@ class _Model:
             self.partitions,
             self.batch_records(executors, arrival_rate),
             self.hottest_share,
+            local_slots=self.local_slots,
         )
         longest = max(self.interval, self.target_lag / 2)
         overhead = self.capacity.batch_overhead_seconds
@@ -347,6 +374,7 @@ def decide(observation: Observation, limits: Limits, history: History) -> Decisi
         obs.max_offsets_per_trigger,
         backlog,
         target_lag,
+        obs.local_slots,
     )
     measured = obs.consumption_rate
     behind_s = lag_seconds(
@@ -384,6 +412,7 @@ def _natural_lag_seconds(
         tasks,
         max(records, 1.0),
         share,
+        local_slots=obs.local_slots,
     )
     return interval + min(batch, interval)
 
@@ -545,7 +574,7 @@ class _Round:
     def _why_limited(self, executors: int, need: float) -> Verdict:
         """What stops ``executors`` (the best count there is) from meeting ``need``."""
         model, capacity = self.model, self.model.capacity
-        slots = max(executors * model.cores, 1)
+        slots = max(task_slots(executors, model.cores, model.local_slots), 1)
         parallelism = (
             model.partitions / math.ceil(model.partitions / slots)
             if model.partitions > 0

@@ -34,6 +34,8 @@ from deltaflow_api.driver_pod import (
     KAFKA_CA_FILE_NAME,
     NETWORK_CONF,
     SPARK_DEFAULTS_FILE,
+    SPARK_MODE_ANNOTATION,
+    local_master,
 )
 from deltaflow_api.v1alpha1 import Resources, Scaling, SecretKeyRef, Volume
 from deltaflow_operator.builders.common import (
@@ -54,6 +56,7 @@ from deltaflow_operator.builders.common import (
     service_account_name,
     stable_hash,
 )
+from deltaflow_operator.decisions.placement import driver_mode
 from deltaflow_operator.settings import Settings
 
 EXECUTOR_CONTAINER = "executor"
@@ -109,6 +112,8 @@ def driver_spec_hash(ingestion: DeltaIngestion, settings: Settings) -> str:
             # Likewise a driver running as an earlier operator's ServiceAccount name, which the
             # admission policy does not know and whose RoleBinding is gone.
             "identity": service_account_name(ingestion.name),
+            # A move between local mode and executor pods is a new driver (decisions.placement).
+            "master": spark_master(ingestion),
         }
     )
 
@@ -227,9 +232,25 @@ def spark_conf(ingestion: DeltaIngestion, settings: Settings) -> dict[str, str]:
 
 
 def _starting_executors(scaling: Scaling) -> int:
+    # A driver on executor pods runs at least one (a count of 0 is a local-mode driver, which
+    # ignores this); the autoscaler asks a moved driver for more once it reports.
     if scaling.mode == "manual" and scaling.executors is not None:
-        return scaling.executors
-    return scaling.min_executors
+        return max(1, scaling.executors)
+    return max(1, scaling.min_executors)
+
+
+def driver_pod_mode(ingestion: DeltaIngestion) -> str:
+    """``local`` or ``executors``: the mode a driver started now runs in."""
+    placement = ingestion.status.placement if ingestion.status is not None else None
+    return driver_mode(ingestion.spec, placement)
+
+
+def spark_master(ingestion: DeltaIngestion) -> str:
+    """The driver's master: local mode with spec.driver.cores task threads while its
+    placement is local (decisions.placement), else the in-cluster Kubernetes backend."""
+    if driver_pod_mode(ingestion) == "local":
+        return local_master(ingestion.spec.driver.cores)
+    return IN_CLUSTER_MASTER
 
 
 SPARK_DEFAULTS_HEADER = (
@@ -382,9 +403,11 @@ def driver_pod(ingestion: DeltaIngestion, settings: Settings) -> Manifest:
     options = ingestion.spec.driver.pod
     meta = metadata(ingestion, driver_pod_name(name), "driver")
     meta["labels"] = pod_labels(ingestion, "driver", options)
+    master = spark_master(ingestion)
     meta["annotations"] = {
         **pod_annotations(options),
         SPEC_HASH_ANNOTATION: driver_spec_hash(ingestion, settings),
+        SPARK_MODE_ANNOTATION: driver_pod_mode(ingestion),
     }
     mounts = [
         {"name": "config", "mountPath": CONFIG_MOUNT, "readOnly": True},
@@ -421,7 +444,7 @@ def driver_pod(ingestion: DeltaIngestion, settings: Settings) -> Manifest:
                             "name": ENV_POD_IP,
                             "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
                         },
-                        {"name": ENV_SPARK_MASTER, "value": IN_CLUSTER_MASTER},
+                        {"name": ENV_SPARK_MASTER, "value": master},
                         *secret_env(ingestion),
                     ],
                     "ports": [

@@ -37,6 +37,7 @@ from runtime_kit import (
     wait_for,
 )
 
+from deltaflow_runtime.executors import ExecutorControl, LocalExecutors
 from deltaflow_runtime.guard import CheckpointMismatchError
 from deltaflow_runtime.offsets import DataLossError, KafkaAdmin
 from deltaflow_runtime.stream import StreamOptions, StreamRunner, recover_checkpoint
@@ -1106,3 +1107,20 @@ def _drained(bootstrap: str, runner: StreamRunner) -> bool:
     admin = KafkaAdmin({"bootstrap.servers": bootstrap})
     latest = admin.latest_offsets(admin.partitions([topic]))
     return runner.writer.committed_offsets == latest
+
+
+def test_a_local_mode_driver_reports_its_task_threads_and_their_busy_time(
+    runtime_spark: SparkSession,
+) -> None:
+    """What the scaling agent of a local-mode driver (minExecutors 0) reports: no executors,
+    the driver's task threads as slots, and its tasks' time as busy time (the capacity the
+    autoscaler rates a count of 0 by); a count asked for is not applied (a move is a new driver)."""
+    assert not ExecutorControl(runtime_spark).supported()  # local mode: no executors to set
+    control = LocalExecutors(runtime_spark)
+    before = control.totals()
+    runtime_spark.range(0, 3_000_000, numPartitions=4).selectExpr("sum(id * 2)").collect()
+    after = control.totals()
+    assert (after.registered, after.cores) == ([], runtime_spark.sparkContext.defaultParallelism)
+    assert after.busy_core_seconds > before.busy_core_seconds
+    assert control.set_target(3) == []
+    assert (control.target, control.released) == (0, 0)
