@@ -49,6 +49,7 @@ PARTITIONS = 3
 DRIVER = f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=driver"
 EXECUTORS = f"spark-app-selector,spark-role=executor,app.kubernetes.io/instance={NAME}"
 REPORT = "deltaflow.io/driver-report"
+SPARK_MODE = "deltaflow.io/spark-mode"
 # Well past what one executor drains within the 10 s target (a warm one drained 300k in ~10 s,
 # so a burst of that size sometimes needed no scale-up).
 BURST = 1_000_000
@@ -569,31 +570,6 @@ def test_leader_pod_deleted_standby_takes_over_and_suspend_resume_with_real_pods
     stream.assert_exactly_once()
 
 
-def test_driver_replacement_never_overlaps_a_terminating_driver(stream: Stream) -> None:
-    old = wait_for("a running driver", stream.driver_uid, timeout=120)
-    watch = PodWatch(stream.kube, NS, DRIVER)
-    processes = DriverProcessWatch(f"{NAME}-driver")
-    wait_for("the driver process seen on the node", lambda: processes.seen, timeout=30)
-    stream.produce(1000)
-    stream.patch({"trigger": {"interval": "3s"}})  # needs a new driver
-    new = wait_for(
-        "the replacement driver running",
-        lambda: (u := stream.driver_uid()) not in (None, old) and u,
-        timeout=240,
-    )
-    wait_for("the new driver process", lambda: len(processes.seen) >= 2, timeout=60)
-    stream.produce(1000)
-    stream.wait_all_landed()
-    watch.stop()
-    processes.stop()
-    # The old pod terminated gracefully (its batch committed) before the new one was created,
-    # and on the node the old driver process was gone before the new one started.
-    assert watch.max_alive == 1, watch.events
-    assert watch.added() <= {old, new}, watch.events
-    assert processes.max_at_once == 1, processes.seen
-    stream.assert_exactly_once()
-
-
 def test_optimize_and_vacuum_jobs_from_the_cronjobs_commit_while_the_stream_appends(
     stream: Stream,
 ) -> None:
@@ -1035,6 +1011,81 @@ def test_the_object_stores_secret_key_is_in_no_object_event_status_or_log(stream
         f"secret key grep: 0 hits in {len(sources)} sources ({size / 1e6:.1f} MB: ConfigMaps, "
         f"pods, Events, DeltaIngestions, CronJobs/Jobs, {len(others)} other kinds, {logged} "
         "container logs, the node's log files); found in its Secret (control)"
+    )
+
+
+def test_a_small_stream_runs_in_its_driver_pod_alone_and_moves_to_executors_for_a_burst(
+    stream: Stream,
+) -> None:
+    """minExecutors 0: Spark in local mode inside the driver pod while the driver alone keeps
+    the lag target; a burst moves the stream to executor pods (a new driver from the same
+    checkpoint) and, once it is drained and the scale-down window has passed, back. Each move
+    is a driver replacement that never overlaps: the old pod terminated gracefully (its batch
+    committed) before the new one was created, and on the node the old driver process was gone
+    before the new one started."""
+    moves = {r: len(stream.events(r)) for r in ("MovedToLocalMode", "MovedToExecutors")}
+    first = wait_for("a running driver", stream.driver_uid, timeout=120)
+    watch = PodWatch(stream.kube, NS, DRIVER)
+    processes = DriverProcessWatch(f"{NAME}-driver")
+    wait_for("the driver process seen on the node", lambda: processes.seen, timeout=30)
+
+    def in_local_mode() -> bool:
+        placement = stream.status().get("placement") or {}
+        drivers = stream.running(DRIVER)
+        return (
+            placement.get("mode") == "local"
+            and bool(drivers)
+            and drivers[0]["metadata"]["annotations"].get(SPARK_MODE) == "local"
+            and not stream.pods(EXECUTORS)
+        )
+
+    try:
+        stream.patch({"scaling": {"minExecutors": 0}})
+        patched = time.monotonic()
+        # One executor carries this stream's trickle: after the scale-down window the autoscaler
+        # finds the driver's own task thread enough, and a local-mode driver replaces the old.
+        wait_for("the stream in its driver pod alone", in_local_mode, timeout=240, interval=1)
+        moved_in = time.monotonic()
+        driver = stream.running(DRIVER)[0]
+        env = {e["name"]: e.get("value") for e in driver["spec"]["containers"][0]["env"]}
+        assert env["DELTAFLOW_SPARK_MASTER"] == "local[1]"  # spec.driver.cores
+        stream.produce(2000)
+        stream.wait_all_landed()
+        assert not stream.pods(EXECUTORS)  # no executor pod was ever made for it
+        assert stream.report()["registered"] == 0
+        stream.produce(BURST)
+        burst = time.monotonic()
+        wait_for(
+            "the burst moved the stream to executor pods",
+            lambda: (
+                (stream.status().get("placement") or {}).get("mode") == "executors"
+                and bool(stream.running(EXECUTORS))
+            ),
+            timeout=300,
+            interval=1,
+        )
+        moved_out = time.monotonic()
+        stream.wait_all_landed(timeout=600)
+        drained = time.monotonic()
+        wait_for("back in the driver pod alone", in_local_mode, timeout=300, interval=1)
+        back = time.monotonic()
+    finally:
+        watch.stop()
+        processes.stop()
+    assert watch.max_alive == 1, watch.events
+    assert processes.max_at_once == 1, processes.seen
+    assert len(watch.added() - {first}) == 3, watch.events  # into local, out, back in
+    stream.assert_exactly_once()
+    into_local = stream.events("MovedToLocalMode")[moves["MovedToLocalMode"] :]
+    to_executors = stream.events("MovedToExecutors")[moves["MovedToExecutors"] :]
+    assert len(into_local) == 2, into_local
+    assert len(to_executors) == 1, to_executors
+    assert "the driver alone keeps the lag target" in into_local[0], into_local
+    assert "executor pod(s)" in to_executors[0], to_executors
+    record(
+        f"local mode: into the driver pod alone {moved_in - patched:.0f}s after minExecutors 0; "
+        f"burst of {BURST} -> on executor pods {moved_out - burst:.0f}s -> all landed "
+        f"{drained - burst:.0f}s -> back in local mode {back - burst:.0f}s; one driver at a time"
     )
 
 

@@ -612,6 +612,27 @@ def test_without_local_slots_a_minimum_of_zero_still_runs_executors() -> None:
     assert stream.target == 1
 
 
+def test_an_idle_stream_never_measured_goes_to_the_minimum_after_the_window() -> None:
+    """Nothing arrives and nothing waits, and no batch ever carried a record (so no capacity):
+    every count carries a need of 0, so the scale-down window alone decides; a stream that may
+    run in its driver pod alone gets there. With anything arriving it waits for a measurement."""
+    local = replace(LIMITS, min_executors=0, scale_down_stabilization_seconds=30)
+    history = History()
+    verdicts = []
+    for now in range(10_000, 10_050, 10):
+        decision = decide(
+            observation(arrival=0.0, executors=1, capacity=None, now=float(now), local_slots=1),
+            local,
+            history,
+        )
+        history = decision.history
+        verdicts.append((decision.verdict, decision.desired))
+    assert verdicts[0] == ("Stabilizing", 1)  # a whole window first
+    assert verdicts[-1] == ("ScaleDown", 0), verdicts
+    arriving = observation(arrival=5.0, executors=1, capacity=None, local_slots=1)
+    assert decide(arriving, local, History()).verdict == "Unknown"
+
+
 def test_partition_ceiling_stops_at_the_partition_count() -> None:
     stream = Stream(4, constant(6000), executors=1, lag=10_000_000).run(1200)
     assert max(to for _, _, to in stream.actions) == 4

@@ -55,6 +55,8 @@ EXECUTORS = was("executors", NEEDS_EXECUTORS)
          True),
         ("no decision this round (driver not reporting): as it was", {}, EXECUTORS, None,
          "executors", NEEDS_EXECUTORS, False),
+        ("minExecutors just became 0, no count yet: stays on executors, says why",
+         {}, was("executors", EXECUTORS_REQUIRED), None, "executors", NEEDS_EXECUTORS, False),
         ("minExecutors 1: always executors", {"minExecutors": 1}, None, None, "executors",
          EXECUTORS_REQUIRED, False),
         ("minExecutors raised while local: moves to executors", {"minExecutors": 1}, LOCAL, 0,

@@ -79,6 +79,11 @@ class Capacity:
     executor_start_seconds: float | None = None
 
 
+# What an idle stream whose capacity was never measured is rated by: no throughput at all, which
+# is all a need of 0 asks for (see decide).
+IDLE_CAPACITY = Capacity(records_per_core_second=0.0, batch_overhead_seconds=0.0, batches=0)
+
+
 @dataclass(frozen=True)
 class PartitionLag:
     """One Kafka partition as the stream sees it."""
@@ -350,14 +355,19 @@ def decide(observation: Observation, limits: Limits, history: History) -> Decisi
         return _unknown(obs, history, base, "driver unreachable")
     if parts is None:
         return _unknown(obs, history, base, "Kafka unreachable")
-    if capacity is None or capacity.batches < 1 or capacity.records_per_core_second <= 0:
-        return _unknown(obs, history, base, "capacity not measured yet")
     known = [rate for rate in rates if rate is not None]
     if len(known) < len(rates):
         missing = len(rates) - len(known)
         return _unknown(
             obs, history, base, f"arrival rate not measured yet for {missing} partition(s)"
         )
+    if capacity is None or capacity.batches < 1 or capacity.records_per_core_second <= 0:
+        if sum(known) > 0 or any(p.lag > 0 for p in parts):
+            return _unknown(obs, history, base, "capacity not measured yet")
+        # Idle (nothing arrives, nothing waits) before any batch was measured: every count
+        # carries a need of 0, so the windows alone decide, down to the minimum (a stream that
+        # may run in its driver pod alone gets there without ever having had a record).
+        capacity = IDLE_CAPACITY
 
     lag = sum(p.lag for p in parts)
     arrival = float(sum(known))

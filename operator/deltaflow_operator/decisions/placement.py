@@ -76,13 +76,20 @@ def place(
         )
     elif desired is None or previous is None:
         mode = driver_mode(spec, previous)
-        if previous is not None and previous.mode == mode:
+        if previous is not None and previous.mode == mode and previous.reason in _AUTOSCALED:
             return previous
-        reason = STARTED_LOCAL if mode == "local" else NEEDS_EXECUTORS
-        message = (
-            "minExecutors is 0: Spark runs in local mode in the driver pod until the driver "
-            "alone cannot keep the lag target"
-        )
+        if mode == "local":
+            reason = STARTED_LOCAL
+            message = (
+                "minExecutors is 0: Spark runs in local mode in the driver pod until the driver "
+                "alone cannot keep the lag target"
+            )
+        else:  # minExecutors just became 0: the autoscaler's next count decides
+            reason = NEEDS_EXECUTORS
+            message = (
+                "minExecutors is 0: Spark stays on executor pods until the autoscaler finds the "
+                "driver alone enough"
+            )
     elif desired == 0:
         mode, reason = "local", DRIVER_KEEPS_UP
         message = f"the driver alone keeps the lag target, in local mode ({why})"
