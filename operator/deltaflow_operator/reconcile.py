@@ -267,9 +267,7 @@ class Reconciler:
         for manifest in manifests:
             self.kube.apply(manifest)
         if last is None:  # this process's first apply: an earlier operator's binding goes
-            legacy = f"{ingestion.name}{names.LEGACY_DRIVER_IDENTITY_SUFFIX}"
-            if self.kube.delete_role_binding(ingestion.namespace, legacy, owner_uid=uid):
-                log.info("%s: deleted RoleBinding %s (the driver's earlier identity)", key, legacy)
+            self._retire_legacy_binding(key, ingestion, uid)
         self._applied[key] = _Applied(uid, ingestion.metadata.get("generation"), digest, now)
         if first_time:
             kinds = ", ".join(f"{m['kind']} {m['metadata']['name']}" for m in manifests)
@@ -281,6 +279,13 @@ class Reconciler:
                 EventReason.CONFIG_UPDATED,
                 f"{', '.join(changed)} changed: applied in place, driver kept",
             )
+
+    def _retire_legacy_binding(self, key: str, ingestion: DeltaIngestion, uid: str) -> None:
+        """Delete the RoleBinding an earlier operator made for the driver's old ServiceAccount
+        name (if the stream owns it); see Kube.delete_role_binding for a role that may not."""
+        legacy = f"{ingestion.name}{names.LEGACY_DRIVER_IDENTITY_SUFFIX}"
+        if self.kube.delete_role_binding(ingestion.namespace, legacy, owner_uid=uid):
+            log.info("%s: deleted RoleBinding %s (the driver's earlier identity)", key, legacy)
 
     def _scale(
         self,
@@ -333,13 +338,19 @@ class Reconciler:
                     None if report is None else report.cost, reporting=reporting, now=now
                 ),
                 "autoscaler": outcome.autoscaler,
-                "placement": self._place(body, ingestion, outcome),
+                "placement": self._place(
+                    body, ingestion, outcome, status.driver.consecutive_failures
+                ),
             }
         )
         return status, outcome.reading
 
     def _place(
-        self, body: dict[str, Any], ingestion: DeltaIngestion, outcome: ScalingOutcome
+        self,
+        body: dict[str, Any],
+        ingestion: DeltaIngestion,
+        outcome: ScalingOutcome,
+        driver_failures: int,
     ) -> PlacementStatus:
         """Local mode or executor pods, from this round's count (decisions.placement); an Event
         when the stream moves (the next round replaces the driver in the new mode)."""
@@ -351,6 +362,7 @@ class Reconciler:
             outcome.executors.desired if decided else None,
             outcome.autoscaler.reason or "",
             datetime.now(UTC),
+            driver_failures=driver_failures,
         )
         if moved(previous, placement):
             reason = (

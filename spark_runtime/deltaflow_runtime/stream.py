@@ -254,8 +254,12 @@ class StreamRunner:
         ingestion, ident = self.pipeline.ingestion, self.pipeline.identity
         spec = parse_spec(self.spark, ingestion.spec.format, ingestion.spec.sink)
         facts, resume = self.preflight()
-        # On a cluster backend the operator scales the executors: see tasks_per_batch.
-        scaled = ExecutorControl(self.spark).supported()
+        # In a driver pod the operator scales the executors (see tasks_per_batch), in local mode
+        # too: its autoscaler rates a count of 0 by these tasks, and a move keeps them.
+        conf = self.spark.sparkContext.getConf()
+        scaled = ExecutorControl(self.spark).supported() or bool(
+            conf.get("spark.kubernetes.driver.pod.name")
+        )
         tasks = ingestion.spec.tasks_per_batch(scaled_executors=scaled)
         writer = BatchWriter(
             spark=self.spark,

@@ -352,6 +352,10 @@ def _other_image(pod: dict[str, Any]) -> None:
     pod["spec"]["containers"][0]["image"] = "registry.example/miner:1"
 
 
+def _another_name(pod: dict[str, Any]) -> None:
+    pod["metadata"]["name"] = "ledger-driver"  # another stream's driver, while it is away
+
+
 def _other_account(pod: dict[str, Any]) -> None:
     pod["spec"]["serviceAccountName"] = "ci-deployer"
     pod["spec"]["automountServiceAccountToken"] = True
@@ -398,6 +402,7 @@ def test_the_drivers_identity_may_create_and_change_only_its_own_executors(
         "not owned by the driver pod": (_no_owner, "owned by its driver pod"),
         "another stream's executor": (_other_stream, "only its own stream's executor pods"),
         "another image": (_other_image, "the stream's image only"),
+        "another stream's driver name": (_another_name, "named <stream>-exec-<id>"),
         "another ServiceAccount with a token": (_other_account, "without an API token"),
     }
     for case, (change, words) in refused.items():

@@ -1014,6 +1014,28 @@ def test_the_object_stores_secret_key_is_in_no_object_event_status_or_log(stream
     )
 
 
+def _burst_moves_it_to_executors(stream: Stream) -> None:
+    """Produce the burst; wait until it moved the stream to executor pods (failing with what
+    the driver reported and the operator decided meanwhile)."""
+    timeline = Timeline(stream)
+    timeline.start()
+    stream.produce(BURST)
+    try:
+        wait_for(
+            "the burst moved the stream to executor pods",
+            lambda: (
+                (stream.status().get("placement") or {}).get("mode") == "executors"
+                and bool(stream.running(EXECUTORS))
+            ),
+            timeout=300,
+            interval=1,
+        )
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{timeline}") from None
+    finally:
+        timeline.stop()
+
+
 def test_a_small_stream_runs_in_its_driver_pod_alone_and_moves_to_executors_for_a_burst(
     stream: Stream,
 ) -> None:
@@ -1040,7 +1062,9 @@ def test_a_small_stream_runs_in_its_driver_pod_alone_and_moves_to_executors_for_
         )
 
     try:
-        stream.patch({"scaling": {"minExecutors": 0}})
+        # A 3 s lag target: the burst's backlog outgrows what the driver alone clears in time
+        # whatever this node's speed (at 10 s, a driver that drained fast enough stayed local).
+        stream.patch({"scaling": {"minExecutors": 0, "targetLagSeconds": 3}})
         patched = time.monotonic()
         # One executor carries this stream's trickle: after the scale-down window the autoscaler
         # finds the driver's own task thread enough, and a local-mode driver replaces the old.
@@ -1053,17 +1077,8 @@ def test_a_small_stream_runs_in_its_driver_pod_alone_and_moves_to_executors_for_
         stream.wait_all_landed()
         assert not stream.pods(EXECUTORS)  # no executor pod was ever made for it
         assert stream.report()["registered"] == 0
-        stream.produce(BURST)
         burst = time.monotonic()
-        wait_for(
-            "the burst moved the stream to executor pods",
-            lambda: (
-                (stream.status().get("placement") or {}).get("mode") == "executors"
-                and bool(stream.running(EXECUTORS))
-            ),
-            timeout=300,
-            interval=1,
-        )
+        _burst_moves_it_to_executors(stream)
         moved_out = time.monotonic()
         stream.wait_all_landed(timeout=600)
         drained = time.monotonic()

@@ -13,6 +13,8 @@ from deltaflow_operator.builders import driver as b
 from deltaflow_operator.decisions.placement import (
     DRIVER_KEEPS_UP,
     EXECUTORS_REQUIRED,
+    LOCAL_DRIVER_FAILED,
+    LOCAL_FAILURE_HOLD_SECONDS,
     MANUAL,
     NEEDS_EXECUTORS,
     STARTED_LOCAL,
@@ -85,6 +87,20 @@ def test_placement_follows_the_spec_and_the_autoscalers_count(
         assert placed.since == NOW, scenario
     # A new driver starts where the placement says.
     assert driver_mode(spec(**scaling), placed) == mode, scenario
+
+
+def test_a_driver_that_keeps_failing_in_local_mode_moves_to_executors_and_stays_a_while() -> None:
+    """Unknown counts (a failing driver does not report) would leave it local for ever: its
+    failures move it, and the count may bring it back only after the hold."""
+    once = place(spec(), LOCAL, None, "", NOW, driver_failures=1)
+    assert once.mode == "local"  # one failure: a restart may do
+    moved_out = place(spec(), LOCAL, None, "", NOW, driver_failures=2)
+    assert (moved_out.mode, moved_out.reason) == ("executors", LOCAL_DRIVER_FAILED)
+    assert "failed 2 times in a row in local mode" in moved_out.message
+    soon = NOW + timedelta(seconds=LOCAL_FAILURE_HOLD_SECONDS - 60)
+    assert place(spec(), moved_out, 0, "idle", soon) == moved_out  # held
+    later = NOW + timedelta(seconds=LOCAL_FAILURE_HOLD_SECONDS + 60)
+    assert place(spec(), moved_out, 0, "idle", later).mode == "local"
 
 
 def test_a_move_says_why_in_the_autoscalers_words() -> None:

@@ -28,6 +28,13 @@ STARTED_LOCAL = "StartedLocal"  # minExecutors 0: a new stream starts in the dri
 DRIVER_KEEPS_UP = "DriverKeepsUp"  # the count went to 0
 NEEDS_EXECUTORS = "NeedsExecutors"  # the count went above 0
 MANUAL = "Manual"  # scaling.mode manual: the spec's count decides
+LOCAL_DRIVER_FAILED = "LocalDriverFailed"  # it kept failing in local mode (its heap, say)
+
+# A local-mode driver that failed this many times in a row moves to executor pods (the failure
+# may be the driver's heap holding the executors' work: an OOM kill), and stays there this long
+# before the autoscaler's count may bring it back.
+LOCAL_FAILURES_BEFORE_MOVE = 2
+LOCAL_FAILURE_HOLD_SECONDS = 3600.0
 _AUTOSCALED = {STARTED_LOCAL, DRIVER_KEEPS_UP, NEEDS_EXECUTORS}
 
 
@@ -53,12 +60,21 @@ def place(
     desired: int | None,
     why: str,
     now: datetime,
+    *,
+    driver_failures: int = 0,
 ) -> PlacementStatus:
     """This round's placement: ``previous`` as it was while the mode holds (unchanged, so the
     status is not rewritten), a new one with the reason when it moves.
 
     ``desired``: the autoscaler's count this round (None: it could not decide, e.g. the driver
-    does not report during a move); ``why``: the autoscaler's words for it."""
+    does not report during a move); ``why``: the autoscaler's words for it;
+    ``driver_failures``: the driver's failures in a row (status.driver.consecutiveFailures)."""
+    held = (
+        previous is not None
+        and previous.reason == LOCAL_DRIVER_FAILED
+        and previous.since is not None
+        and (now - previous.since).total_seconds() < LOCAL_FAILURE_HOLD_SECONDS
+    )
     if not spec.scaling.may_run_locally:
         mode: Mode = "executors"
         reason = EXECUTORS_REQUIRED
@@ -74,6 +90,20 @@ def place(
             if mode == "local"
             else f"spec.scaling.executors is {_spec_count(spec)}: Spark runs on executor pods"
         )
+    elif (
+        previous is not None
+        and previous.mode == "local"
+        and driver_failures >= LOCAL_FAILURES_BEFORE_MOVE
+    ):
+        mode, reason = "executors", LOCAL_DRIVER_FAILED
+        message = (
+            f"the driver failed {driver_failures} times in a row in local mode (see "
+            "status.driver.lastFailureReason; an out-of-memory kill means its heap cannot hold "
+            "the work): Spark moves to executor pods for at least "
+            f"{LOCAL_FAILURE_HOLD_SECONDS / 60:.0f} min"
+        )
+    elif held and previous is not None:
+        return previous
     elif desired is None or previous is None:
         mode = driver_mode(spec, previous)
         if previous is not None and previous.mode == mode and previous.reason in _AUTOSCALED:
