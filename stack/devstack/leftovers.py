@@ -131,13 +131,28 @@ def processes() -> list[tuple[int, list[bytes]]]:
     return found
 
 
+# The control plane's binaries as stack/install builds them into the cache (.../bin/<name>).
+CONTROL_PLANE = (b"/bin/etcd", b"/bin/kube-apiserver", b"/bin/kube-controller-manager",
+                 b"/bin/kube-scheduler")  # fmt: skip
+
+
+def _control_plane(argv: list[bytes]) -> bool:
+    """A control-plane process the stack started (its binary is in the stack's cache)."""
+    return argv[0].endswith(CONTROL_PLANE) and b"/deltaflow/" in argv[0]
+
+
 def _processes() -> list[tuple[int, list[bytes]]]:
-    """(pid, argv) of every node or object-store process (the stack's or anyone's)."""
+    """(pid, argv) of every node, control-plane or object-store process (the stack's or
+    anyone's)."""
     found = []
     for pid, argv in processes():
         ours = argv[0].endswith(
             (b"containerd-shim-runc-v2", b"kubelet", b"kube-proxy", b"/kube-network-policies")
         )
+        # The node's containerd (its config is in the node work dir), and the control plane:
+        # a run killed before its teardown leaves them serving (seen: two such runs' apiservers).
+        ours = ours or (argv[0].endswith(b"containerd") and any(NODE_WORK_MARK in a for a in argv))
+        ours = ours or _control_plane(argv)
         # The stack's object store (stack/install/minio.sh builds it into the cache).
         ours = ours or (argv[0].endswith(b"/minio") and b"/minio/" in argv[0])
         if ours:
@@ -176,13 +191,14 @@ def leftovers() -> list[Leftover]:
 
 
 def _kill_orphans(*, object_store: bool) -> None:
-    """SIGKILL the processes of a dead node (they name a node work dir), and a stray MinIO."""
+    """SIGKILL the processes of a dead node (they name a node work dir), and, with
+    ``object_store`` (no stack of the caller's runs yet), a stray MinIO and control plane."""
     for _ in range(3):
         orphans = [
             pid
             for pid, argv in _processes()
             if any(NODE_WORK_MARK in arg for arg in argv)
-            or (object_store and argv[0].endswith(b"/minio"))
+            or (object_store and (argv[0].endswith(b"/minio") or _control_plane(argv)))
         ]
         if not orphans:
             return
@@ -227,7 +243,14 @@ def sweep_leftovers(*, stack_started: bool = False) -> list[Leftover]:
     found = [
         item
         for item in leftovers()
-        if not (stack_started and (item.kind == "network interface" or "/minio" in item.target))
+        if not (
+            stack_started
+            and (
+                item.kind == "network interface"
+                or "/minio" in item.target
+                or item.target.endswith(tuple(b.decode() for b in CONTROL_PLANE))
+            )
+        )
     ]
     if not found:
         return []
