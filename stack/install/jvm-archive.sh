@@ -2,7 +2,10 @@
 # Builds the class-data archive (AppCDS) local drivers map at start (deltaflow_runtime/jvm_archive.py):
 # a training run of Spark and Delta in this machine's JVM writes the classes it loaded. Keyed by
 # the JVM, pyspark's jars and the connector jars, so any change of them builds a new one (a stale
-# archive would only be ignored by the JVM, with one warning line).
+# archive would only be ignored by the JVM, with one warning line). The jars are named by inode,
+# not path: uv hard-links every clone's .venv to its cache, and Java accepts an archive whose
+# class-path entries are the same files (os::same_files), so all clones share one archive. A
+# path in the key rebuilt it (~45 s) for every fresh clone, CI's included.
 STEP_NAME=jvm-archive
 RERUN="stack/install/jvm-archive.sh"
 source "$(dirname "$0")/lib.sh"
@@ -12,7 +15,7 @@ PYTHON="$REPO_ROOT/.venv/bin/python"
 JARS=$(bash "$INSTALL_DIR/spark-jars.sh")
 PYSPARK_JARS=$("$PYTHON" -c 'import pathlib, pyspark; print(pathlib.Path(pyspark.__file__).parent / "jars")')
 KEY=$(recipe_hash "$0" "$REPO_ROOT/spark_runtime/deltaflow_runtime/jvm_archive.py" \
-  "$(java -version 2>&1)" "$(ls -l --time-style=+%s "$PYSPARK_JARS" "$JARS")")
+  "$(java -version 2>&1)" "$(find "$PYSPARK_JARS/" "$JARS/" -name '*.jar' -printf '%f %i %s %T@\n' | sort)")
 DEST="$(cache_entry jvm-archive "$KEY")"
 
 build() {
