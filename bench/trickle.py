@@ -4,7 +4,10 @@ Spark settings. With --freshness the interval follows the target (the baseline r
 interval Deltaflow's driver moved to).
 
     bash bench/run.sh trickle [--rate 10] [--seconds 120] [--trigger 1s | --freshness 60]
-                              [--idle-seconds 60]
+                              [--idle-seconds 60] [--profile]
+
+--profile breaks each job's CPU per batch down by JVM thread group and, from a JFR recording of
+the measured window, by what its Java code was doing (bench/jvm_profile.py).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from common import (
     work_dir,
     write_manifest,
 )
+from jvm_profile import Recording, by_thread_group, jvm_pid, process_cpu, report, thread_cpu
 from runtime_kit import ages_at_commit
 
 from deltaflow_runtime.cost import process_figures
@@ -83,6 +87,32 @@ def _rss(job: Job) -> int:
     return process_figures(list(job.cpu.per_pid)).rss_bytes
 
 
+class _Profile:
+    """The breakdown of one job's measured window (started at construction)."""
+
+    def __init__(self, job: Job, path: Path) -> None:
+        self.job = job
+        pid = jvm_pid(list(job.cpu.per_pid))
+        if pid is None:
+            raise SystemExit("--profile: no JVM found in the job's process group")
+        self.pid = pid
+        self.recording = Recording(pid, path)
+        self.python0 = self._python()
+        self.threads0, self.total0 = thread_cpu(pid), process_cpu(pid)
+        self.recording.start()
+
+    def _python(self) -> float:
+        self.job.cpu.current()
+        return self.job.cpu.per_pid.get(self.job.proc.pid, 0.0)
+
+    def stop(self, batches: int) -> str:
+        threads1, total1 = thread_cpu(self.pid), process_cpu(self.pid)
+        python = self._python() - self.python0
+        samples = self.recording.stop()
+        groups = by_thread_group(self.threads0, threads1, total1 - self.total0)
+        return report(groups, samples, batches, python)
+
+
 def main() -> int:  # noqa: PLR0915 - one run of two jobs, told step by step
     """Run the benchmark and print its figures."""
     parser = argparse.ArgumentParser(description=__doc__)
@@ -98,6 +128,14 @@ def main() -> int:  # noqa: PLR0915 - one run of two jobs, told step by step
     )
     parser.add_argument("--idle-seconds", type=float, default=60, help="then idle this long")
     parser.add_argument("--work", type=Path, default=None)
+    parser.add_argument("--profile", action="store_true", help="CPU by thread and phase (JFR)")
+    parser.add_argument(
+        "--warm-commits",
+        type=int,
+        default=4,
+        help="commits before the measured window (a JVM's JIT keeps compiling for minutes)",
+    )
+    parser.add_argument("--jobs", default="deltaflow,baseline", help="which jobs, in order")
     args = parser.parse_args()
     trigger = None if args.freshness is not None else (args.trigger or "1s")
     work = work_dir(args.work, "deltaflow-trickle-")
@@ -105,7 +143,7 @@ def main() -> int:  # noqa: PLR0915 - one run of two jobs, told step by step
     rows: list[str] = []
     interval: float | None = None
     try:
-        for job_name in ("deltaflow", "baseline"):
+        for job_name in args.jobs.split(","):
             topic = f"trickle-{job_name}"
             create_topic(kafka.bootstrap_servers, topic, 2)
             config = work / f"{topic}.yaml"
@@ -129,15 +167,18 @@ def main() -> int:  # noqa: PLR0915 - one run of two jobs, told step by step
             else:
                 job = baseline_job(config, work, log, available_now=False, interval=interval)
             # Warm up at the same rate: the table created, a few batches, JIT settled.
-            deadline = time.monotonic() + 600
+            deadline = time.monotonic() + 600 + 60 * args.warm_commits
             warm = 0
-            while _versions(table) < 4:
+            while _versions(table) < args.warm_commits:
                 if time.monotonic() > deadline or job.proc.poll() is not None:
-                    raise SystemExit(f"{job_name} made fewer than 4 commits: see {log}")
+                    raise SystemExit(
+                        f"{job_name} made fewer than {args.warm_commits} commits: see {log}"
+                    )
                 produce(kafka.bootstrap_servers, topic, 10, start=warm, rate=args.rate)
                 warm += 10
             phases_before = {k: len(v) for k, v in _batch_phases(log).items()}
             cpu0, v0, t0 = job.cpu.current(), _versions(table), time.monotonic()
+            profile = _Profile(job, work / f"{topic}.jfr") if args.profile else None
             produce(
                 kafka.bootstrap_servers,
                 topic,
@@ -148,6 +189,7 @@ def main() -> int:  # noqa: PLR0915 - one run of two jobs, told step by step
             # The last records' batch: within an interval (the target, with --freshness).
             time.sleep(3 if args.freshness is None else args.freshness + 3)
             cpu1, v1, t1 = job.cpu.current(), _versions(table), time.monotonic()
+            breakdown = profile.stop(v1 - v0) if profile else None
             memory = _rss(job)
             time.sleep(args.idle_seconds)
             cpu2, t2 = job.cpu.current(), time.monotonic()
@@ -166,6 +208,8 @@ def main() -> int:  # noqa: PLR0915 - one run of two jobs, told step by step
             if job_name == "deltaflow":  # the baseline logs no progress
                 line += f", last interval {_interval(log)}s"
                 line += "\n           per batch: " + _breakdown(log, phases_before)
+            if breakdown:
+                line += "\n" + breakdown
             print(line, flush=True)
             rows.append(line)
     finally:
