@@ -33,6 +33,7 @@ from common import (
 from jvm_profile import Recording, by_thread_group, jvm_pid, process_cpu, report, thread_cpu
 from runtime_kit import ages_at_commit
 
+from deltaflow_api.driver_pod import ENV_SPARK_MASTER, local_master
 from deltaflow_runtime.cost import process_figures
 
 
@@ -136,6 +137,12 @@ def main() -> int:  # noqa: PLR0915 - one run of two jobs, told step by step
         help="commits before the measured window (a JVM's JIT keeps compiling for minutes)",
     )
     parser.add_argument("--jobs", default="deltaflow,baseline", help="which jobs, in order")
+    parser.add_argument(
+        "--plain-driver",
+        action="store_true",
+        help="run Deltaflow's driver as a local run, not as the local-mode driver pod the "
+        "operator gives a small stream (which also picks its JVM options: session.py)",
+    )
     args = parser.parse_args()
     trigger = None if args.freshness is not None else (args.trigger or "1s")
     work = work_dir(args.work, "deltaflow-trickle-")
@@ -163,7 +170,9 @@ def main() -> int:  # noqa: PLR0915 - one run of two jobs, told step by step
                 table = table.parent / (table.name + "_baseline")
             log = work / f"{topic}.log"
             if job_name == "deltaflow":
-                job = deltaflow_job(config, work, log, available_now=False)
+                # What the operator's local-mode driver pod says (builders.driver.spark_master).
+                pod = None if args.plain_driver else {ENV_SPARK_MASTER: local_master(2)}
+                job = deltaflow_job(config, work, log, available_now=False, env=pod)
             else:
                 job = baseline_job(config, work, log, available_now=False, interval=interval)
             # Warm up at the same rate: the table created, a few batches, JIT settled.

@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from deltaflow_runtime.jvm import jvm, stop_jvm
+from deltaflow_runtime.session import DRIVER_JAVA_OPTIONS
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 ENV_JVM_ARCHIVE = "DELTAFLOW_JVM_ARCHIVE"
 ARCHIVE_NAME = "deltaflow.jsa"
-DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 
 def find_archive(env: Mapping[str, str], cache_dir: Path) -> Path | None:

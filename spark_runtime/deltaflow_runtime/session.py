@@ -57,6 +57,16 @@ PINNED_CONF = {
     # table's deletedFileRetentionDuration instead: the spec's retentionHours must count.
     "spark.databricks.delta.vacuum.retentionWindowIgnore.enabled": "false",
 }
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+# A driver pod in local mode (the operator placed it there: its measured work fits the driver
+# alone) compiles with C1 only. A small batch is Spark's and Delta's fixed machinery, run once
+# per batch, and C2 kept compiling its newly generated code batch after batch: measured with
+# bench/run.sh trickle --profile (10 records/s, 10 s trigger, 12 warm-up and 12 measured
+# batches), 4.88 CPU-s per batch of which the compiler threads 3.04 (2.58 after 4 warm-up
+# batches: not a warm-up); with C1 alone 2.09, of which 0.22. The slower peak code shows only
+# in a burst, and a burst moves the stream to executor pods, whose JVMs keep C2. The spec's own
+# extraJavaOptions come after, so a user's -XX:TieredStopAtLevel wins.
+LOCAL_MODE_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 # Defaults the spec may change.
 DEFAULT_CONF = {
     # Protocol-simple tables (reader 1 / writer 2): readable by delta-rs and older readers.
@@ -119,6 +129,12 @@ def pod_conf(env: Mapping[str, str]) -> dict[str, str]:
     return conf
 
 
+def local_mode_pod(env: Mapping[str, str]) -> bool:
+    """Whether this is a driver pod the operator runs in local mode (its master variable names
+    a local master: builders.driver.spark_master)."""
+    return env.get(ENV_SPARK_MASTER, "").strip().startswith("local")
+
+
 def spark_defaults(env: Mapping[str, str]) -> dict[str, str]:
     """The operator's Spark properties for this driver (``DELTAFLOW_SPARK_DEFAULTS``, the
     spark-defaults.conf it wrote: ``key value`` lines, ``#`` comments), lowest in precedence as
@@ -159,6 +175,9 @@ def runtime_conf(
     }
     if master is not None:
         conf["spark.master"] = master
+    if local_mode_pod(e):
+        options = conf.get(DRIVER_JAVA_OPTIONS, "")
+        conf[DRIVER_JAVA_OPTIONS] = f"{LOCAL_MODE_JAVA_OPTIONS} {options}".strip()
     # The executors' CPU and memory for the stream's cost (cost.py), beside any plugin the
     # spec names.
     plugins = [p.strip() for p in conf.get(PLUGINS, "").split(",") if p.strip()]

@@ -32,13 +32,19 @@ from typing import Any
 import pytest
 
 from deltaflow_operator.builders.common import RUNTIME_UID
+from deltaflow_runtime.session import LOCAL_MODE_JAVA_OPTIONS
 from devstack.cluster import built_image_id, install_operator, lake_credentials
 from devstack.demo import BROKEN, cluster_manifest, create_topic, pods, produce_orders, running
 from devstack.kafka import KafkaBroker
 from devstack.kube import KubeControlPlane
 from devstack.minio import ObjectStore
 from support.figures import record
-from support.node_processes import DriverProcessWatch, child_mapped_files, driver_processes
+from support.node_processes import (
+    DriverProcessWatch,
+    child_argv,
+    child_mapped_files,
+    driver_processes,
+)
 from support.operator_harness import OPERATOR_NAMESPACE, wait_for
 from support.pod_watch import PodWatch
 
@@ -1073,6 +1079,9 @@ def test_a_small_stream_runs_in_its_driver_pod_alone_and_moves_to_executors_for_
         driver = stream.running(DRIVER)[0]
         env = {e["name"]: e.get("value") for e in driver["spec"]["containers"][0]["env"]}
         assert env["DELTAFLOW_SPARK_MASTER"] == "local[1]"  # spec.driver.cores
+        # Its JVM compiles with C1 only (a small batch's cost was mostly C2 compiling).
+        jvm = child_argv(_driver_main_pid(driver["metadata"]["name"]))
+        assert LOCAL_MODE_JAVA_OPTIONS in jvm, jvm
         # Three batches of its trickle: the driver measures its own capacity from them (a
         # burst met before that is only drained, the autoscaler holding for want of a measure;
         # a fast node once drained a whole burst so, and never moved).

@@ -28,6 +28,19 @@ def driver_processes(pod_name: str) -> set[int]:
     return found
 
 
+def child_argv(parent_pid: int) -> list[str]:
+    """The command line of a child of ``parent_pid`` (the driver's JVM); empty without one."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) != parent_pid:
+                continue
+            raw = (stat.parent / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):  # gone meanwhile
+            continue
+        return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+    return []
+
+
 def child_mapped_files(parent_pid: int) -> set[str]:
     """Files that a child of ``parent_pid`` has mapped (the driver's JVM, which PySpark starts
     under its Python process); empty without such a child."""

@@ -11,13 +11,14 @@ import pytest
 from deltaflow_api import DeltaIngestion
 from deltaflow_runtime.jvm_archive import (
     ARCHIVE_NAME,
-    DRIVER_JAVA_OPTIONS,
     ENV_JVM_ARCHIVE,
     find_archive,
     with_archive,
 )
 from deltaflow_runtime.session import (
+    DRIVER_JAVA_OPTIONS,
     IN_CLUSTER_MASTER,
+    LOCAL_MODE_JAVA_OPTIONS,
     InClusterConfigError,
     in_cluster_master,
     pod_conf,
@@ -92,6 +93,31 @@ def test_the_driver_pod_gets_master_and_host_and_they_win_over_the_spec() -> Non
     conf = runtime_conf(ingestion, env=POD)
     assert conf["spark.master"] == "k8s://https://10.96.0.1:443"
     assert conf["spark.driver.host"] == "10.88.0.17"
+
+
+@pytest.mark.parametrize(
+    ("master", "spec_options", "expected"),
+    [
+        # A local-mode driver pod compiles with C1 only; the spec's options come after (and win).
+        ("local[1]", None, LOCAL_MODE_JAVA_OPTIONS),
+        (
+            " local[2] ",
+            "-XX:TieredStopAtLevel=4",
+            f"{LOCAL_MODE_JAVA_OPTIONS} -XX:TieredStopAtLevel=4",
+        ),
+        # A driver on executor pods, and any run outside a pod, keep the JVM's defaults.
+        (IN_CLUSTER_MASTER, None, None),
+        (IN_CLUSTER_MASTER, "-Dx=1", "-Dx=1"),
+        ("", None, None),
+    ],
+)
+def test_only_a_local_mode_driver_pod_gives_up_the_c2_compiler(
+    master: str, spec_options: str | None, expected: str | None
+) -> None:
+    spec_conf = {} if spec_options is None else {DRIVER_JAVA_OPTIONS: spec_options}
+    env = {**POD, "DELTAFLOW_SPARK_MASTER": master}
+    conf = runtime_conf(_ingestion(sparkConf=spec_conf), env=env)
+    assert conf.get(DRIVER_JAVA_OPTIONS) == expected
 
 
 def test_command_line_master_and_conf_still_win() -> None:
