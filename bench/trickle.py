@@ -138,6 +138,13 @@ def main() -> int:  # noqa: PLR0915 - one run of two jobs, told step by step
     )
     parser.add_argument("--jobs", default="deltaflow,baseline", help="which jobs, in order")
     parser.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="spec.sparkConf of the manifest both jobs run (repeatable)",
+    )
+    parser.add_argument(
         "--plain-driver",
         action="store_true",
         help="run Deltaflow's driver as a local run, not as the local-mode driver pod the "
@@ -164,6 +171,7 @@ def main() -> int:  # noqa: PLR0915 - one run of two jobs, told step by step
                     max_offsets=100_000,
                     trigger=trigger,
                     freshness=args.freshness,
+                    spark_conf=dict(c.split("=", 1) for c in args.spark_conf) or None,
                 )
             )
             if job_name == "baseline":
