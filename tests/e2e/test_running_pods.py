@@ -1080,18 +1080,24 @@ def test_a_small_stream_runs_in_its_driver_pod_alone_and_moves_to_executors_for_
         env = {e["name"]: e.get("value") for e in driver["spec"]["containers"][0]["env"]}
         assert env["DELTAFLOW_SPARK_MASTER"] == "local[1]"  # spec.driver.cores
         # Its JVM compiles with C1 only (a small batch's cost was mostly C2 compiling).
-        jvm = child_argv(_driver_main_pid(driver["metadata"]["name"]))
+        main_pid = _driver_main_pid(driver["metadata"]["name"])
+        jvm = wait_for(  # spark-class is a shell script until it execs the JVM
+            "the local driver's JVM on the node",
+            lambda: (argv := child_argv(main_pid)) and argv[0].endswith("java") and argv,
+            timeout=60,
+        )
         assert LOCAL_MODE_JAVA_OPTIONS in jvm, jvm
-        # Three batches of its trickle: the driver measures its own capacity from them (a
-        # burst met before that is only drained, the autoscaler holding for want of a measure;
-        # a fast node once drained a whole burst so, and never moved).
-        for _ in range(3):
+        # Four batches of its trickle: a driver's first batch starts its capacity meter and the
+        # next three measure it (a burst met before that is only drained, the autoscaler
+        # holding for want of a measure: a fast node once drained a whole burst so, and never
+        # moved).
+        for _ in range(4):
             stream.produce(700)
             stream.wait_all_landed()
         wait_for(
             "the local driver's capacity measured",
             lambda: stream.report().get("capacity"),
-            timeout=90,
+            timeout=60,
             interval=2,
         )
         assert not stream.pods(EXECUTORS)  # no executor pod was ever made for it

@@ -47,7 +47,7 @@ def test_sigkill_the_driver_six_times_loses_and_duplicates_nothing(
         kafka.bootstrap_servers,
         topic,
         tmp_path / "soak",
-        records=30_000,  # a floor: production goes on until the last kill
+        records=20_000,  # a floor (67 s at 300/s): production goes on until the last kill
         # The aimed kills first, then a random one, then the two that matter most again (the
         # full-size soak, bench/run.sh crash, kills ten times over a million records; two
         # full rotations here cost ~50 s more of the suite's budget).
@@ -73,7 +73,7 @@ def test_sigkill_the_driver_six_times_loses_and_duplicates_nothing(
     assert planned - done in (0, 1)
     assert result.aborted > 0  # transactions aborted after their records reached the log ...
     assert result.aborted_landed == 0  # ... and none of those records landed
-    assert result.produced >= 30_000
+    assert result.produced >= 20_000
     assert result.in_table + result.in_dead_letter == result.produced
     # The kills that matter most landed where they aim: mid-write and right after the commit.
     hits = {r.strategy for r in result.restarts if r.hit}
