@@ -30,6 +30,8 @@ THREAD_GROUPS = (
 
 # A sample's phase: the first rule any of its frames matches, in this order (the most specific
 # first: a checkpoint runs inside a commit, a state reconstruction inside a checkpoint).
+# Delta's state reconstruction and checkpoint jobs run on task threads, whose stacks hold no Delta
+# frame: their share shows under the task-side phases (planning's projection code, parquet).
 PHASES = (
     ("delta: checkpoint", ("org.apache.spark.sql.delta.Checkpoints",)),
     ("delta: checksum", ("org.apache.spark.sql.delta.RecordChecksum", "ChecksumHook")),
@@ -52,7 +54,8 @@ PHASES = (
 
 
 def thread_cpu(pid: int) -> dict[str, float]:
-    """CPU seconds of each live thread of ``pid``, by thread id and name (``"<tid> <name>"``)."""
+    """CPU seconds of each live thread of ``pid``, keyed ``"<tid> <name>"`` (compare by tid:
+    a thread may be renamed meanwhile)."""
     out: dict[str, float] = {}
     task_dir = Path(f"/proc/{pid}/task")
     for task in task_dir.iterdir() if task_dir.exists() else ():
@@ -82,10 +85,12 @@ def by_thread_group(
 ) -> dict[str, float]:
     """CPU seconds per thread group between two ``thread_cpu`` readings; what the process
     burned in threads that ended meanwhile (``total`` minus the live ones) is its own group."""
+    earlier = {thread.split(" ", 1)[0]: seconds for thread, seconds in before.items()}
     groups: dict[str, float] = {}
     for thread, seconds in after.items():
         group = _group(thread)
-        groups[group] = groups.get(group, 0.0) + seconds - before.get(thread, 0.0)
+        spent = seconds - earlier.get(thread.split(" ", 1)[0], 0.0)
+        groups[group] = groups.get(group, 0.0) + spent
     groups["threads that ended"] = max(0.0, total - sum(groups.values()))
     return groups
 
@@ -109,6 +114,8 @@ class Recording:
 
     def start(self) -> None:
         """Start sampling (the ``profile`` settings: a Java stack every 10 ms per thread)."""
+        # Delta's frames sit deep under Spark's: JFR's default 64 frames would cut them off.
+        _jcmd(self.pid, "JFR.configure", "stackdepth=1024")
         _jcmd(self.pid, "JFR.start", f"name={self.name}", "settings=profile")
 
     def stop(self) -> Counter[str]:

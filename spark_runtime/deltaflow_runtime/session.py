@@ -60,12 +60,12 @@ PINNED_CONF = {
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 # A driver pod in local mode (the operator placed it there: its measured work fits the driver
 # alone) compiles with C1 only. A small batch is Spark's and Delta's fixed machinery, run once
-# per batch, and C2 kept compiling its newly generated code batch after batch: measured with
+# per batch, and the C2 compiler threads kept burning CPU batch after batch: measured with
 # bench/run.sh trickle --profile (10 records/s, 10 s trigger, 12 warm-up and 12 measured
-# batches), 4.88 CPU-s per batch of which the compiler threads 3.04 (2.58 after 4 warm-up
-# batches: not a warm-up); with C1 alone 2.09, of which 0.22. The slower peak code shows only
-# in a burst, and a burst moves the stream to executor pods, whose JVMs keep C2. The spec's own
-# extraJavaOptions come after, so a user's -XX:TieredStopAtLevel wins.
+# batches, single runs), 4.88 CPU-s per batch of which the compiler threads 3.04 (2.58 after 4
+# warm-up batches: not a warm-up); with C1 alone 2.09-2.77, of which 0.22-0.27. C1's slower peak
+# code shows in a burst (not measured yet), and a burst moves the stream to executor pods, whose
+# JVMs keep C2. The spec's own extraJavaOptions come after, so a user's choice wins.
 LOCAL_MODE_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 # Defaults the spec may change.
 DEFAULT_CONF = {
@@ -175,7 +175,7 @@ def runtime_conf(
     }
     if master is not None:
         conf["spark.master"] = master
-    if local_mode_pod(e):
+    if local_mode_pod(e) and conf.get("spark.master", "").startswith("local"):
         options = conf.get(DRIVER_JAVA_OPTIONS, "")
         conf[DRIVER_JAVA_OPTIONS] = f"{LOCAL_MODE_JAVA_OPTIONS} {options}".strip()
     # The executors' CPU and memory for the stream's cost (cost.py), beside any plugin the

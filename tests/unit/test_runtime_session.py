@@ -118,6 +118,9 @@ def test_only_a_local_mode_driver_pod_gives_up_the_c2_compiler(
     env = {**POD, "DELTAFLOW_SPARK_MASTER": master}
     conf = runtime_conf(_ingestion(sparkConf=spec_conf), env=env)
     assert conf.get(DRIVER_JAVA_OPTIONS) == expected
+    # A master given on the command line decides: not local, no C1-only JVM.
+    pinned = runtime_conf(_ingestion(), env=env, master="k8s://https://10.96.0.1:443")
+    assert DRIVER_JAVA_OPTIONS not in pinned
 
 
 def test_command_line_master_and_conf_still_win() -> None:

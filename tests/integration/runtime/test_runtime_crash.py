@@ -48,11 +48,11 @@ def test_sigkill_the_driver_six_times_loses_and_duplicates_nothing(
         topic,
         tmp_path / "soak",
         records=20_000,  # a floor (67 s at 300/s): production goes on until the last kill
-        # The aimed kills first, then a random one, then the two that matter most again (the
-        # full-size soak, bench/run.sh crash, kills ten times over a million records; two
-        # full rotations here cost ~50 s more of the suite's budget).
+        # Each aimed kill twice, so one missed window does not fail the run (the full-size
+        # soak, bench/run.sh crash, also kills at random moments, ten times over a million
+        # records; two rotations of all four here cost ~50 s more of the suite's budget).
         kills=6,
-        strategies=("mid-write", "after-table-commit", "after-plan", "random"),
+        strategies=("mid-write", "after-table-commit", "after-plan"),
         rate=300,
         max_offsets=5_000,
     )
