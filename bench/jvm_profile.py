@@ -69,12 +69,6 @@ def thread_cpu(pid: int) -> dict[str, float]:
     return out
 
 
-def process_cpu(pid: int) -> float:
-    """CPU seconds of the whole process ``pid`` (ended threads included)."""
-    fields = Path(f"/proc/{pid}/stat").read_text(errors="replace").rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK
-
-
 def _group(thread: str) -> str:
     name = thread.split(" ", 1)[1]
     return next((g for g, rule in THREAD_GROUPS if rule.search(name)), "other threads")

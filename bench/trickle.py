@@ -30,7 +30,7 @@ from common import (
     work_dir,
     write_manifest,
 )
-from jvm_profile import Recording, by_thread_group, jvm_pid, process_cpu, report, thread_cpu
+from jvm_profile import Recording, by_thread_group, jvm_pid, report, thread_cpu
 from runtime_kit import ages_at_commit
 
 from deltaflow_api.driver_pod import ENV_SPARK_MASTER, local_master
@@ -99,7 +99,7 @@ class _Profile:
         self.pid = pid
         self.recording = Recording(pid, path)
         self.python0 = self._python()
-        self.threads0, self.total0 = thread_cpu(pid), process_cpu(pid)
+        self.threads0, self.total0 = thread_cpu(pid), process_figures([pid]).cpu_seconds
         self.recording.start()
 
     def _python(self) -> float:
@@ -107,7 +107,7 @@ class _Profile:
         return self.job.cpu.per_pid.get(self.job.proc.pid, 0.0)
 
     def stop(self, batches: int) -> str:
-        threads1, total1 = thread_cpu(self.pid), process_cpu(self.pid)
+        threads1, total1 = thread_cpu(self.pid), process_figures([self.pid]).cpu_seconds
         python = self._python() - self.python0
         samples = self.recording.stop()
         groups = by_thread_group(self.threads0, threads1, total1 - self.total0)

@@ -28,33 +28,30 @@ def driver_processes(pod_name: str) -> set[int]:
     return found
 
 
-def child_argv(parent_pid: int) -> list[str]:
-    """The command line of a child of ``parent_pid`` (the driver's JVM); empty without one."""
+def _child_file(parent_pid: int, name: str) -> bytes | None:
+    """``/proc/<child>/<name>`` of the first child of ``parent_pid`` (the driver's JVM, which
+    PySpark starts under its Python process); None without such a child."""
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             if int(stat.read_text().rsplit(")", 1)[1].split()[1]) != parent_pid:
                 continue
-            raw = (stat.parent / "cmdline").read_bytes()
+            return (stat.parent / name).read_bytes()
         except (OSError, IndexError, ValueError):  # gone meanwhile
             continue
-        return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
-    return []
+    return None
+
+
+def child_argv(parent_pid: int) -> list[str]:
+    """The command line of a child of ``parent_pid``; empty without one."""
+    raw = _child_file(parent_pid, "cmdline") or b""
+    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
 
 
 def child_mapped_files(parent_pid: int) -> set[str]:
-    """Files that a child of ``parent_pid`` has mapped (the driver's JVM, which PySpark starts
-    under its Python process); empty without such a child."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            if int(fields[1]) != parent_pid:  # the parent pid
-                continue
-            maps = (stat.parent / "maps").read_text()
-        except (OSError, IndexError, ValueError):  # gone meanwhile
-            continue
-        fields_of = (line.split(maxsplit=5) for line in maps.splitlines())
-        return {f[5] for f in fields_of if len(f) == 6}
-    return set()
+    """Files that a child of ``parent_pid`` has mapped; empty without such a child."""
+    maps = (_child_file(parent_pid, "maps") or b"").decode(errors="replace")
+    fields_of = (line.split(maxsplit=5) for line in maps.splitlines())
+    return {f[5] for f in fields_of if len(f) == 6}
 
 
 class DriverProcessWatch:
