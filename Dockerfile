@@ -95,8 +95,8 @@ RUN --mount=type=cache,id=deltaflow-maven,target=/root/.m2 \
  && mvn -B -q -Dstyle.color=never -f /build/jvm/pom.xml -Dbuild.dir=/tmp/jvm \
       -Ddelta.version="$DELTA_VERSION" -Dhadoop.version="$HADOOP_VERSION" \
       -Djackson.version="$JACKSON_VERSION" -Davro.version="$AVRO_VERSION" \
-      -Dspark.version="$SPARK_VERSION" -Dscala.binary="$SCALA_BINARY" \
-      -Dscala.version="$SCALA_VERSION" package \
+      -Dspark.version="$SPARK_VERSION" -Dspark.minor="${SPARK_VERSION%.*}" \
+      -Dscala.binary="$SCALA_BINARY" -Dscala.version="$SCALA_VERSION" package \
  && cp /tmp/jvm/deltaflow-jvm-*.jar /jars/
 
 # --- Runtime ------------------------------------------------------------------------------------

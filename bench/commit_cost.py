@@ -4,7 +4,9 @@ Delta's state reconstruction runs in (``spark.databricks.delta.snapshotPartition
 Every batch of a stream commits with ``txnAppId``/``txnVersion`` (the runtime, and Delta's own
 streaming sink alike), and delta-spark 4.4 answers the stream's last ``txnVersion`` by
 reconstructing the whole table state (a Spark job over ``snapshotPartitions`` tasks), not from the
-``.crc`` file. This fixed cost is paid per batch, whatever its size.
+``.crc`` file. This fixed cost is paid per batch, whatever its size. The runtime's own append
+(``table.append_batch``, kind "append") reads it from the ``.crc`` instead: it is measured
+beside Delta's write with (kind "txn") and without (kind "plain") a transaction id.
 
 For each table size in ``--files`` a table is made with that many files in its log (synthetic
 ``add`` actions in 20k-file commits, then a checkpoint, then a few real commits, as a stream's
@@ -77,9 +79,9 @@ def _report(files: int, chosen: int, runs: Runs) -> None:
     for (kind, partitions), samples in sorted(runs.items()):
         cpu, wall = mean(samples, 0), mean(samples, 1)
         line = f"  {kind:5s} {partitions:2d} tasks: {cpu:5.2f} CPU-s {wall:5.2f} s a commit"
-        if base is not None and kind == "txn":
+        if base is not None and kind in ("txn", "append"):
             line += f"  ({cpu / mean(base, 0):.2f}x the CPU of 8 tasks)"
-        if partitions == chosen and kind == "txn":
+        if partitions == chosen and kind == "append":
             line += "  <- runtime"
         print(line, flush=True)
 
@@ -95,7 +97,12 @@ def main() -> None:
     from pyspark.sql import functions as F  # noqa: N812
 
     from deltaflow_runtime.session import DEFAULT_CONF, PINNED_CONF
-    from deltaflow_runtime.table import SNAPSHOT_PARTITIONS, known_files, snapshot_partitions
+    from deltaflow_runtime.table import (
+        SNAPSHOT_PARTITIONS,
+        append_batch,
+        known_files,
+        snapshot_partitions,
+    )
 
     spark = local_session(2, {**DEFAULT_CONF, **PINNED_CONF})
     jvm: Any = spark.sparkContext._jvm
@@ -104,14 +111,18 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="deltaflow-commit-cost-"))
     version = 0
 
-    def commits(path: Path, partitions: int, txn: bool) -> tuple[float, float]:
+    def commits(path: Path, partitions: int, kind: str) -> tuple[float, float]:
         nonlocal version
         spark.conf.set(SNAPSHOT_PARTITIONS, str(partitions))
         cpu, wall = _jvm_cpu(pid), time.perf_counter()
         for _ in range(args.commits):
+            version += 1
+            if kind == "append":
+                options = {"txnAppId": "bench-append", "txnVersion": str(version)}
+                append_batch(rows, str(path), options, ["country"])
+                continue
             writer = rows.write.format("delta").mode("append").partitionBy("country")
-            if txn:
-                version += 1
+            if kind == "txn":
                 writer = writer.option("txnAppId", "bench").option("txnVersion", str(version))
             writer.save(str(path))
         return (_jvm_cpu(pid) - cpu) / args.commits, (time.perf_counter() - wall) / args.commits
@@ -120,17 +131,16 @@ def main() -> None:
         for files in (int(f) for f in args.files.split(",")):
             path = work / f"table-{files}"
             _synthetic_log(spark, path, files)
-            commits(path, 8, True)  # warm-up: the JIT, and the table's first snapshot
+            commits(path, 8, "txn")  # warm-up: the JIT, and the table's first snapshot
             chosen = snapshot_partitions(known_files(spark, str(path)))
             settings = sorted({*(int(p) for p in args.partitions.split(",")), chosen})
             runs: Runs = {}
             for rotation in range(args.repeat):
                 order = settings if rotation % 2 == 0 else settings[::-1]
                 for partitions in order:
-                    for txn in (True, False):
-                        kind = "txn" if txn else "plain"
+                    for kind in ("txn", "plain", "append"):
                         runs.setdefault((kind, partitions), []).append(
-                            commits(path, partitions, txn)
+                            commits(path, partitions, kind)
                         )
             _report(files, chosen, runs)
     finally:

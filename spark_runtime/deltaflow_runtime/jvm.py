@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
-    from pyspark.sql import Column, Observation, SparkSession
+    from pyspark.sql import Column, DataFrame, Observation, SparkSession
 
 
 def active_context() -> SparkContext:
@@ -100,6 +100,11 @@ def java_udf(instance: Any, name: str, argument: Column) -> Column:
     )
     udf = typed_udf.invoke(None, arguments).withName(name)
     return Column(udf.apply(_to_seq(active_context(), [argument], _to_java_column)))
+
+
+def java_frame(frame: DataFrame) -> Any:
+    """The DataFrame's ``org.apache.spark.sql.Dataset``."""
+    return frame._jdf
 
 
 def observation_handle(observation: Observation) -> Any:

@@ -100,7 +100,7 @@ def _train(spark: SparkSession, table: str) -> None:
     back, JSON parsing, and the Kafka source's planning (no broker is contacted)."""
     from pyspark.sql import functions as F  # noqa: N812
 
-    from deltaflow_runtime.table import known_files, table_state
+    from deltaflow_runtime.table import append_batch, known_files, table_state
 
     frame = spark.createDataFrame(
         [(i, f'{{"id": {i}, "country": "{"DE" if i % 2 else "FR"}"}}') for i in range(200)],
@@ -111,15 +111,17 @@ def _train(spark: SparkSession, table: str) -> None:
         F.from_json("value", "id BIGINT, country STRING").alias("record"),
     ).select("offset", "record.*")
     for batch in range(3):
-        (
-            parsed.write.format("delta")
-            .mode("append")
-            .partitionBy("country")
-            .option("txnAppId", "deltaflow/training")
-            .option("txnVersion", str(batch))
-            .option("userMetadata", json.dumps({"deltaflow": {"batchId": batch}}))
-            .option("mergeSchema", "true")
-            .save(table)
+        # The runtime's own append (table.append_batch), as the sink writes every batch.
+        append_batch(
+            parsed,
+            table,
+            {
+                "txnAppId": "deltaflow/training",
+                "txnVersion": str(batch),
+                "userMetadata": json.dumps({"deltaflow": {"batchId": batch}}),
+                "mergeSchema": "true",
+            },
+            ["country"],
         )
     jvm(spark).org.apache.spark.sql.delta.DeltaLog.clearCache()
     known_files(spark, table)

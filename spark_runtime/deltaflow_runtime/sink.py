@@ -51,6 +51,7 @@ from deltaflow_runtime.table import (
     SNAPSHOT_PARTITIONS,
     START_OFFSETS,
     WRITTEN_ROWS,
+    append_batch,
     cached_version,
     commit_metadata,
     entry_offsets,
@@ -372,27 +373,24 @@ class BatchWriter:
         metadata: str,
         partition_by: list[str],
     ) -> Counts:
-        writer = (
-            frame.write.format("delta")
-            .mode("append")
+        options = {
             # Never Delta's: its shuffle would put the observation in a shuffle-map stage
             # (see parse.Router.by_table_partition, which does sink.optimizeWrite's instead).
-            .option("optimizeWrite", "false")
-            .option("txnAppId", self.stream.txn_app_id)
-            .option("txnVersion", str(batch_id))
-            .option("userMetadata", metadata)
+            "optimizeWrite": "false",
+            "txnAppId": self.stream.txn_app_id,
+            "txnVersion": str(batch_id),
+            "userMetadata": metadata,
             # A field added to the spec's schema becomes a new column; incompatible changes fail.
-            .option("mergeSchema", "true")
-        )
-        if partition_by:
-            writer = writer.partitionBy(*partition_by)
+            "mergeSchema": "true",
+        }
         if self.size_snapshot_partitions:
             # Per write: the table and the dead-letter table differ in size by orders, and the
-            # setting is read by the commit's state reconstruction in the batch's session.
+            # setting is read by a state reconstruction in the batch's session (the commit's,
+            # when the table's checksum cannot answer; its checkpoints).
             partitions = snapshot_partitions(known_files(self.spark, path))
             frame.sparkSession.conf.set(SNAPSHOT_PARTITIONS, str(partitions))
-        writer.save(path)
-        observed = _observed(observation, self.observation_timeout)
+        written = append_batch(frame, path, options, partition_by)
+        observed = _observed(observation, self.observation_timeout) if written else None
         if observed is None:
             state = table_state(self.spark, path, self.stream.txn_app_id)
             if state.stream_batch is not None and state.stream_batch >= batch_id:

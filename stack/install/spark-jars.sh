@@ -49,10 +49,10 @@ build() {
     fi
   done
   rm -rf "$out/all"
-  log "building the runtime's JVM jar (spark_runtime/jvm: s3a:// LogStore, strict JSON, from_json over bytes, Avro body check)"
+  log "building the runtime's JVM jar (spark_runtime/jvm: s3a:// LogStore, strict JSON, from_json over bytes, Avro body check, the stream's append)"
   mvn -B -q -Dstyle.color=never -f "$JVM_SRC/pom.xml" -Dmaven.repo.local="$MAVEN_REPO" \
     -Dbuild.dir="$out/jvm-build" -Ddelta.version="$DELTA_VERSION" -Djackson.version="$JACKSON_VERSION" -Davro.version="$AVRO_VERSION" \
-    -Dhadoop.version="$HADOOP_VERSION" -Dspark.version="$SPARK_VERSION" -Dscala.binary="$SCALA_BINARY" -Dscala.version="$SCALA_VERSION" package >&2 || return 1
+    -Dhadoop.version="$HADOOP_VERSION" -Dspark.version="$SPARK_VERSION" -Dspark.minor="$SPARK_MINOR" -Dscala.binary="$SCALA_BINARY" -Dscala.version="$SCALA_VERSION" package >&2 || return 1
   mv "$out"/jvm-build/deltaflow-jvm-*.jar "$out/jars/"
   rm -rf "$out/jvm-build"
   log "kept $kept jars, left out $skipped that pyspark already ships"

@@ -1,0 +1,176 @@
+package io.deltaflow.delta;
+
+import java.util.List;
+import java.util.Map;
+
+import org.apache.hadoop.fs.Path;
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.SaveMode;
+import org.apache.spark.sql.classic.SparkSession;
+import org.apache.spark.sql.delta.DeltaLog;
+import org.apache.spark.sql.delta.DeltaOperations;
+import org.apache.spark.sql.delta.DeltaOptions;
+import org.apache.spark.sql.delta.OptimisticTransaction;
+import org.apache.spark.sql.delta.OptimisticTransaction$;
+import org.apache.spark.sql.delta.Snapshot;
+import org.apache.spark.sql.delta.VersionChecksum;
+import org.apache.spark.sql.delta.actions.Action;
+import org.apache.spark.sql.delta.actions.SetTransaction;
+import org.apache.spark.sql.delta.commands.DMLUtils;
+import org.apache.spark.sql.delta.commands.WriteIntoDelta;
+
+import scala.Option;
+import scala.collection.immutable.Seq;
+import scala.jdk.javaapi.CollectionConverters;
+
+/**
+ * One idempotent append of a stream's micro-batch to a Delta table: what
+ * {@code df.write.format("delta").option("txnAppId", ...).option("txnVersion", ...).save(path)}
+ * does, except how it reads the stream's last committed batch.
+ *
+ * <p>Delta (4.4) answers {@code txnVersion} from the snapshot's full state, a log replay of three
+ * Spark jobs on every commit whose cost grows with the table: a third of a small batch's CPU.
+ * The table's checksum (the {@code .crc} of the snapshot's version) already holds the same
+ * answer: an incremental commit writes {@code setTransactions} into it only when it has all of
+ * them, exactly as the replay would give them (it leaves them out when the table expires
+ * transactions or holds too many). So the checksum answers when it has them, and the full state
+ * only when it does not.
+ *
+ * <p>The rest is Delta's own: {@link WriteIntoDelta} writes the files and the {@code txn} action
+ * (from the {@code txnAppId}/{@code txnVersion} options), and the transaction records that it
+ * read the stream's id, so a concurrent commit of the same stream fails this one (Delta's
+ * conflict check), as it does after {@code txnVersion}. Two steps, so a test can interleave two
+ * writers between them.
+ */
+public final class StreamAppend {
+  private final SparkSession spark;
+  private final OptimisticTransaction txn;
+  private final WriteIntoDelta write;
+  private final DeltaOptions options;
+  private final long version;
+  private final long committed;
+  private final boolean fromChecksum;
+
+  private StreamAppend(
+      SparkSession spark,
+      OptimisticTransaction txn,
+      WriteIntoDelta write,
+      DeltaOptions options,
+      long version,
+      long committed,
+      boolean fromChecksum) {
+    this.spark = spark;
+    this.txn = txn;
+    this.write = write;
+    this.options = options;
+    this.version = version;
+    this.committed = committed;
+    this.fromChecksum = fromChecksum;
+  }
+
+  /**
+   * Starts the append of {@code data} to the table at {@code path} with the writer's
+   * {@code options}, which must name {@code txnAppId} and {@code txnVersion}: opens the
+   * transaction and reads the stream's last committed batch.
+   */
+  public static StreamAppend start(
+      Dataset<Row> data, String path, Map<String, String> options, List<String> partitionBy) {
+    SparkSession spark = (SparkSession) data.sparkSession();
+    scala.collection.immutable.Map<String, String> scalaOptions = immutableMap(options);
+    DeltaOptions deltaOptions = new DeltaOptions(scalaOptions, spark.sessionState().conf());
+    if (deltaOptions.txnAppId().isEmpty() || deltaOptions.txnVersion().isEmpty()) {
+      throw new IllegalArgumentException("StreamAppend needs the txnAppId and txnVersion options");
+    }
+    String appId = deltaOptions.txnAppId().get();
+    long version = ((Number) deltaOptions.txnVersion().get()).longValue();
+    DeltaLog log = DeltaLog.forTable(spark, new Path(path), scalaOptions);
+    Seq<String> partitionColumns = CollectionConverters.asScala(partitionBy).toSeq();
+    WriteIntoDelta write =
+        new WriteIntoDelta(
+            log,
+            SaveMode.Append,
+            deltaOptions,
+            partitionColumns,
+            immutableMap(Map.of()),
+            data,
+            Option.empty(),
+            Option.empty(),
+            false);
+    OptimisticTransaction txn = log.startTransaction(Option.empty(), Option.empty());
+    Option<Long> known = checksumTxnVersion(txn.snapshot(), appId);
+    long committed;
+    if (known.isDefined()) {
+      committed = known.get();
+      // What txnVersion records besides its answer: the read set of Delta's conflict check.
+      txn.readTxn().addOne(appId);
+    } else {
+      committed = txn.txnVersion(appId);
+    }
+    return new StreamAppend(spark, txn, write, deltaOptions, version, committed, known.isDefined());
+  }
+
+  /** The stream's last batch in the table when the transaction started; -1 for none. */
+  public long committedBatch() {
+    return committed;
+  }
+
+  /** Whether the table's checksum answered (false: Delta replayed the log's full state). */
+  public boolean fromChecksum() {
+    return fromChecksum;
+  }
+
+  /**
+   * Writes and commits the batch; false, writing nothing, when the table already holds it.
+   * Throws Delta's {@code ConcurrentTransactionException} when another writer committed this
+   * stream since {@link #start}.
+   */
+  public boolean commit() {
+    if (committed >= version) {
+      return false;
+    }
+    OptimisticTransaction$.MODULE$.setActive(txn);
+    try {
+      DMLUtils.TaggedCommitData<Action> data =
+          write.writeAndReturnCommitData(txn, spark, Option.empty(), false);
+      DeltaOperations.Write operation =
+          new DeltaOperations.Write(
+              SaveMode.Append,
+              Option.apply(write.partitionColumns()),
+              Option.empty(),
+              options.userMetadata(),
+              Option.empty(),
+              Option.empty(),
+              options.canMergeSchema() ? Option.<Object>apply(Boolean.TRUE) : Option.empty(),
+              Option.empty(),
+              Option.empty());
+      txn.commitIfNeeded(data.actions(), operation, data.stringTags());
+      return true;
+    } finally {
+      OptimisticTransaction$.MODULE$.clearActive();
+    }
+  }
+
+  /** The stream's last batch by the snapshot's checksum, when it holds the transactions. */
+  static Option<Long> checksumTxnVersion(Snapshot snapshot, String appId) {
+    if (snapshot.version() < 0) {
+      return Option.apply(-1L);
+    }
+    Option<VersionChecksum> checksum = snapshot.checksumOpt();
+    if (checksum.isEmpty() || checksum.get().setTransactions().isEmpty()) {
+      return Option.empty();
+    }
+    long found = -1L;
+    for (SetTransaction t : CollectionConverters.asJava(checksum.get().setTransactions().get())) {
+      if (t.appId().equals(appId)) {
+        found = t.version();
+      }
+    }
+    return Option.apply(found);
+  }
+
+  private static scala.collection.immutable.Map<String, String> immutableMap(
+      Map<String, String> map) {
+    return scala.collection.immutable.Map$.MODULE$.from(CollectionConverters.asScala(map));
+  }
+}

@@ -1,0 +1,106 @@
+"""The stream's append (``table.append_batch``, ``io.deltaflow.delta.StreamAppend``) keeps what
+Delta's ``txnAppId``/``txnVersion`` write promises while reading the stream's last batch from the
+table's checksum: a batch the table holds is not written again, with or without a checksum to
+answer, and of two writers of one batch only one commits. Real Spark and Delta, no Kafka."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from delta.exceptions import ConcurrentTransactionException
+
+from deltaflow_runtime.jvm import java_frame, jvm
+from deltaflow_runtime.table import append_batch, table_state
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from pyspark.sql import DataFrame, SparkSession
+
+pytestmark = [pytest.mark.spark]
+
+APP = "deltaflow/test/orders"
+
+
+def _rows(spark: SparkSession, batch: int) -> DataFrame:
+    return spark.createDataFrame([(batch, i) for i in range(3)], "batch long, i long")
+
+
+def _options(batch: int) -> dict[str, str]:
+    return {"txnAppId": APP, "txnVersion": str(batch), "userMetadata": f"batch {batch}"}
+
+
+def _start(spark: SparkSession, path: str, batch: int) -> Any:
+    """A StreamAppend opened but not committed (a second writer can act in between)."""
+    return jvm(spark).io.deltaflow.delta.StreamAppend.start(
+        java_frame(_rows(spark, batch)), path, _options(batch), []
+    )
+
+
+def _batches(spark: SparkSession, path: str) -> list[tuple[int, int]]:
+    rows = spark.read.format("delta").load(path).groupBy("batch").count().collect()
+    return sorted((r["batch"], r["count"]) for r in rows)
+
+
+def _forget_table(spark: SparkSession) -> None:
+    """Drop the JVM's cached Delta logs: the next access reads the table from storage."""
+    jvm(spark).org.apache.spark.sql.delta.DeltaLog.clearCache()
+
+
+def test_a_batch_the_table_holds_is_not_written_again(
+    runtime_spark: SparkSession, tmp_path: Path
+) -> None:
+    spark, path = runtime_spark, str(tmp_path / "table")
+    for batch in (0, 1):
+        assert append_batch(_rows(spark, batch), path, _options(batch), [])
+    replay = _start(spark, path, 1)
+    assert replay.fromChecksum(), "Delta's checksum of the last commit holds the stream's txn"
+    assert replay.committedBatch() == 1
+    assert not replay.commit()
+    assert not append_batch(_rows(spark, 0), path, _options(0), [])
+    assert append_batch(_rows(spark, 2), path, _options(2), [])
+    assert _batches(spark, path) == [(0, 3), (1, 3), (2, 3)]
+    assert table_state(spark, path, APP).stream_batch == 2
+    history = spark.sql(f"describe history delta.`{path}`").orderBy("version").collect()
+    assert [h["userMetadata"] for h in history] == ["batch 0", "batch 1", "batch 2"]
+    assert all(h["operation"] == "WRITE" for h in history)
+
+
+@pytest.mark.parametrize("without", ["checksum files", "transactions in the checksum"])
+def test_without_a_checksum_that_answers_delta_replays_the_log(
+    runtime_spark: SparkSession, tmp_path: Path, without: str
+) -> None:
+    spark, path = runtime_spark, str(tmp_path / "table")
+    if without == "transactions in the checksum":
+        # A table that expires transaction ids: Delta then leaves them out of its checksums.
+        _rows(spark, -1).limit(0).write.format("delta").option(
+            "delta.setTransactionRetentionDuration", "interval 30 days"
+        ).save(path)
+    for batch in (0, 1):
+        assert append_batch(_rows(spark, batch), path, _options(batch), [])
+    if without == "checksum files":
+        for crc in (tmp_path / "table" / "_delta_log").glob("*.crc"):
+            crc.unlink()
+    _forget_table(spark)
+    replay = _start(spark, path, 1)
+    assert not replay.fromChecksum()
+    assert replay.committedBatch() == 1
+    assert not replay.commit()
+    assert append_batch(_rows(spark, 2), path, _options(2), [])
+    assert _batches(spark, path) == [(0, 3), (1, 3), (2, 3)]
+
+
+def test_of_two_writers_of_one_batch_only_one_commits(
+    runtime_spark: SparkSession, tmp_path: Path
+) -> None:
+    spark, path = runtime_spark, str(tmp_path / "table")
+    assert append_batch(_rows(spark, 0), path, _options(0), [])
+    first, second = _start(spark, path, 1), _start(spark, path, 1)
+    assert first.fromChecksum()
+    assert second.fromChecksum()
+    assert first.commit()
+    # (importing delta.exceptions makes PySpark raise Delta's Python class for the Java one)
+    with pytest.raises(ConcurrentTransactionException, match="DELTA_CONCURRENT_TRANSACTION"):
+        second.commit()
+    assert _batches(spark, path) == [(0, 3), (1, 3)]
