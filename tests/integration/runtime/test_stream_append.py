@@ -62,6 +62,7 @@ def test_a_batch_the_table_holds_is_not_written_again(
     assert append_batch(_rows(spark, 2), path, _options(2), [])
     assert _batches(spark, path) == [(0, 3), (1, 3), (2, 3)]
     assert table_state(spark, path, APP).stream_batch == 2
+    assert table_state(spark, path, "deltaflow/test/another").stream_batch is None
     history = spark.sql(f"describe history delta.`{path}`").orderBy("version").collect()
     assert [h["userMetadata"] for h in history] == ["batch 0", "batch 1", "batch 2"]
     assert all(h["operation"] == "WRITE" for h in history)
@@ -89,6 +90,8 @@ def test_without_a_checksum_that_answers_delta_replays_the_log(
     assert not replay.commit()
     assert append_batch(_rows(spark, 2), path, _options(2), [])
     assert _batches(spark, path) == [(0, 3), (1, 3), (2, 3)]
+    _forget_table(spark)
+    assert table_state(spark, path, APP).stream_batch == 2
 
 
 def test_of_two_writers_of_one_batch_only_one_commits(

@@ -151,8 +151,11 @@ public final class StreamAppend {
     }
   }
 
-  /** The stream's last batch by the snapshot's checksum, when it holds the transactions. */
-  static Option<Long> checksumTxnVersion(Snapshot snapshot, String appId) {
+  /**
+   * The stream's last batch (-1: none) by the snapshot's checksum; empty when the checksum does
+   * not hold the table's transaction ids (then only a replay of the log can tell).
+   */
+  public static Option<Long> checksumTxnVersion(Snapshot snapshot, String appId) {
     if (snapshot.version() < 0) {
       return Option.apply(-1L);
     }
