@@ -84,10 +84,11 @@ def append_batch(
     when the table already holds that batch of that stream.
 
     Through ``io.deltaflow.delta.StreamAppend`` (spark_runtime/jvm): Delta's own write and
-    commit, but the stream's last batch is read from the table's checksum, where Delta keeps
-    every transaction id, instead of a replay of the table's whole state on every commit
-    (about a third of a small batch's CPU, more as the table grows). Without such a checksum
-    (an older writer's, or a table that expires transaction ids) it replays, as Delta does.
+    commit, but the stream's last batch is read from the table's checksum, where Delta's
+    incremental commits keep the transaction ids (up to 100), instead of a replay of the
+    table's whole state on every commit (about a third of a small batch's CPU, more as the
+    table grows). Without such a checksum (an older writer's, a table that expires
+    transaction ids) it replays, as Delta does. The calls run with the frame's session active.
     """
     append = jvm(frame.sparkSession).io.deltaflow.delta.StreamAppend.start(
         java_frame(frame), path, dict(options), list(partition_by)

@@ -2,6 +2,7 @@ package io.deltaflow.delta;
 
 import java.util.List;
 import java.util.Map;
+import java.util.function.Supplier;
 
 import org.apache.hadoop.fs.Path;
 import org.apache.spark.sql.Dataset;
@@ -77,6 +78,15 @@ public final class StreamAppend {
   public static StreamAppend start(
       Dataset<Row> data, String path, Map<String, String> options, List<String> partitionBy) {
     SparkSession spark = (SparkSession) data.sparkSession();
+    return withActive(spark, () -> open(spark, data, path, options, partitionBy));
+  }
+
+  private static StreamAppend open(
+      SparkSession spark,
+      Dataset<Row> data,
+      String path,
+      Map<String, String> options,
+      List<String> partitionBy) {
     scala.collection.immutable.Map<String, String> scalaOptions = immutableMap(options);
     DeltaOptions deltaOptions = new DeltaOptions(scalaOptions, spark.sessionState().conf());
     if (deltaOptions.txnAppId().isEmpty() || deltaOptions.txnVersion().isEmpty()) {
@@ -129,6 +139,10 @@ public final class StreamAppend {
     if (committed >= version) {
       return false;
     }
+    return withActive(spark, this::writeAndCommit);
+  }
+
+  private boolean writeAndCommit() {
     OptimisticTransaction$.MODULE$.setActive(txn);
     try {
       DMLUtils.TaggedCommitData<Action> data =
@@ -170,6 +184,25 @@ public final class StreamAppend {
       }
     }
     return Option.apply(found);
+  }
+
+  /**
+   * Runs {@code body} with {@code spark} as the thread's active session, as the DataFrameWriter's
+   * command does: Delta reads its settings (e.g. a replay's snapshotPartitions, set on the
+   * batch's session) from the active session.
+   */
+  private static <T> T withActive(SparkSession spark, Supplier<T> body) {
+    Option<SparkSession> before = SparkSession.getActiveSession();
+    SparkSession.setActiveSession(spark);
+    try {
+      return body.get();
+    } finally {
+      if (before.isDefined()) {
+        SparkSession.setActiveSession(before.get());
+      } else {
+        SparkSession.clearActiveSession();
+      }
+    }
   }
 
   private static scala.collection.immutable.Map<String, String> immutableMap(
