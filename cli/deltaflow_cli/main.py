@@ -52,9 +52,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     if args.command == "operator":
-        from deltaflow_operator.main import run
+        from deltaflow_operator.main import serve
 
-        return run()
+        serve()
     if args.command == "crd":
         from deltaflow_api import crd, reference
 

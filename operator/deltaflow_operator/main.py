@@ -8,6 +8,7 @@ import sys
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import NoReturn
 
 import kopf
 from prometheus_client import start_http_server
@@ -75,6 +76,8 @@ def run(settings: Settings | None = None) -> int:
         level=os.environ.get("DELTAFLOW_LOG_LEVEL", "INFO"),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # The client's leader election logs every renewal (every 3 s) at INFO; ours logs the changes.
+    logging.getLogger("leaderelection").setLevel(logging.WARNING)
     load_config()
     start_http_server(settings.metrics_port)
     health = ThreadingHTTPServer(("0.0.0.0", settings.health_port), _Health)
@@ -125,5 +128,20 @@ def run(settings: Settings | None = None) -> int:
     return 0
 
 
+def serve() -> NoReturn:
+    """Run the operator and end the process with its exit code, skipping interpreter shutdown.
+
+    The leader-election and health threads are daemons with no way to stop them. Python's
+    shutdown aborts the process (SIGABRT, seen in CI after a SIGTERM) when one of them holds
+    stderr's lock at that moment. Nothing is left to clean up once ``run`` returns (the Lease is
+    released), so flush what was written and leave.
+    """
+    code = run()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(run())
+    serve()
