@@ -21,12 +21,14 @@ import shutil
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from deltaflow_api.failures import FailureReason
 from deltaflow_runtime.config import Pipeline, load_ingestion, localize
+from deltaflow_runtime.cost import process_age_seconds
 from deltaflow_runtime.errors import DeltaflowError, ExitCode
 from deltaflow_runtime.jvm_archive import find_archive, with_archive
 
@@ -279,14 +281,22 @@ def _dispatch(args: argparse.Namespace, pipeline: Pipeline) -> int:
         hours = vac.retention_hours if args.retention_hours is None else args.retention_hours
         check_retention(hours, vac.allow_unsafe_retention)
     work_dir = args.local_dir.resolve() / ".spark" if args.command == "run" else None
+    # Where a start's time goes, logged with the stream's start (recoveries and moves pay it).
+    startup: dict[str, float] = {}
+    age = process_age_seconds()
+    if age is not None:
+        startup["interpreter"] = age  # Python, its imports and the manifest
     stop = threading.Event()
     if args.command in ("run", "stream"):
         from deltaflow_runtime.stream import install_stop_handlers
 
         install_stop_handlers(stop)  # before the JVM starts: a stop during start-up is graceful
         log.info("starting the Spark session")
+    clock = time.monotonic()
     spark = _session(pipeline, args, work_dir)
+    startup["sparkSession"] = time.monotonic() - clock
     try:
+        clock = time.monotonic()
         ident, storage = pipeline.identity, pipeline.ingestion.spec.sink.storage
         check_access(
             spark,
@@ -299,6 +309,7 @@ def _dispatch(args: argparse.Namespace, pipeline: Pipeline) -> int:
 
             # Before any Kafka call: Spark would fail every start on a pattern Java refuses.
             check_topic_pattern(spark, pipeline.ingestion.spec.source)
+            startup["accessChecks"] = time.monotonic() - clock
 
             hint = str(args.filename if args.command == "run" else args.config)
             options = StreamOptions(
@@ -307,6 +318,7 @@ def _dispatch(args: argparse.Namespace, pipeline: Pipeline) -> int:
                 config_hint=hint,
                 config_path=args.config if args.command == "stream" else None,
                 stop=stop,
+                startup_seconds=startup,
             )
             runner = run_stream(spark, pipeline, options)
             if args.command == "run" and runner.writer is not None:

@@ -56,6 +56,17 @@ def process_figures(pids: list[int], proc: Path = Path("/proc")) -> ProcessFigur
     return ProcessFigures(cpu, rss)
 
 
+def process_age_seconds(proc: Path = Path("/proc")) -> float | None:
+    """Seconds since this process started (procfs, in clock ticks); None where unreadable."""
+    try:
+        stat = (proc / "self" / "stat").read_text()
+        uptime = float((proc / "uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    started = int(stat[stat.rindex(")") + 2 :].split()[19]) / _TICKS  # field 22: starttime
+    return max(0.0, uptime - started)
+
+
 @dataclass(frozen=True)
 class CostSample:
     """Running totals at one time."""

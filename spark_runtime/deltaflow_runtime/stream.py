@@ -23,7 +23,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from deltaflow_api.cadence import TriggerPlan, judged, needs_replan, plan_trigger
 from deltaflow_runtime.checkpoint import Checkpoint, TopicOffsets, render_offsets
 from deltaflow_runtime.config import Pipeline
-from deltaflow_runtime.cost import CostMeter, executor_figures, jvm_pid, process_figures
+from deltaflow_runtime.cost import (
+    CostMeter,
+    executor_figures,
+    jvm_pid,
+    process_age_seconds,
+    process_figures,
+)
 from deltaflow_runtime.errors import DeltaflowError, ExitCode
 from deltaflow_runtime.executors import ExecutorControl, Executors, LocalExecutors
 from deltaflow_runtime.freshness import FreshnessWindow, ages_at_commit, window_seconds
@@ -74,6 +80,9 @@ class StreamOptions:
     # Set by SIGTERM/SIGINT (install_stop_handlers): the command installs it before the JVM
     # starts, so a stop that comes during start-up is as graceful as one that comes later.
     stop: threading.Event = field(default_factory=threading.Event, compare=False)
+    # Where the start-up's time went before the runner (the command's phases, in seconds): the
+    # runner adds its guards and logs them with ``stream_starting``.
+    startup_seconds: dict[str, float] = field(default_factory=dict, compare=False)
 
 
 def gather_facts(spark: SparkSession, pipeline: Pipeline, checkpoint: Checkpoint) -> StreamFacts:
@@ -180,6 +189,7 @@ class StreamRunner:
         self.query_name = f"deltaflow-{pipeline.ingestion.namespace}-{pipeline.ingestion.name}"
         self._progress_lock = threading.Lock()
         self._seen_batches: set[int] = set()
+        self._first_progress = True
         self._listener: StreamingQueryListener | None = None
         spec = pipeline.ingestion.spec
         self.freshness = FreshnessWindow(window_seconds(spec.freshness.target_seconds))
@@ -213,7 +223,9 @@ class StreamRunner:
     def start(self) -> StreamingQuery:
         """Run the guards and start the query."""
         ident = self.pipeline.identity
+        clock = time.monotonic()
         resume = self._prepare()
+        startup = {**self.options.startup_seconds, "guards": time.monotonic() - clock}
         self.metrics.info.labels(ident.txn_app_id, ident.consumer_group, ident.table_path).set(1)
         if self.options.metrics_port is not None:
             self.metrics.serve(self.options.metrics_port)
@@ -232,6 +244,7 @@ class StreamRunner:
                     "trigger": "availableNow"
                     if self.options.available_now
                     else {"intervalSeconds": self.plan.interval_seconds, "plan": self.plan.reason},
+                    "startupSeconds": {phase: round(took, 2) for phase, took in startup.items()},
                 }
             ),
         )
@@ -486,6 +499,13 @@ class StreamRunner:
             # What the capacity fit sees of this batch: why the autoscaler rates a core as it does.
             line["busyCoreSeconds"] = round(measured.busy_core_seconds, 3)
             line["slots"] = measured.slots
+        if self._first_progress:
+            # How long this driver took to its first batch (spawn included): a recovery's or
+            # a move's cost, as bench/start.py measures it from outside.
+            self._first_progress = False
+            age = process_age_seconds()
+            if age is not None:
+                line["sinceProcessStart"] = round(age, 1)
         log.info("%s", json.dumps(line, separators=(",", ":")))
 
     def _observe_freshness(

@@ -18,6 +18,7 @@ from deltaflow_runtime.cost import (
     CostSample,
     ProcessFigures,
     cost_between,
+    process_age_seconds,
     process_figures,
 )
 
@@ -55,6 +56,18 @@ def test_this_process_is_measured_for_real() -> None:
     after = process_figures([os.getpid()])
     assert after.cpu_seconds > before.cpu_seconds
     assert after.rss_bytes > 10 * 2**20
+
+
+def test_a_process_age_is_uptime_minus_its_start_tick(tmp_path: Path) -> None:
+    # Started at tick 100 (stat_line's field 22), the machine up 12.5 s beyond that.
+    (tmp_path / "self").mkdir()
+    (tmp_path / "self" / "stat").write_text(stat_line(7, "py (x)", 1, 1, 0, rss_pages=1))
+    (tmp_path / "uptime").write_text(f"{100 / TICKS + 12.5:.2f} 99.00\n")
+    assert process_age_seconds(proc=tmp_path) == pytest.approx(12.5, abs=0.01)
+    assert process_age_seconds(proc=tmp_path / "missing") is None
+    real = process_age_seconds()
+    assert real is not None
+    assert 0 < real < 24 * 3600
 
 
 def sample(at: float, cpu: float, executor_cpu: float, executors: float, records: int) -> Any:

@@ -99,6 +99,41 @@ def test_without_a_checksum_that_answers_delta_replays_the_log(
     assert table_state(spark, path, APP).stream_batch == 2
 
 
+def _drop_checksums(path: Path, *versions: int) -> None:
+    for version in versions:
+        (path / "_delta_log" / f"{version:020d}.crc").unlink()
+
+
+def test_a_crash_before_the_newest_checksum_is_answered_from_an_earlier_one(
+    runtime_spark: SparkSession, tmp_path: Path
+) -> None:
+    spark, path = runtime_spark, tmp_path / "table"
+    for batch in (0, 1, 2):
+        assert append_batch(_rows(spark, batch), str(path), _options(batch), [])
+    # Killed after version 2's commit, before its checksum: version 1's checksum says batch 1,
+    # version 2's commit says 2.
+    _drop_checksums(path, 2)
+    _forget_table(spark)
+    replay = _start(spark, str(path), 2)
+    assert replay.fromChecksum()
+    assert replay.committedBatch() == 2
+    assert not replay.commit()
+    _forget_table(spark)
+    assert table_state(spark, str(path), APP).stream_batch == 2
+
+    # A metadata change after the checksum it would start from (transaction-id retention may
+    # have changed with it): only the replay answers.
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('deltaflow.note' = 'x')")  # v3
+    assert append_batch(_rows(spark, 3), str(path), _options(3), [])  # v4
+    _drop_checksums(path, 3, 4)
+    _forget_table(spark)
+    replay = _start(spark, str(path), 3)
+    assert not replay.fromChecksum()
+    assert replay.committedBatch() == 3
+    assert not replay.commit()
+    assert _batches(spark, str(path)) == [(0, 3), (1, 3), (2, 3), (3, 3)]
+
+
 def test_of_two_writers_of_one_batch_only_one_commits(
     runtime_spark: SparkSession, tmp_path: Path
 ) -> None:

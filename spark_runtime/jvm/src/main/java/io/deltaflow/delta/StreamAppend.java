@@ -17,11 +17,14 @@ import org.apache.spark.sql.delta.OptimisticTransaction$;
 import org.apache.spark.sql.delta.Snapshot;
 import org.apache.spark.sql.delta.VersionChecksum;
 import org.apache.spark.sql.delta.actions.Action;
+import org.apache.spark.sql.delta.actions.Metadata;
 import org.apache.spark.sql.delta.actions.SetTransaction;
 import org.apache.spark.sql.delta.commands.DMLUtils;
 import org.apache.spark.sql.delta.commands.WriteIntoDelta;
 
 import scala.Option;
+import scala.Tuple2;
+import scala.collection.Iterator;
 import scala.collection.immutable.Seq;
 import scala.jdk.javaapi.CollectionConverters;
 
@@ -35,8 +38,9 @@ import scala.jdk.javaapi.CollectionConverters;
  * The table's checksum (the {@code .crc} of the snapshot's version) already holds the same
  * answer: an incremental commit writes {@code setTransactions} into it only when it has all of
  * them, exactly as the replay would give them (it leaves them out when the table expires
- * transactions or holds too many). So the checksum answers when it has them, and the full state
- * only when it does not.
+ * transactions or holds too many). So the checksum answers when it has them (or, when a crash
+ * left the newest version without one, an earlier checksum and the commits after it), and the
+ * full state only when none does.
  *
  * <p>The rest is Delta's own: {@link WriteIntoDelta} writes the files and the {@code txn} action
  * (from the {@code txnAppId}/{@code txnVersion} options), and the transaction records that it
@@ -45,6 +49,9 @@ import scala.jdk.javaapi.CollectionConverters;
  * writers between them.
  */
 public final class StreamAppend {
+  /** Versions looked back for a checksum when the newest has none (see fromEarlierChecksum). */
+  static final int CHECKSUM_LOOKBACK = 16;
+
   private final SparkSession spark;
   private final OptimisticTransaction txn;
   private final WriteIntoDelta write;
@@ -174,16 +181,69 @@ public final class StreamAppend {
       return Option.apply(-1L);
     }
     Option<VersionChecksum> checksum = snapshot.checksumOpt();
-    if (checksum.isEmpty() || checksum.get().setTransactions().isEmpty()) {
+    if (checksum.isDefined()) {
+      return batchIn(checksum.get(), appId);
+    }
+    try {
+      return fromEarlierChecksum(snapshot, appId);
+    } catch (RuntimeException e) { // a commit file gone or unreadable: the replay will say
+      return Option.empty();
+    }
+  }
+
+  /** The stream's last batch (-1: none) in a checksum; empty when it holds no transaction ids. */
+  private static Option<Long> batchIn(VersionChecksum checksum, String appId) {
+    if (checksum.setTransactions().isEmpty()) {
       return Option.empty();
     }
     long found = -1L;
-    for (SetTransaction t : CollectionConverters.asJava(checksum.get().setTransactions().get())) {
+    for (SetTransaction t : CollectionConverters.asJava(checksum.setTransactions().get())) {
       if (t.appId().equals(appId)) {
         found = t.version();
       }
     }
     return Option.apply(found);
+  }
+
+  /**
+   * A process killed between a commit and its checksum leaves the newest version without one:
+   * the newest checksum of the versions before (at most {@link #CHECKSUM_LOOKBACK} back) and the
+   * {@code txn} actions of the commits after it answer, read from the log's JSON without a Spark
+   * job. Empty when there is no such checksum, it holds no transaction ids, or a commit after it
+   * changes the table's metadata (which may change how long transaction ids are kept).
+   */
+  private static Option<Long> fromEarlierChecksum(Snapshot snapshot, String appId) {
+    DeltaLog log = snapshot.deltaLog();
+    long version = snapshot.version();
+    for (long v = version - 1; v >= Math.max(0, version - CHECKSUM_LOOKBACK); v--) {
+      Option<VersionChecksum> earlier = log.readChecksum(v, Option.empty());
+      if (earlier.isEmpty()) {
+        continue;
+      }
+      Option<Long> found = batchIn(earlier.get(), appId);
+      if (found.isEmpty()) {
+        return found;
+      }
+      long batch = found.get();
+      Iterator<Tuple2<Object, Seq<Action>>> changes =
+          log.getChanges(v + 1, version, Option.empty(), true);
+      while (changes.hasNext()) {
+        Tuple2<Object, Seq<Action>> commit = changes.next();
+        if ((Long) commit._1() > version) {
+          break;
+        }
+        for (Action action : CollectionConverters.asJava(commit._2())) {
+          if (action instanceof Metadata) {
+            return Option.empty();
+          }
+          if (action instanceof SetTransaction t && t.appId().equals(appId)) {
+            batch = t.version();
+          }
+        }
+      }
+      return Option.apply(batch);
+    }
+    return Option.empty();
   }
 
   /**
