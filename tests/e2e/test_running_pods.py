@@ -1020,6 +1020,18 @@ def test_the_object_stores_secret_key_is_in_no_object_event_status_or_log(stream
     )
 
 
+def _startup_seconds(stream: Stream, pod: str) -> dict[str, float]:
+    """The ``startupSeconds`` of a driver pod's ``stream_starting`` log event."""
+    log = stream.kube.kubectl("-n", NS, "logs", pod).stdout
+    events = [
+        json.loads(line[line.index("{") :])
+        for line in log.splitlines()
+        if '"event": "stream_starting"' in line
+    ]
+    assert len(events) == 1, log[-3000:]
+    return {phase: float(seconds) for phase, seconds in events[0]["startupSeconds"].items()}
+
+
 def _burst_moves_it_to_executors(stream: Stream) -> None:
     """Produce the burst; wait until it moved the stream to executor pods (failing with what
     the driver reported and the operator decided meanwhile)."""
@@ -1102,6 +1114,10 @@ def test_a_small_stream_runs_in_its_driver_pod_alone_and_moves_to_executors_for_
         )
         assert not stream.pods(EXECUTORS)  # no executor pod was ever made for it
         assert stream.report()["registered"] == 0
+        # Its log says where its start's time went (a recovery's or a move's cost).
+        startup = _startup_seconds(stream, driver["metadata"]["name"])
+        assert set(startup) == {"interpreter", "sparkSession", "accessChecks", "guards"}, startup
+        assert all(seconds >= 0 for seconds in startup.values()), startup
         burst = time.monotonic()
         _burst_moves_it_to_executors(stream)
         moved_out = time.monotonic()
@@ -1125,7 +1141,10 @@ def test_a_small_stream_runs_in_its_driver_pod_alone_and_moves_to_executors_for_
     record(
         f"local mode: into the driver pod alone {moved_in - patched:.0f}s after minExecutors 0; "
         f"burst of {BURST} -> on executor pods {moved_out - burst:.0f}s -> all landed "
-        f"{drained - burst:.0f}s -> back in local mode {back - burst:.0f}s; one driver at a time"
+        f"{drained - burst:.0f}s -> back in local mode {back - burst:.0f}s; one driver at a time; "
+        f"the local driver's query started {sum(startup.values()):.1f}s after its process ("
+        + ", ".join(f"{phase} {seconds:.1f}s" for phase, seconds in startup.items())
+        + ")"
     )
 
 
