@@ -30,9 +30,8 @@ import time
 from pathlib import Path
 
 from common import broker, create_topic, work_dir
-from crash_kit import BackgroundProducer, Driver, TableWatch, write_config
+from crash_kit import LOCAL_MODE_DRIVER_ENV, BackgroundProducer, Driver, TableWatch, write_config
 
-from deltaflow_api.driver_pod import ENV_SPARK_MASTER
 from deltaflow_runtime.jvm_archive import ENV_JVM_ARCHIVE, find_archive
 from deltaflow_runtime.session import cache_dir
 
@@ -112,8 +111,7 @@ def main() -> int:
         print("no archive: run bash stack/install/jvm-archive.sh")
         return 2
     kinds = {
-        # The variable a local-mode driver pod gets: the runtime adds the local-mode JVM options.
-        "local mode": {ENV_JVM_ARCHIVE: str(archive), ENV_SPARK_MASTER: "local[1]"},
+        "local mode": {ENV_JVM_ARCHIVE: str(archive), **LOCAL_MODE_DRIVER_ENV},
         "archive": {ENV_JVM_ARCHIVE: str(archive)},
         "without": {ENV_JVM_ARCHIVE: ""},
     }

@@ -55,6 +55,8 @@ def test_sigkill_the_driver_six_times_loses_and_duplicates_nothing(
         strategies=("mid-write", "after-table-commit", "after-plan"),
         rate=300,
         max_offsets=5_000,
+        # Each driver starts as a small stream's pod does (C1): 3-5 s less a restart at this volume.
+        local_mode_jvm=True,
     )
     print(result.summary())
     for restart in result.restarts:

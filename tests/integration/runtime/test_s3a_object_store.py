@@ -335,6 +335,8 @@ def test_sigkill_the_driver_three_times_with_everything_on_the_object_store(
         store=object_store,
         # A SIGTERM's clean stop is the local soak's (test_runtime_crash): a driver life less here.
         sigterm_mid_batch=False,
+        # Each driver starts as a small stream's pod does (C1): 3-5 s less a restart at this volume.
+        local_mode_jvm=True,
     )
     print(result.summary())
     for restart in result.restarts:
