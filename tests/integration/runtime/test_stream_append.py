@@ -120,18 +120,21 @@ def test_a_crash_before_the_newest_checksum_is_answered_from_an_earlier_one(
     assert not replay.commit()
     _forget_table(spark)
     assert table_state(spark, str(path), APP).stream_batch == 2
+    # The next commit has its checksum again (later starts need no look-back).
+    assert append_batch(_rows(spark, 3), str(path), _options(3), [])
+    assert (path / "_delta_log" / f"{3:020d}.crc").exists()
 
     # A metadata change after the checksum it would start from (transaction-id retention may
     # have changed with it): only the replay answers.
-    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('deltaflow.note' = 'x')")  # v3
-    assert append_batch(_rows(spark, 3), str(path), _options(3), [])  # v4
-    _drop_checksums(path, 3, 4)
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('deltaflow.note' = 'x')")  # v4
+    assert append_batch(_rows(spark, 4), str(path), _options(4), [])  # v5
+    _drop_checksums(path, 4, 5)
     _forget_table(spark)
-    replay = _start(spark, str(path), 3)
+    replay = _start(spark, str(path), 4)
     assert not replay.fromChecksum()
-    assert replay.committedBatch() == 3
+    assert replay.committedBatch() == 4
     assert not replay.commit()
-    assert _batches(spark, str(path)) == [(0, 3), (1, 3), (2, 3), (3, 3)]
+    assert _batches(spark, str(path)) == [(b, 3) for b in range(5)]
 
 
 def test_of_two_writers_of_one_batch_only_one_commits(

@@ -49,8 +49,12 @@ import scala.jdk.javaapi.CollectionConverters;
  * writers between them.
  */
 public final class StreamAppend {
-  /** Versions looked back for a checksum when the newest has none (see fromEarlierChecksum). */
-  static final int CHECKSUM_LOOKBACK = 16;
+  /**
+   * Versions looked back for a checksum when the newest has none (see fromEarlierChecksum). A
+   * crash leaves only its last commit without one (the next commit writes its checksum again),
+   * and a table that writes none pays this many missing reads per append: a few.
+   */
+  static final int CHECKSUM_LOOKBACK = 4;
 
   private final SparkSession spark;
   private final OptimisticTransaction txn;
