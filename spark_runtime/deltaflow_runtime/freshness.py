@@ -24,6 +24,8 @@ MAX_BATCHES = 512
 # The batch time the trigger plans for comes from this many recent batches, at least a few.
 BATCH_TIME_BATCHES = 50
 MIN_BATCHES_FOR_TIME = 5
+# The log-checkpoint batch time comes from the last few such batches (one in ten).
+CHECKPOINT_BATCHES = 3
 
 
 def window_seconds(target_seconds: float) -> float:
@@ -41,10 +43,17 @@ class BatchAges:
     oldest: float  # the oldest record's age
     rows: int
     batch_seconds: float
+    log_checkpoint: bool = False  # its commit was one Delta checkpoints the log at
 
 
 def ages_at_commit(
-    committed_at: float, oldest_ms: int | None, newest_ms: int | None, rows: int, seconds: float
+    committed_at: float,
+    oldest_ms: int | None,
+    newest_ms: int | None,
+    rows: int,
+    seconds: float,
+    *,
+    log_checkpoint: bool = False,
 ) -> BatchAges | None:
     """A batch's ages from its observed Kafka timestamps (epoch milliseconds); None without
     rows or timestamps."""
@@ -56,7 +65,7 @@ def ages_at_commit(
         return None
     oldest = max(0.0, committed_at - oldest_ms / 1000)
     youngest = min(oldest, max(0.0, committed_at - newest_ms / 1000))
-    return BatchAges(committed_at, youngest, oldest, rows, seconds)
+    return BatchAges(committed_at, youngest, oldest, rows, seconds, log_checkpoint)
 
 
 def share_younger(batches: list[BatchAges], age: float) -> float:
@@ -93,12 +102,19 @@ def steady_batch_seconds(batches: list[BatchAges]) -> float | None:
     half of the recent batches (None with too few to say). A catch-up's large batches are the
     other half: a burst neither shortens the interval nor restarts the query, while a stream
     whose every batch got slower moves its plan within a few dozen batches."""
-    recent = batches[-BATCH_TIME_BATCHES:]
+    recent = [b for b in batches[-BATCH_TIME_BATCHES:] if not b.log_checkpoint]
     if len(recent) < MIN_BATCHES_FOR_TIME:
         return None
     smaller = sorted(recent, key=lambda b: b.rows)[: (len(recent) + 1) // 2]
     times = sorted(b.batch_seconds for b in smaller)
     return times[(len(times) - 1) // 2]  # the lower median: a cold first batch is not it
+
+
+def checkpoint_batch_seconds(batches: list[BatchAges]) -> float | None:
+    """What a batch whose commit Delta checkpoints the log at takes: the slowest of the last
+    few (None before one): one batch in ten, so a p99 target must fit it."""
+    recent = [b.batch_seconds for b in batches if b.log_checkpoint][-CHECKPOINT_BATCHES:]
+    return max(recent) if recent else None
 
 
 class FreshnessWindow:
@@ -123,6 +139,11 @@ class FreshnessWindow:
         """The steady batch time the trigger plans for (see steady_batch_seconds)."""
         with self._lock:
             return steady_batch_seconds(list(self._batches))
+
+    def checkpoint_batch_seconds(self) -> float | None:
+        """The log-checkpoint batch time the trigger plans for (see checkpoint_batch_seconds)."""
+        with self._lock:
+            return checkpoint_batch_seconds(list(self._batches))
 
     def report(self, now: float, plan: TriggerPlan, target_seconds: float) -> dict[str, Any]:
         """The driver report's ``freshness`` part (the operator's status and condition)."""

@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from deltaflow_api.failures import FailureReason
@@ -51,7 +51,7 @@ from deltaflow_runtime.table import (
     SNAPSHOT_PARTITIONS,
     START_OFFSETS,
     WRITTEN_ROWS,
-    append_batch,
+    append_stream_batch,
     cached_version,
     commit_metadata,
     entry_offsets,
@@ -92,6 +92,8 @@ class BatchReport:
     committed_at: float | None = None
     oldest_ms: int | None = None
     newest_ms: int | None = None
+    # Its table commit was one Delta checkpoints the log at (a slower batch, see cadence).
+    log_checkpoint: bool = False
 
     def to_json(self) -> str:
         """The log line."""
@@ -115,6 +117,8 @@ class BatchReport:
                 "oldest": round(self.committed_at - self.oldest_ms / 1000, 3),
                 "newest": round(self.committed_at - (self.newest_ms or self.oldest_ms) / 1000, 3),
             }
+        if self.log_checkpoint:
+            body["logCheckpoint"] = True
         return json.dumps(body, separators=(",", ":"))
 
 
@@ -129,6 +133,7 @@ class Counts:
     refused_rows: tuple[Any, ...] = ()  # the refused records it collected inline (if any)
     oldest_ms: int | None = None  # the batch's oldest and newest Kafka timestamps (epoch ms)
     newest_ms: int | None = None
+    log_checkpoint: bool = False  # the commit was one Delta checkpoints the log at
 
     @classmethod
     def of(cls, observed: Mapping[str, Any]) -> Counts:
@@ -389,8 +394,8 @@ class BatchWriter:
             # when the table's checksum cannot answer; its checkpoints).
             partitions = snapshot_partitions(known_files(self.spark, path))
             frame.sparkSession.conf.set(SNAPSHOT_PARTITIONS, str(partitions))
-        written = append_batch(frame, path, options, partition_by)
-        observed = _observed(observation, self.observation_timeout) if written else None
+        appended = append_stream_batch(frame, path, options, partition_by)
+        observed = _observed(observation, self.observation_timeout) if appended.written else None
         if observed is None:
             state = table_state(self.spark, path, self.stream.txn_app_id)
             if state.stream_batch is not None and state.stream_batch >= batch_id:
@@ -400,7 +405,7 @@ class BatchWriter:
                     "Delta kept the table exactly-once; this driver stops."
                 )
             raise RuntimeError(f"the write of batch {batch_id} to {path} reported no metrics")
-        return Counts.of(observed)
+        return replace(Counts.of(observed), log_checkpoint=appended.log_checkpoint)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         """Write one micro-batch (Spark calls this; a replayed batch is written at most once).
@@ -517,6 +522,7 @@ class BatchWriter:
         report.rows, report.written = counts.rows, counts.valid
         report.committed_at = time.time()
         report.oldest_ms, report.newest_ms = counts.oldest_ms, counts.newest_ms
+        report.log_checkpoint = counts.log_checkpoint
         report.seconds["write_table"] = time.monotonic() - clock
 
         clock = time.monotonic()

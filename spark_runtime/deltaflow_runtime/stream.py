@@ -514,7 +514,12 @@ class StreamRunner:
         """One committed batch's ages; a new trigger plan when the measured steady batch time
         moves the interval the target allows."""
         ages = ages_at_commit(
-            committed_at, report.oldest_ms, report.newest_ms, report.rows or 0, batch_seconds
+            committed_at,
+            report.oldest_ms,
+            report.newest_ms,
+            report.rows or 0,
+            batch_seconds,
+            log_checkpoint=report.log_checkpoint,
         )
         if ages is None:
             return
@@ -528,6 +533,7 @@ class StreamRunner:
             spec.freshness.target_seconds,
             self.freshness.batch_seconds(),
             spec.trigger.pinned_seconds,
+            self.freshness.checkpoint_batch_seconds(),
         )
         if needs_replan(self.plan, fresh):
             self._replan = fresh

@@ -76,9 +76,25 @@ def table_state(
     return TableState(version, int(txn.get()) if txn.isDefined() else None)
 
 
+@dataclass(frozen=True)
+class Appended:
+    """What one append did: whether it wrote (False: the table held the batch), and whether
+    its commit was one Delta checkpoints the log at (written after it, StreamAppend)."""
+
+    written: bool
+    log_checkpoint: bool
+
+
 def append_batch(
     frame: DataFrame, path: str, options: Mapping[str, str], partition_by: list[str]
 ) -> bool:
+    """As append_stream_batch; whether it wrote."""
+    return append_stream_batch(frame, path, options, partition_by).written
+
+
+def append_stream_batch(
+    frame: DataFrame, path: str, options: Mapping[str, str], partition_by: list[str]
+) -> Appended:
     """Append ``frame`` to the table at ``path`` as ``df.write.format("delta")`` with these
     ``options`` (which name ``txnAppId`` and ``txnVersion``) would; False, writing nothing,
     when the table already holds that batch of that stream.
@@ -93,7 +109,8 @@ def append_batch(
     append = jvm(frame.sparkSession).io.deltaflow.delta.StreamAppend.start(
         java_frame(frame), path, dict(options), list(partition_by)
     )
-    return bool(append.commit())
+    written = bool(append.commit())
+    return Appended(written, written and int(append.checkpointDue()) >= 0)
 
 
 def cached_version(spark: SparkSession, path: str) -> int:

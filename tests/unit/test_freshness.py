@@ -30,6 +30,7 @@ from deltaflow_runtime.freshness import (
     FreshnessWindow,
     age_quantile,
     ages_at_commit,
+    checkpoint_batch_seconds,
     share_younger,
     steady_batch_seconds,
     window_seconds,
@@ -49,7 +50,7 @@ PLANS = [
     (5, 3.0, None, MIN_INTERVAL_SECONDS, False),
     (60, 40.0, None, MIN_INTERVAL_SECONDS, False),
     # Less than two seconds of room: tenths of a second.
-    (7, 3.0, None, 1.5, True),
+    (8, 3.6, None, 1.6, True),
     # Pinned: the interval as written; reachable only if it fits the target.
     (60, 3.0, 10.0, 10.0, True),
     (60, 3.0, 55.0, 55.0, False),
@@ -76,6 +77,41 @@ def test_the_trigger_interval_follows_the_target_and_the_measured_batch_time(
         )
     else:
         assert "remove trigger.interval" in plan.reason
+
+
+# target s, steady batch s, log-checkpoint batch s (None: not measured yet) -> interval s
+CHECKPOINT_PLANS = [
+    # Before one was measured, the checkpoint's batch is taken as slow as an unmeasured batch.
+    (10, 1.2, None, 4.0, True),
+    # Measured faster than the steady batch's tail: the steady tail plans.
+    (10, 1.2, 1.5, 7.0, True),
+    (10, 1.2, 2.5, 6.0, True),
+    (10, 1.2, 4.6, 4.0, True),
+    (60, 3.0, 30.0, 24.0, True),
+    # A checkpoint slower than the target allows: the plan says so, and names a target that holds.
+    (10, 1.2, 9.5, MIN_INTERVAL_SECONDS, False),
+]
+
+
+@pytest.mark.parametrize(
+    ("target", "batch", "checkpoint", "interval", "reachable"), CHECKPOINT_PLANS
+)
+def test_the_interval_leaves_room_for_the_batch_that_checkpoints_the_delta_log(
+    target: int, batch: float, checkpoint: float | None, interval: float, reachable: bool
+) -> None:
+    plan = plan_trigger(target, batch, None, checkpoint)
+    assert plan.interval_seconds == interval
+    assert plan.reachable is reachable
+    if reachable:
+        # The records the checkpoint's batch holds (a tenth) land within the target too.
+        slowest = DEFAULT_BATCH_SECONDS if checkpoint is None else checkpoint
+        assert plan.interval_seconds + slowest + headroom_seconds(target) <= target + 1e-9
+    else:
+        least = minimum_target_seconds(batch, checkpoint or DEFAULT_BATCH_SECONDS)
+        assert f"targetSeconds to {least} or more" in plan.reason
+        assert plan_trigger(least, batch, None, checkpoint).reachable
+    if checkpoint is not None and checkpoint > BATCH_TAIL * batch:
+        assert f"{checkpoint:.1f} s when Delta checkpoints the log" in plan.reason
 
 
 @given(st.floats(min_value=0.0, max_value=3600.0))
@@ -221,6 +257,13 @@ def test_the_planned_batch_time_is_a_steady_batchs_not_a_bursts() -> None:
     # ...while batches that all got slower do, within the recent batches.
     slower = [BatchAges(0.0, 1.0, 2.0, 50, 6.0)] * 50
     assert steady_batch_seconds(steady + slower) == 6.0
+    # One batch in ten checkpoints the Delta log: planned for on its own, not as the steady one.
+    checkpoints = [BatchAges(0.0, 1.0, 2.0, 50, t, log_checkpoint=True) for t in (4.0, 5.5, 4.2)]
+    mixed = steady[:9] + checkpoints[:1] + steady[9:18] + checkpoints[1:2] + steady[18:27]
+    mixed += checkpoints[2:]
+    assert steady_batch_seconds(mixed) == pytest.approx(2.1)
+    assert checkpoint_batch_seconds(mixed) == 5.5
+    assert checkpoint_batch_seconds(steady) is None
 
 
 @pytest.mark.parametrize(

@@ -80,10 +80,10 @@ def test_a_trickle_lands_within_its_freshness_target_on_the_interval_the_driver_
         restarted = runner.freshness.recent(time.time())[-1].committed_at
         wait_for(
             lambda: (
-                sum(b.committed_at > restarted for b in runner.freshness.recent(time.time())) >= 4
+                sum(b.committed_at > restarted for b in runner.freshness.recent(time.time())) >= 5
             ),
             120,
-            "four batches on the new interval",
+            "five batches on the new interval",
         )
     finally:
         stop.set()
@@ -139,11 +139,12 @@ def _check_the_table(
         for h in DeltaTable(path).history()
         if h["operation"] in {"STREAMING UPDATE", "WRITE"}
     )
-    # The restarted query runs its first batch at once; Spark aligns the next ones to the interval.
+    # The restarted query runs its first batch at once; Spark aligns the next ones to the interval
+    # (a batch that overran its slot is followed at once: the median gap, not the smallest).
     later = [t for t in commits if t > restarted][1:]
-    assert len(later) >= 3, commits
-    gaps = [b - a for a, b in itertools.pairwise(later)]
-    assert min(gaps) >= moved.interval_seconds - 2.0, (moved, gaps)
+    assert len(later) >= 4, commits
+    gaps = sorted(b - a for a, b in itertools.pairwise(later))
+    assert gaps[len(gaps) // 2] >= moved.interval_seconds - 2.0, (moved, gaps)
 
 
 def _landed(path: str) -> int:

@@ -5,6 +5,7 @@ answer, and of two writers of one batch only one commits. Real Spark and Delta, 
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -135,6 +136,31 @@ def test_a_crash_before_the_newest_checksum_is_answered_from_an_earlier_one(
     assert replay.committedBatch() == 4
     assert not replay.commit()
     assert _batches(spark, str(path)) == [(b, 3) for b in range(5)]
+
+
+def test_the_log_checkpoint_a_commit_makes_due_is_written_after_the_commit_returns(
+    runtime_spark: SparkSession, tmp_path: Path
+) -> None:
+    spark, path = runtime_spark, tmp_path / "table"
+    log = path / "_delta_log"
+    _rows(spark, -1).limit(0).write.format("delta").option("delta.checkpointInterval", "3").save(
+        str(path)
+    )  # version 0: a checkpoint every 3 commits
+    due = []
+    for batch in range(4):  # versions 1 to 4
+        append = _start(spark, str(path), batch)
+        assert append.commit()
+        due.append(append.checkpointDue())
+    # Only version 3's commit made one due, and it returned without it (a replay of the
+    # table's state and a Parquet write, seconds on a small driver, not the batch's to pay).
+    assert due == [-1, -1, 3, -1]
+    assert jvm(spark).io.deltaflow.delta.StreamAppend.awaitCheckpoints(60_000)
+    assert (log / f"{3:020d}.checkpoint.parquet").exists()
+    assert json.loads((log / "_last_checkpoint").read_text())["version"] == 3
+    # A reader starts from it: every batch once, the stream's last one known.
+    _forget_table(spark)
+    assert _batches(spark, str(path)) == [(b, 3) for b in range(4)]
+    assert table_state(spark, str(path), APP).stream_batch == 3
 
 
 def test_of_two_writers_of_one_batch_only_one_commits(

@@ -2,6 +2,11 @@ package io.deltaflow.delta;
 
 import java.util.List;
 import java.util.Map;
+import java.util.Properties;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.Supplier;
 
 import org.apache.hadoop.fs.Path;
@@ -9,6 +14,8 @@ import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.SaveMode;
 import org.apache.spark.sql.classic.SparkSession;
+import org.apache.spark.sql.delta.AdaptiveMetadataTableFeature$;
+import org.apache.spark.sql.delta.CommittedTransaction;
 import org.apache.spark.sql.delta.DeltaLog;
 import org.apache.spark.sql.delta.DeltaOperations;
 import org.apache.spark.sql.delta.DeltaOptions;
@@ -21,6 +28,9 @@ import org.apache.spark.sql.delta.actions.Metadata;
 import org.apache.spark.sql.delta.actions.SetTransaction;
 import org.apache.spark.sql.delta.commands.DMLUtils;
 import org.apache.spark.sql.delta.commands.WriteIntoDelta;
+import org.apache.spark.sql.delta.hooks.CheckpointHook$;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 import scala.Option;
 import scala.Tuple2;
@@ -47,6 +57,12 @@ import scala.jdk.javaapi.CollectionConverters;
  * read the stream's id, so a concurrent commit of the same stream fails this one (Delta's
  * conflict check), as it does after {@code txnVersion}. Two steps, so a test can interleave two
  * writers between them.
+ *
+ * <p>The log checkpoint Delta writes every {@code delta.checkpointInterval} commits (10 by
+ * default) is written after the commit returns, on a thread of its own: it is a replay of the
+ * table's state plus a Parquet write, seconds on a small driver, and inside the batch it made one
+ * batch in ten that much later (a freshness target's p99 pays for it). A checkpoint only speeds
+ * up reading the log: one not written (the process died first) is covered by the next.
  */
 public final class StreamAppend {
   /**
@@ -56,6 +72,20 @@ public final class StreamAppend {
    */
   static final int CHECKSUM_LOOKBACK = 4;
 
+  private static final Logger LOG = LoggerFactory.getLogger(StreamAppend.class);
+
+  /** One thread for every table's deferred checkpoints: they queue, never run side by side. */
+  private static final ExecutorService CHECKPOINTS =
+      Executors.newSingleThreadExecutor(
+          work -> {
+            Thread thread = new Thread(work, "deltaflow-delta-checkpoint");
+            thread.setDaemon(true);
+            return thread;
+          });
+
+  /** Deferred checkpoints not finished yet (queued or running). */
+  private static final AtomicInteger CHECKPOINTS_WAITING = new AtomicInteger();
+
   private final SparkSession spark;
   private final OptimisticTransaction txn;
   private final WriteIntoDelta write;
@@ -63,6 +93,7 @@ public final class StreamAppend {
   private final long version;
   private final long committed;
   private final boolean fromChecksum;
+  private long checkpointDue = -1L;
 
   private StreamAppend(
       SparkSession spark,
@@ -155,6 +186,12 @@ public final class StreamAppend {
 
   private boolean writeAndCommit() {
     OptimisticTransaction$.MODULE$.setActive(txn);
+    // An adaptive-metadata table checkpoints by a commit of its own: Delta's hook stays.
+    boolean defer =
+        !txn.snapshot().protocol().isFeatureSupported(AdaptiveMetadataTableFeature$.MODULE$);
+    if (defer) {
+      txn.postCommitHooks().subtractOne(CheckpointHook$.MODULE$);
+    }
     try {
       DMLUtils.TaggedCommitData<Action> data =
           write.writeAndReturnCommitData(txn, spark, Option.empty(), false);
@@ -170,10 +207,66 @@ public final class StreamAppend {
               Option.empty(),
               Option.empty());
       txn.commitIfNeeded(data.actions(), operation, data.stringTags());
+      Option<CommittedTransaction> done = txn.getCommitted();
+      if (defer && done.isDefined() && done.get().maintenanceOperation().shouldCheckpoint()) {
+        checkpointDue = done.get().committedVersion();
+        checkpointLater(spark, done.get().deltaLog(), checkpointDue);
+      }
       return true;
     } finally {
       OptimisticTransaction$.MODULE$.clearActive();
     }
+  }
+
+  /** The version this commit made a log checkpoint due at, written after it; -1 for none. */
+  public long checkpointDue() {
+    return checkpointDue;
+  }
+
+  /**
+   * Waits up to {@code timeoutMillis} for the deferred checkpoints; whether none is left. For a
+   * stop that may wait, and for tests.
+   */
+  public static boolean awaitCheckpoints(long timeoutMillis) throws InterruptedException {
+    long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(timeoutMillis);
+    while (CHECKPOINTS_WAITING.get() > 0) {
+      if (System.nanoTime() > deadline) {
+        return false;
+      }
+      Thread.sleep(20);
+    }
+    return true;
+  }
+
+  private static void checkpointLater(SparkSession spark, DeltaLog log, long version) {
+    CHECKPOINTS_WAITING.incrementAndGet();
+    CHECKPOINTS.execute(
+        () -> {
+          try {
+            // Not the batch's: a stopped query cancels its job group, and its SQL execution id
+            // would nest this checkpoint's jobs under a finished batch.
+            spark.sparkContext().setLocalProperties(new Properties());
+            long started = System.nanoTime();
+            withActive(
+                spark,
+                () -> {
+                  // As Delta's CheckpointHook does, of the snapshot at the committed version.
+                  Snapshot snapshot =
+                      log.getSnapshotAt(version, Option.empty(), Option.empty(), false);
+                  log.checkpoint(snapshot, Option.empty());
+                  return null;
+                });
+            LOG.info(
+                "checkpoint of {} at version {} written after its commit in {} ms",
+                log.dataPath(),
+                version,
+                TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started));
+          } catch (Throwable e) { // the next checkpoint covers this one
+            LOG.warn("checkpoint of {} at version {} failed", log.dataPath(), version, e);
+          } finally {
+            CHECKPOINTS_WAITING.decrementAndGet();
+          }
+        });
   }
 
   /**
