@@ -195,6 +195,7 @@ class StreamRunner:
         self.freshness = FreshnessWindow(window_seconds(spec.freshness.target_seconds))
         self.plan = plan_trigger(spec.freshness.target_seconds, None, spec.trigger.pinned_seconds)
         self._replan: TriggerPlan | None = None  # a new interval, taken at the next idle moment
+        self.plan_since = 0.0  # when the query on the running interval started (epoch seconds)
         self.cost = CostMeter()
         self._records = 0  # landed since start (the cost per million records)
         self._driver_pids = [os.getpid()]
@@ -308,6 +309,7 @@ class StreamRunner:
             .option("checkpointLocation", self.pipeline.identity.checkpoint_path)
             .queryName(self.query_name)
         )
+        self.plan_since = time.time()
         if self.options.available_now:
             return writer.trigger(availableNow=True).start()
         return writer.trigger(processingTime=f"{self.plan.interval_seconds} seconds").start()
