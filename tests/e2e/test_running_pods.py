@@ -59,6 +59,8 @@ SPARK_MODE = "deltaflow.io/spark-mode"
 # Well past what one executor drains within the 10 s target (a warm one drained 300k in ~10 s,
 # so a burst of that size sometimes needed no scale-up).
 BURST = 1_000_000
+# A local-mode driver (one task thread) with a 3 s lag target: half the burst still outgrows it.
+LOCAL_MODE_BURST = 500_000
 # A CPU limit the 2-core node never reaches: the executor pods Spark creates carry it, and nothing
 # is throttled (executors capped at 500m made every test of this module 1.5-2x slower and the
 # driver's capacity figure 100x lower).
@@ -1037,7 +1039,7 @@ def _burst_moves_it_to_executors(stream: Stream) -> None:
     the driver reported and the operator decided meanwhile)."""
     timeline = Timeline(stream)
     timeline.start()
-    stream.produce(BURST)
+    stream.produce(LOCAL_MODE_BURST)
     try:
         wait_for(
             "the burst moved the stream to executor pods",
@@ -1140,7 +1142,7 @@ def test_a_small_stream_runs_in_its_driver_pod_alone_and_moves_to_executors_for_
     assert "executor pod(s)" in to_executors[0], to_executors
     record(
         f"local mode: into the driver pod alone {moved_in - patched:.0f}s after minExecutors 0; "
-        f"burst of {BURST} -> on executor pods {moved_out - burst:.0f}s -> all landed "
+        f"burst of {LOCAL_MODE_BURST} -> on executor pods {moved_out - burst:.0f}s -> all landed "
         f"{drained - burst:.0f}s -> back in local mode {back - burst:.0f}s; one driver at a time; "
         f"the local driver's query started {sum(startup.values()):.1f}s after its process ("
         + ", ".join(f"{phase} {seconds:.1f}s" for phase, seconds in startup.items())

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
-from crash_kit import Driver, TableWatch
+from crash_kit import LOCAL_MODE_DRIVER_ENV, Driver, TableWatch
 from runtime_kit import (
     Sent,
     create_topic,
@@ -741,7 +741,9 @@ def test_dead_letters_of_many_batches_commit_together_and_survive_a_kill_before_
     checkpoint = ident.checkpoint_path.removeprefix("file://")
     table_watch = TableWatch(local, checkpoint)
     dead_watch = TableWatch(local + "_dead_letter", checkpoint)
-    driver = Driver(config, tmp_path / "driver-work", tmp_path / "driver.log")
+    driver = Driver(
+        config, tmp_path / "driver-work", tmp_path / "driver.log", env=LOCAL_MODE_DRIVER_ENV
+    )
     try:
         wait_for(
             lambda: table_watch.last_batch() >= max(dead_watch.last_batch(), first_run) + 3,
