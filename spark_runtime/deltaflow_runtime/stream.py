@@ -52,6 +52,7 @@ from deltaflow_runtime.source import (
 from deltaflow_runtime.table import (
     METADATA_KEY,
     SNAPSHOT_PARTITIONS,
+    await_log_checkpoints,
     last_stream_commit,
     parse_commit_metadata,
     recorded_end_offsets,
@@ -152,6 +153,9 @@ MOVE_ATTEMPTS = 6
 MOVE_RETRY_SECONDS = 10.0
 # How many batch ids the progress listener remembers to report each batch once.
 SEEN_BATCHES_KEPT = 1024
+# A stop waits this long for a log checkpoint being written after its commit (a few seconds of
+# a small table's state replay; one not written is the next one's work).
+LOG_CHECKPOINT_WAIT_SECONDS = 10.0
 
 
 def first_report(seen: set[int], batch_id: int) -> bool:
@@ -589,7 +593,15 @@ class StreamRunner:
         finally:
             self._done.set()
             self._commit_waiting_dead_letters()
+            self._await_log_checkpoints()
             self._drain_progress()
+
+    def _await_log_checkpoints(self) -> None:
+        try:
+            if not await_log_checkpoints(self.spark, LOG_CHECKPOINT_WAIT_SECONDS):
+                log.warning("stopping with a Delta log checkpoint still being written")
+        except Exception:  # the JVM may be gone with the query's failure
+            log.debug("waiting for the Delta log checkpoints failed", exc_info=True)
 
     def _commit_waiting_dead_letters(self) -> None:
         """At stop: the dead letters still waiting in the driver, committed. Should that fail,

@@ -113,6 +113,13 @@ def append_stream_batch(
     return Appended(written, written and int(append.checkpointDue()) >= 0)
 
 
+def await_log_checkpoints(spark: SparkSession, seconds: float) -> bool:
+    """Wait up to ``seconds`` for the log checkpoints appends made due (written after their
+    commits, see StreamAppend); whether none is left. A stop waits so the work is not lost."""
+    waited = jvm(spark).io.deltaflow.delta.StreamAppend.awaitCheckpoints(int(seconds * 1000))
+    return bool(waited)
+
+
 def cached_version(spark: SparkSession, path: str) -> int:
     """The table version as this JVM last saw it (after its own commits): no log replay, no
     Spark job; -1 if unknown. For metrics, never for decisions."""
