@@ -17,6 +17,7 @@ Per kind it prints the p50/max and where the time went, from the runtime's own l
 ``batch_progress``).
 
     bash bench/run.sh start [--starts 5] [--records 40000] [--after stop|kill]
+                            [--kinds "local mode,archive,without"]
 """
 
 from __future__ import annotations
@@ -93,9 +94,26 @@ def _report(
             values = [run[column] for run in runs if column in run]
             cells.append(f"{statistics.median(values):12.1f}" if values else f"{'-':>12}")
         print(f"{kind:>10}  " + "  ".join(cells))
-    base = statistics.median(seconds["without"])
-    for kind in ("local mode", "archive"):
-        print(f"{kind} / without (p50): {statistics.median(seconds[kind]) / base:.2f}")
+    if seconds.get("without"):  # the baseline, when it ran
+        base = statistics.median(seconds["without"])
+        for kind in ("local mode", "archive"):
+            if seconds.get(kind):
+                print(f"{kind} / without (p50): {statistics.median(seconds[kind]) / base:.2f}")
+
+
+def _kinds(asked: str, archive: Path) -> dict[str, dict[str, str]] | None:
+    """The drivers' environments by kind, of those ``--kinds`` names (None: a name unknown)."""
+    every = {
+        "local mode": {ENV_JVM_ARCHIVE: str(archive), **LOCAL_MODE_DRIVER_ENV},
+        "archive": {ENV_JVM_ARCHIVE: str(archive)},
+        "without": {ENV_JVM_ARCHIVE: ""},
+    }
+    names = [kind.strip() for kind in asked.split(",") if kind.strip()]
+    unknown = [kind for kind in names if kind not in every]
+    if unknown or not names:
+        print(f"--kinds: unknown {unknown}; choose from {', '.join(every)}")
+        return None
+    return {kind: every[kind] for kind in names}
 
 
 def main() -> int:
@@ -105,16 +123,19 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=40_000, help="the backlog")
     parser.add_argument("--after", choices=("stop", "kill"), default="stop")
     parser.add_argument("--work", type=Path, default=None)
+    parser.add_argument(
+        "--kinds",
+        default="local mode,archive,without",
+        help="which kinds of driver, comma-separated (default: all three)",
+    )
     args = parser.parse_args()
     archive = find_archive(os.environ, cache_dir(os.environ))
     if archive is None:
         print("no archive: run bash stack/install/jvm-archive.sh")
         return 2
-    kinds = {
-        "local mode": {ENV_JVM_ARCHIVE: str(archive), **LOCAL_MODE_DRIVER_ENV},
-        "archive": {ENV_JVM_ARCHIVE: str(archive)},
-        "without": {ENV_JVM_ARCHIVE: ""},
-    }
+    kinds = _kinds(args.kinds, archive)
+    if kinds is None:
+        return 2
     names = list(kinds)
     work = work_dir(args.work, "deltaflow-start-")
     kafka = broker(work)
