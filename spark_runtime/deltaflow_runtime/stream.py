@@ -199,7 +199,9 @@ class StreamRunner:
         self.freshness = FreshnessWindow(window_seconds(spec.freshness.target_seconds))
         self.plan = plan_trigger(spec.freshness.target_seconds, None, spec.trigger.pinned_seconds)
         self._replan: TriggerPlan | None = None  # a new interval, taken at the next idle moment
-        self.plan_since = 0.0  # when the query on the running interval started (epoch seconds)
+        # When the running interval was taken (epoch seconds): the start, or a move's beginning
+        # (set before the plan, so whoever reads the new plan reads its time too).
+        self.plan_since = 0.0
         self.cost = CostMeter()
         self._records = 0  # landed since start (the cost per million records)
         self._driver_pids = [os.getpid()]
@@ -259,6 +261,7 @@ class StreamRunner:
         if pid is not None and pid != os.getpid():
             self._driver_pids.append(pid)
         self.sample_cost()
+        self.plan_since = time.time()
         self.query = self._start_query()
         self.metrics.trigger_interval.set(self.plan.interval_seconds)
         self._start_scaling(self.query)  # first: the first Kafka poll goes into its report
@@ -313,7 +316,6 @@ class StreamRunner:
             .option("checkpointLocation", self.pipeline.identity.checkpoint_path)
             .queryName(self.query_name)
         )
-        self.plan_since = time.time()
         if self.options.available_now:
             return writer.trigger(availableNow=True).start()
         return writer.trigger(processingTime=f"{self.plan.interval_seconds} seconds").start()
@@ -327,6 +329,7 @@ class StreamRunner:
         old = self.plan
         self.query.stop()
         self._commit_waiting_dead_letters()
+        self.plan_since = time.time()
         self.plan, self._replan = plan, None
         self._prepare_again()
         if self._stop.is_set():
