@@ -6,8 +6,9 @@
 #                                [--optimize-write both] [--jobs deltaflow,baseline]
 #   bash bench/run.sh trickle    [--rate 10] [--seconds 120] [--trigger 1s | --freshness 60] [--idle-seconds 60]
 #   bash bench/run.sh crash      [--records 1000000] [--kills 10]
-#   bash bench/run.sh start      [--starts 5] [--records 40000]   (a driver's start, with and
-#                                without the JVM class-data archive, ~5 min)
+#   bash bench/run.sh start      [--starts 5] [--records 40000] [--after stop|kill]
+#                                [--kinds "local mode,archive,without"]   (a driver's start:
+#                                local mode, the JVM class-data archive, neither; ~5 min)
 #   bash bench/run.sh json-check [--records 2000000] [--repeat 3]   (Spark only, ~1 min)
 #   bash bench/run.sh plan-cost  [--batches 200] [--fields 4]   (Spark only: building a batch's plan)
 #   bash bench/run.sh commit-cost [--files 0,10000,50000,200000] [--partitions 1,2,8]
