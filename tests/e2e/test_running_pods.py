@@ -1056,6 +1056,16 @@ def _burst_moves_it_to_executors(stream: Stream) -> None:
         timeline.stop()
 
 
+def _assert_alone(stream: Stream, driver: str, report: dict[str, Any]) -> None:
+    """The local driver ``driver`` is still the stream's, and no executor pod was ever made
+    for it nor registered with it."""
+    assert not stream.pods(EXECUTORS)
+    assert report["registered"] == 0, report
+    running = [p["metadata"]["name"] for p in stream.running(DRIVER)]
+    moves = stream.events("MovedToExecutors")
+    assert running == [driver], f"the local driver was replaced before the burst: {moves}"
+
+
 def test_a_small_stream_runs_in_its_driver_pod_alone_and_moves_to_executors_for_a_burst(
     stream: Stream,
 ) -> None:
@@ -1108,14 +1118,14 @@ def test_a_small_stream_runs_in_its_driver_pod_alone_and_moves_to_executors_for_
         for _ in range(4):
             stream.produce(700)
             stream.wait_all_landed()
-        wait_for(
+        # (One read of the report: a second read once met no report, the pod then changing.)
+        measured = wait_for(
             "the local driver's capacity measured",
-            lambda: stream.report().get("capacity"),
+            lambda: (report := stream.report()).get("capacity") and report,
             timeout=60,
             interval=2,
         )
-        assert not stream.pods(EXECUTORS)  # no executor pod was ever made for it
-        assert stream.report()["registered"] == 0
+        _assert_alone(stream, driver["metadata"]["name"], measured)
         # Its log says where its start's time went (a recovery's or a move's cost).
         startup = _startup_seconds(stream, driver["metadata"]["name"])
         assert set(startup) == {"interpreter", "sparkSession", "accessChecks", "guards"}, startup

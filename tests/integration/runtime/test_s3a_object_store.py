@@ -16,6 +16,7 @@ import subprocess
 import time
 import uuid
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -115,8 +116,16 @@ def test_the_logstore_lets_exactly_one_of_many_writers_create_a_version(
     # (S3A may keep the table folder's own marker: the table is about to be created there).
     table = jvm.org.apache.hadoop.fs.Path(f"s3a://lake/probe-{uuid.uuid4().hex[:8]}")
     fs = table.getFileSystem(conf)
-    assert jvm.io.deltaflow.storage.S3ConditionalLogStore.probeConditionalCreate(fs, table) is None
-    assert not fs.exists(jvm.org.apache.hadoop.fs.Path(table, "_deltaflow_probe"))
+    probe = jvm.io.deltaflow.storage.S3ConditionalLogStore.probeConditionalCreate
+    assert probe(fs, table) is None
+    # Processes that start together (the stream, its OPTIMIZE and VACUUM jobs) probe the same
+    # table at once: none may take another's probe away (a CI run's VACUUM job failed so, on
+    # NoSuchKey reading its probe back after the OPTIMIZE job had deleted the shared folder).
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        said = list(pool.map(lambda _: probe(fs, table), range(24)))
+    assert said == [None] * 24, said
+    left = [str(s.getPath().getName()) for s in fs.listStatus(table)] if fs.exists(table) else []
+    assert [name for name in left if name.startswith("_deltaflow_probe")] == [], left
 
 
 def test_eight_writer_processes_race_for_one_version_and_exactly_one_creates_it(

@@ -77,10 +77,14 @@ public class S3ConditionalLogStore extends HadoopFileSystemLogStore {
    * would let a second writer silently replace a commit. Creates a probe object under {@code
    * dir}, creates it again conditionally, reads it back and deletes it.
    *
+   * <p>Each probe has a folder of its own: the stream and its OPTIMIZE and VACUUM jobs start
+   * together and probe the same table, and a shared folder deleted by one process took the
+   * others' probes with it (a job then failed on NoSuchKey reading its own probe back).
+   *
    * @return null when the second create was refused, else why the store cannot be trusted
    */
   public static String probeConditionalCreate(FileSystem fs, Path dir) throws IOException {
-    Path probe = new Path(dir, "_deltaflow_probe/" + UUID.randomUUID());
+    Path probe = new Path(dir, "_deltaflow_probe-" + UUID.randomUUID() + "/probe");
     byte[] first = "first".getBytes(StandardCharsets.UTF_8);
     try {
       try (FSDataOutputStream out = createConditional(fs, probe)) {
