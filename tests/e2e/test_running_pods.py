@@ -1056,6 +1056,25 @@ def _burst_moves_it_to_executors(stream: Stream) -> None:
         timeline.stop()
 
 
+def _trickle_until_measured(stream: Stream, pod: str, batches: int = 8) -> dict[str, Any]:
+    """Land trickle batches (700 records each) until the driver's report has a capacity;
+    returns that report, or fails with the last one and what the driver logged."""
+    report: dict[str, Any] = {}
+    for _ in range(batches):
+        stream.produce(700)
+        stream.wait_all_landed()
+        report = stream.report()
+        if report.get("capacity"):
+            return report
+    log = stream.kube.kubectl("-n", NS, "logs", pod, check=False).stdout.splitlines()
+    said = [line for line in log if "batch_committed" in line or "autoscal" in line][-12:]
+    drivers = [p["metadata"]["name"] for p in stream.running(DRIVER)]
+    raise AssertionError(
+        f"no capacity after {batches} trickle batches; drivers {drivers}, last report {report}, "
+        f"its log: {said or log[-20:]}"
+    )
+
+
 def _assert_alone(stream: Stream, driver: str, report: dict[str, Any]) -> None:
     """The local driver ``driver`` is still the stream's, and no executor pod was ever made
     for it nor registered with it."""
@@ -1111,20 +1130,11 @@ def test_a_small_stream_runs_in_its_driver_pod_alone_and_moves_to_executors_for_
             timeout=60,
         )
         assert LOCAL_MODE_JAVA_OPTIONS in jvm, jvm
-        # Four batches of its trickle: a driver's first batch starts its capacity meter and the
-        # next three measure it (a burst met before that is only drained, the autoscaler
-        # holding for want of a measure: a fast node once drained a whole burst so, and never
-        # moved).
-        for _ in range(4):
-            stream.produce(700)
-            stream.wait_all_landed()
-        # (One read of the report: a second read once met no report, the pod then changing.)
-        measured = wait_for(
-            "the local driver's capacity measured",
-            lambda: (report := stream.report()).get("capacity") and report,
-            timeout=60,
-            interval=2,
-        )
+        # Its trickle until it has a capacity: a driver's first batch starts its capacity meter
+        # and the next three measure it (a burst met before that is only drained, the
+        # autoscaler holding for want of a measure: a fast node once drained a whole burst so,
+        # and never moved).
+        measured = _trickle_until_measured(stream, driver["metadata"]["name"])
         _assert_alone(stream, driver["metadata"]["name"], measured)
         # Its log says where its start's time went (a recovery's or a move's cost).
         startup = _startup_seconds(stream, driver["metadata"]["name"])
