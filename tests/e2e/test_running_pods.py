@@ -73,7 +73,7 @@ SCALING = {
     "maxExecutors": 3,
     "targetLagSeconds": 10,
     "scaleUpStabilizationSeconds": 0,
-    "scaleDownStabilizationSeconds": 30,
+    "scaleDownStabilizationSeconds": 20,
 }
 
 
@@ -336,7 +336,7 @@ def stream(
     assert s.table == f"{LAKE}/{NAME}"
     assert s.dead_letter == f"{LAKE}/{NAME}_dead_letter"
     # Autoscaling sized for this 2-core node and CI: 1..3 executors (3 partitions), a burst is
-    # a backlog past 10 s, and executors go again 30 s after it is gone.
+    # a backlog past 10 s, and executors go again 20 s after it is gone.
     manifest["spec"]["scaling"] = SCALING
     manifest["spec"]["source"]["maxOffsetsPerTrigger"] = 500_000
     manifest["spec"]["executor"]["coreLimit"] = EXECUTOR_CORE_LIMIT

@@ -335,8 +335,8 @@ def test_sigkill_the_driver_three_times_with_everything_on_the_object_store(
         topic,
         tmp_path / "soak",
         records=15_000,
-        # The three aimed kills, once each (the local soak, test_runtime_crash, also kills at
-        # random moments): mid-write, right after the table commit, right after planning.
+        # The three aimed kills, once each (the full-size soak, bench/run.sh crash, also kills
+        # at random moments): mid-write, right after the table commit, right after planning.
         kills=3,
         strategies=("mid-write", "after-table-commit", "after-plan"),
         rate=300,
