@@ -6,7 +6,7 @@
 #                                [--optimize-write both] [--jobs deltaflow,baseline]
 #   bash bench/run.sh trickle    [--rate 10] [--seconds 120] [--trigger 1s | --freshness 60] [--idle-seconds 60]
 #   bash bench/run.sh crash      [--records 1000000] [--kills 10]
-#   bash bench/run.sh start      [--starts 5] [--records 40000] [--after stop|kill]
+#   bash bench/run.sh start      [--starts 5] [--records 40000] [--after stop|kill] [--clean]
 #                                [--kinds "local mode,archive,without"]   (a driver's start:
 #                                local mode, the JVM class-data archive, neither; ~5 min)
 #   bash bench/run.sh json-check [--records 2000000] [--repeat 3]   (Spark only, ~1 min)

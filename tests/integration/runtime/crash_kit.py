@@ -290,11 +290,15 @@ def _wait(predicate: Callable[[], bool], timeout: float, poll: float = 0.005) ->
 
 class BackgroundProducer:
     """Produces at about ``rate``/s until told to stop, and at least ``total`` records: JSON
-    orders, ~1% hostile (HOSTILE), and every TXN_EVERY records a transaction of TXN_SIZE more,
-    every other one aborted (``aborted``: where those records are; ``delivered``: the rest)."""
+    orders, ~1% hostile (HOSTILE; none with ``hostile`` False), and every TXN_EVERY records a
+    transaction of TXN_SIZE more, every other one aborted (``aborted``: where those records
+    are; ``delivered``: the rest)."""
 
-    def __init__(self, bootstrap: str, topic: str, total: int, rate: float) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, total: int, rate: float, *, hostile: bool = True
+    ) -> None:
         self.bootstrap, self.topic, self.total, self.rate = bootstrap, topic, total, rate
+        self.hostile = hostile
         self.delivered: list[tuple[str, int, int]] = []
         # What each delivered record held: (key, value) by (topic, partition, offset).
         self.payloads: dict[tuple[str, int, int], tuple[bytes | None, bytes | None]] = {}
@@ -350,7 +354,7 @@ class BackgroundProducer:
             if i % TXN_EVERY == TXN_EVERY - 1:
                 self._transaction(transactional, i, order)
             value: bytes | None
-            if i % HOSTILE_EVERY == 0:
+            if self.hostile and i % HOSTILE_EVERY == 0:
                 value = HOSTILE[(i // HOSTILE_EVERY) % len(HOSTILE)]
             else:
                 value = order(i)
