@@ -48,6 +48,7 @@ from deltaflow_runtime.parse import (
 )
 from deltaflow_runtime.table import (
     PENDING_DEAD_LETTERS,
+    RECOVERING_DEAD_LETTERS,
     SNAPSHOT_PARTITIONS,
     START_OFFSETS,
     WRITTEN_ROWS,
@@ -280,6 +281,27 @@ def _observed(observation: Observation, timeout: float) -> dict[str, Any] | None
     return observation.get
 
 
+@dataclass(frozen=True)
+class DeadLetterRecovery:
+    """Dead letters a stopped driver left waiting, planned at start from the table's log: the
+    Kafka range of each of ``batches`` to read again, the valid rows their table commits wrote
+    (None: not recorded), and the ``version`` their one dead-letter commit goes under."""
+
+    batches: tuple[tuple[int, TopicOffsets, TopicOffsets], ...]  # (batch id, start, end)
+    written: int | None
+    version: int
+    read_range: Callable[[TopicOffsets, TopicOffsets], DataFrame]
+    # An earlier run deferred it and committed a table batch without finishing it (a crash, or
+    # a failure that would recur): written at start this time, so that a recovery that keeps
+    # failing stops the start rather than letting the table move on a batch per restart.
+    interrupted: bool = False
+
+    @property
+    def batch_ids(self) -> list[int]:
+        """The batches whose dead letters it writes."""
+        return [batch for batch, _, _ in self.batches]
+
+
 class BatchWriter:
     """The ``foreachBatch`` function of one stream.
 
@@ -344,6 +366,9 @@ class BatchWriter:
         self._inline_schema: StructType | None = None
         self._flush_lock = threading.RLock()
         self._identity: KafkaIdentity | None = None
+        # Planned at start, written before any other dead-letter commit (see plan_recovery).
+        self.recovery: DeadLetterRecovery | None = None
+        self.recovery_failures = 0  # attempts that failed (the Kafka poll tries only once)
 
     @property
     def dead_letter_batch(self) -> int | None:
@@ -427,7 +452,10 @@ class BatchWriter:
         report.end_offsets = self.checkpoint.end_offsets(batch_id)
         start = batch_start(self.committed_offsets, report.end_offsets)
         with self._flush_lock:
-            pending = [p.batch_id for p in self.ledger.waiting]
+            # A recovery not yet written is waiting too: a crash before it is written finds
+            # its batches in this commit, as the next start's plan reads them.
+            recovering = self.recovery.batch_ids if self.recovery is not None else []
+            pending = [*recovering, *(p.batch_id for p in self.ledger.waiting)]
         metadata = commit_metadata(
             self.stream.txn_app_id,
             batch_id,
@@ -435,13 +463,14 @@ class BatchWriter:
             self.routing,
             start_offsets=start,
             pending_dead_letters=pending,
+            recovering=None if self.recovery is None else self.recovery.version,
             kafka=self._kafka_identity(sorted(report.end_offsets or {})),
         )
         report.seconds["prepare"] = time.monotonic() - clock
         if batch_id <= self.table_batch:
             # Replay after a crash between a Delta commit and the checkpoint commit.
             report.outcome = "replayed"
-            if not self._dead_letters_hold(batch_id):
+            if not self._recovery_covers(batch_id) and not self._dead_letters_hold(batch_id):
                 self._finish_replay(self.router.split(batch), batch_id, metadata, report)
         else:
             self._write_both(batch, batch_id, metadata, report, start)
@@ -526,6 +555,9 @@ class BatchWriter:
         report.seconds["write_table"] = time.monotonic() - clock
 
         clock = time.monotonic()
+        # After this batch's table commit (a restart's first commit does not wait for it), and
+        # before any dead-letter commit of its own.
+        self.recover_dead_letters()
         if counts.all_refused_inline:
             report.dead_letter_source = "inline"
             if start is None:
@@ -620,17 +652,24 @@ class BatchWriter:
         with self._flush_lock:
             return self.ledger.waiting_rows
 
-    def flush_dead_letters(self, *, upto: int | None = None, due_only: bool = False) -> bool:
+    def flush_dead_letters(
+        self, *, upto: int | None = None, due_only: bool = False, recover: bool = True
+    ) -> bool:
         """Commit the waiting dead letters as one dead-letter commit whose ``txnVersion`` is
         ``upto`` (default: as far as the ledger allows: the table's last batch, or the one
         before a batch whose own dead letters are on their way). With ``due_only``, only once
         the oldest has waited ``dead_letter_flush_seconds`` or they weigh as much as one
         batch's inline collect may. An earlier attempt whose outcome is unknown is settled
-        first by the dead-letter table's own version (never written twice). Returns whether it
-        committed."""
+        first by the dead-letter table's own version (never written twice). A recovery planned
+        at start is written first (``recover`` False: then nothing is committed while one is
+        pending). Returns whether it committed."""
         from pyspark.sql import functions as F  # noqa: N812
 
         with self._flush_lock:
+            if recover:
+                self.recover_dead_letters()
+            elif self.recovery is not None:
+                return False  # its version comes first
             if self.ledger.in_doubt is not None:
                 state = table_state(
                     self.spark, self.stream.dead_letter_table_path, self.stream.txn_app_id
@@ -668,33 +707,38 @@ class BatchWriter:
         )
         return True
 
-    def catch_up_dead_letters(
+    def plan_recovery(
         self, read_range: Callable[[TopicOffsets, TopicOffsets], DataFrame]
-    ) -> None:
-        """At start, before the query: write the dead letters a stopped driver left waiting.
+    ) -> DeadLetterRecovery | None:
+        """At start, before the query: plan writing the dead letters a stopped driver left
+        waiting (``recovery``; None when there are none). Only the logs are read here; the
+        records are read again by :meth:`recover_dead_letters`, after the first table commit
+        of this run (or at once, when the caller finds no backlog).
 
         The table's last commit lists the batches whose dead letters were waiting when it was
         made, and records where it started itself; each of those batches' commits records its
         offsets. They are read again from Kafka (``read_range(start, end)``), routed in full,
         their valid records checked against the rows their table commits wrote, and their
         refused records committed as one dead-letter commit. A last batch whose start is not
-        recorded committed its dead letters at once: if they are missing, Spark replays it."""
-        from pyspark import StorageLevel
-        from pyspark.sql import functions as F  # noqa: N812
+        recorded committed its dead letters at once: if they are missing, Spark replays it.
 
+        Until it is written, no other dead-letter commit goes first (its version is lower),
+        every table commit lists its batches as waiting (a crash meanwhile finds them again),
+        and Spark's replay of a batch it covers writes nothing more."""
+        self.recovery = None
         last, done = (
             self.table_batch,
             -1 if self.dead_letter_batch is None else self.dead_letter_batch,
         )
         if last < 0 or done >= last:
-            return
+            return None
         path = self.stream.table_path
         latest = cached_version(self.spark, path)
         entry = recorded_entry(
             self.spark, path, self.stream.txn_app_id, last, latest_version=latest
         )
         if entry is None:
-            return  # not in the log: nothing recorded to go by (Spark's replay still applies)
+            return None  # not in the log: nothing recorded to go by (Spark's replay still applies)
         waiting = [int(b) for b in entry.get(PENDING_DEAD_LETTERS) or [] if int(b) > done]
         version = last - 1
         start, end = entry_offsets(entry, START_OFFSETS), entry_offsets(entry, "endOffsets")
@@ -706,9 +750,8 @@ class BatchWriter:
             if entry.get(WRITTEN_ROWS) != records_between(start, end):
                 waiting.append(last)
         if not waiting:
-            return
-        clock = time.monotonic()
-        frames: list[DataFrame] = []
+            return None
+        ranges: list[tuple[int, TopicOffsets, TopicOffsets]] = []
         written: int | None = 0
         for batch_id in waiting:
             recorded = (
@@ -730,25 +773,78 @@ class BatchWriter:
                 )
             rows_written = self._check_routing(batch_id, recorded)
             written = None if written is None or rows_written is None else written + rows_written
-            frames.append(
-                self.router.split(read_range(start, end)).withColumn(BATCH, F.lit(batch_id))
-            )
-        rows = frames[0]
-        for frame in frames[1:]:
-            rows = rows.unionByName(frame)
-        rows.persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            valid = rows.where(F.col(REASON).isNull()).count()
-            if written is not None:
-                self._check_read_again(waiting, written, valid)
-            metadata = commit_metadata(self.stream.txn_app_id, version, None, self.routing)
-            dead = self._append_dead_letters(
-                self.router.refused(rows), version, metadata, batch=F.col(BATCH)
-            )
-        finally:
-            rows.unpersist()
-        self.dead_letter_batch = version
-        self._dead_letters_done("dead_letters_recovered", waiting, version, dead, clock)
+            ranges.append((batch_id, start, end))
+        self.recovery = DeadLetterRecovery(
+            tuple(ranges),
+            written,
+            version,
+            read_range,
+            interrupted=entry.get(RECOVERING_DEAD_LETTERS) is not None,
+        )
+        return self.recovery
+
+    def recover_dead_letters(self) -> None:
+        """Write the dead letters :meth:`plan_recovery` planned, if still to be written: their
+        batches read again from Kafka, checked, and committed as one dead-letter commit. An
+        attempt that fails is looked up in the dead-letter table before anything else: one
+        that landed all the same is done, never written twice."""
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F  # noqa: N812
+
+        with self._flush_lock:
+            plan = self.recovery
+            if plan is None:
+                return
+            clock = time.monotonic()
+            frames = [
+                self.router.split(plan.read_range(start, end)).withColumn(BATCH, F.lit(batch_id))
+                for batch_id, start, end in plan.batches
+            ]
+            rows = frames[0]
+            for frame in frames[1:]:
+                rows = rows.unionByName(frame)
+            rows.persist(StorageLevel.MEMORY_AND_DISK)
+            try:
+                valid = rows.where(F.col(REASON).isNull()).count()
+                if plan.written is not None:
+                    self._check_read_again(plan.batch_ids, plan.written, valid)
+                metadata = commit_metadata(self.stream.txn_app_id, plan.version, None, self.routing)
+                dead = self._append_dead_letters(
+                    self.router.refused(rows), plan.version, metadata, batch=F.col(BATCH)
+                )
+            except Exception:
+                self.recovery_failures += 1
+                if not self._recovery_landed(plan):
+                    raise
+                return
+            finally:
+                rows.unpersist()
+            known = self.dead_letter_batch
+            self.dead_letter_batch = plan.version if known is None else max(plan.version, known)
+            self.recovery = None
+        self._dead_letters_done("dead_letters_recovered", plan.batch_ids, plan.version, dead, clock)
+
+    def _recovery_landed(self, plan: DeadLetterRecovery) -> bool:
+        """After a failed attempt: whether its commit landed all the same (a lost answer), by
+        the dead-letter table's own version; then it is done, never written again."""
+        state = table_state(self.spark, self.stream.dead_letter_table_path, self.stream.txn_app_id)
+        if state.stream_batch is None or state.stream_batch < plan.version:
+            return False
+        log.info(
+            "dead letters of batches %s were committed by the attempt that reported a failure "
+            "(txnVersion %s): not written again",
+            plan.batch_ids,
+            plan.version,
+        )
+        self.dead_letter_batch = state.stream_batch
+        self.recovery = None
+        return True
+
+    def _recovery_covers(self, batch_id: int) -> bool:
+        """Whether the planned recovery writes ``batch_id``'s dead letters, or declares it has
+        none (its version is past it): Spark's replay of it then writes nothing more."""
+        with self._flush_lock:
+            return self.recovery is not None and batch_id <= self.recovery.version
 
     def _kafka_identity(self, topics: list[str]) -> dict[str, Any] | None:
         """The cluster and topic ids recorded with the batch's table commit, so a start can tell
@@ -824,6 +920,7 @@ class BatchWriter:
         letters, provided this driver routes as that one did and reads the same valid rows."""
 
         clock = time.monotonic()
+        self.recover_dead_letters()  # its version is lower: it goes first
         written = self._check_replay_routing(batch_id)
         from pyspark import StorageLevel
 

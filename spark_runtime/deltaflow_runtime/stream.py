@@ -301,11 +301,37 @@ class StreamRunner:
         writer.seed_committed(resume)
         options = spark_kafka_options(ingestion.spec.source, self.secrets, min_partitions=tasks)
         self._kafka_options = options
-        # Dead letters a stopped driver left waiting, before any new batch.
-        writer.catch_up_dead_letters(lambda start, end: read_range(self.spark, options, start, end))
+        # Dead letters a stopped driver left waiting: written after this run's first table
+        # commit, so that a recovery's start does not wait for them; at once when no record
+        # waits in Kafka (no batch would come to write them).
+        plan = writer.plan_recovery(lambda start, end: read_range(self.spark, options, start, end))
+        if plan is not None:
+            log.info(
+                "%s",
+                json.dumps(
+                    {
+                        "event": "dead_letters_to_recover",
+                        "batches": plan.batch_ids,
+                        "txnVersion": plan.version,
+                    },
+                    separators=(",", ":"),
+                ),
+            )
+            if plan.interrupted or not self._backlog(resume):
+                writer.recover_dead_letters()
         # Published whole: the Kafka poll and the listener never see a writer half set up.
         self.writer = writer
         return resume
+
+    def _backlog(self, resume: TopicOffsets | None) -> bool:
+        """Whether Kafka holds records past ``resume`` (True when it cannot say: the recovery
+        then waits for the first batch, or the stop)."""
+        try:
+            tps = self.admin.partitions(self._topics())
+            return unread_records(resume or {}, self.admin.latest_offsets(tps)) > 0
+        except Exception as error:
+            log.warning("reading Kafka's latest offsets at start failed: %s", error)
+            return True
 
     def _start_query(self) -> StreamingQuery:
         """Start the query on the checkpoint with the current trigger plan."""
@@ -466,7 +492,13 @@ class StreamRunner:
         if self.writer is None:
             return
         try:
-            self.writer.flush_dead_letters(due_only=not caught_up)
+            # A recovery planned at start is written here only once Kafka has nothing more to
+            # read (no batch is coming to write it: a replayed batch writes none), and tried
+            # here once; else by the next batch, where a failure stops the stream.
+            self.writer.flush_dead_letters(
+                due_only=not caught_up,
+                recover=caught_up and self.writer.recovery_failures == 0,
+            )
         except Exception:
             log.exception("committing the waiting dead letters failed (retried later)")
 

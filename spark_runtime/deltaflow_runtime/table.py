@@ -155,6 +155,8 @@ def known_files(spark: SparkSession, path: str) -> int | None:
 # (see sink.BatchWriter): after a crash, start-up reads those batches again from Kafka.
 START_OFFSETS = "startOffsets"
 PENDING_DEAD_LETTERS = "pendingDeadLetters"
+# The version of a dead-letter recovery that was still to be written when the commit was made.
+RECOVERING_DEAD_LETTERS = "recoveringDeadLetters"
 
 
 def _render(offsets: TopicOffsets) -> dict[str, dict[str, int]]:
@@ -169,12 +171,14 @@ def commit_metadata(
     *,
     start_offsets: TopicOffsets | None = None,
     pending_dead_letters: list[int] | None = None,
+    recovering: int | None = None,
     kafka: Mapping[str, Any] | None = None,
 ) -> str:
     """The userMetadata the stream writes with each commit: which batch, where it started and
     ended, the fingerprint of the routing that split it between the table and the dead-letter
-    table, which earlier batches' dead letters were not yet committed, and which Kafka cluster
-    and topic ids its offsets belong to (``kafka``, under ``"kafka"``)."""
+    table, which earlier batches' dead letters were not yet committed (``recovering``: the
+    version of a start's recovery among them), and which Kafka cluster and topic ids its
+    offsets belong to (``kafka``, under ``"kafka"``)."""
     entry: dict[str, Any] = {"txnAppId": txn_app_id, "batchId": batch_id}
     if kafka is not None:
         entry["kafka"] = dict(kafka)
@@ -186,6 +190,8 @@ def commit_metadata(
         entry[START_OFFSETS] = _render(start_offsets)
     if pending_dead_letters:
         entry[PENDING_DEAD_LETTERS] = sorted(pending_dead_letters)
+    if recovering is not None:
+        entry[RECOVERING_DEAD_LETTERS] = recovering
     return json.dumps({METADATA_KEY: entry}, separators=(",", ":"), sort_keys=True)
 
 

@@ -41,11 +41,14 @@ from deltaflow_runtime.executors import ExecutorControl, LocalExecutors
 from deltaflow_runtime.guard import CheckpointMismatchError
 from deltaflow_runtime.offsets import DataLossError, KafkaAdmin
 from deltaflow_runtime.stream import StreamOptions, StreamRunner, recover_checkpoint
+from deltaflow_runtime.table import METADATA_KEY, PENDING_DEAD_LETTERS, RECOVERING_DEAD_LETTERS
 from devstack.kafka import KafkaBroker
 from devstack.process import free_port
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from deltaflow_api.identity import StreamIdentity
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -599,6 +602,39 @@ def test_a_batch_of_over_a_million_refused_records_goes_through(
 # --- checkpoint loss: refused, nothing written, and an exact recovery ----------------------------
 
 
+def _commits_by_batch(path: str) -> dict[int, tuple[int, int]]:
+    """Each commit of a stream's local table: its batch (txnVersion) -> (its commitInfo
+    timestamp in ms, its version in the log)."""
+    log = Path(path.removeprefix("file://")) / "_delta_log"
+    commits: dict[int, tuple[int, int]] = {}
+    for file in sorted(log.glob("*.json")):
+        actions = [json.loads(line) for line in file.read_text().splitlines()]
+        at = next(int(a["commitInfo"]["timestamp"]) for a in actions if "commitInfo" in a)
+        for action in actions:
+            if "txn" in action:
+                commits[int(action["txn"]["version"])] = (at, int(file.stem))
+    return commits
+
+
+def _assert_recovered_after_the_first_table_commit(
+    ident: StreamIdentity, killed: int, recovered: list[int]
+) -> None:
+    """The restart after a kill at batch ``killed``: its first new batch's table commit came
+    first, and says the ``recovered`` batches still waited (a crash then would find them);
+    then the recovered dead letters (under ``killed``), then the dead letters of its own
+    batches."""
+    table = _commits_by_batch(ident.table_path)
+    dead = _commits_by_batch(ident.dead_letter_table_path)
+    assert table[killed + 1][0] <= dead[killed][0], (table, dead)
+    assert all(log > dead[killed][1] for b, (_, log) in dead.items() if b > killed), dead
+    first = Path(ident.table_path.removeprefix("file://")) / "_delta_log"
+    first /= f"{table[killed + 1][1]:020d}.json"
+    info = next(a for a in map(json.loads, first.read_text().splitlines()) if "commitInfo" in a)
+    entry = json.loads(info["commitInfo"]["userMetadata"])[METADATA_KEY]
+    assert entry[RECOVERING_DEAD_LETTERS] == killed, entry
+    assert set(recovered) <= set(entry[PENDING_DEAD_LETTERS]), entry
+
+
 def _versions(path: str) -> int:
     from deltalake import DeltaTable
 
@@ -758,8 +794,10 @@ def test_dead_letters_of_many_batches_commit_together_and_survive_a_kill_before_
     assert waiting_since < killed_at, "the kill came after a dead-letter commit"
 
     # The next start finds them in the table's commits, reads them again and commits them
-    # before its first batch; it drains the rest in larger batches (the batch size decides no
-    # record's route, and the batch Spark planned before the kill replays with its own range).
+    # right after its first table commit (a backlog waits: the restart's first commit does not
+    # wait for them), before any other dead-letter commit; it drains the rest in larger batches
+    # (the batch size decides no record's route, and the batch Spark planned before the kill
+    # replays with its own range).
     larger = json.loads(json.dumps(doc))
     larger["spec"]["source"]["maxOffsetsPerTrigger"] = 1000
     with caplog.at_level(logging.INFO, logger="deltaflow.sink"):
@@ -772,6 +810,7 @@ def test_dead_letters_of_many_batches_commit_together_and_survive_a_kill_before_
     assert len(recovered) == 1
     assert recovered[0]["txnVersion"] == killed_at
     assert all(waiting_since < b <= killed_at for b in recovered[0]["batches"])
+    _assert_recovered_after_the_first_table_commit(ident, killed_at, recovered[0]["batches"])
     dead = read_table(ident.dead_letter_table_path)
     table = read_table(ident.table_path)
     assert duplicates(tpos(table) + tpos(dead)) == []
