@@ -454,7 +454,8 @@ class BatchWriter:
         with self._flush_lock:
             # A recovery not yet written is waiting too: a crash before it is written finds
             # its batches in this commit, as the next start's plan reads them.
-            recovering = self.recovery.batch_ids if self.recovery is not None else []
+            recovery = self.recovery
+            recovering = recovery.batch_ids if recovery is not None else []
             pending = [*recovering, *(p.batch_id for p in self.ledger.waiting)]
         metadata = commit_metadata(
             self.stream.txn_app_id,
@@ -463,7 +464,7 @@ class BatchWriter:
             self.routing,
             start_offsets=start,
             pending_dead_letters=pending,
-            recovering=None if self.recovery is None else self.recovery.version,
+            recovering=None if recovery is None else recovery.version,
             kafka=self._kafka_identity(sorted(report.end_offsets or {})),
         )
         report.seconds["prepare"] = time.monotonic() - clock
@@ -671,11 +672,8 @@ class BatchWriter:
             elif self.recovery is not None:
                 return False  # its version comes first
             if self.ledger.in_doubt is not None:
-                state = table_state(
-                    self.spark, self.stream.dead_letter_table_path, self.stream.txn_app_id
-                )
                 attempt = self.ledger.in_doubt
-                if self.ledger.resolve(state.stream_batch):
+                if self.ledger.resolve(self._dead_letter_table_batch()):
                     log.info(
                         "dead letters of batches %s were committed by the attempt that "
                         "reported a failure (txnVersion %s): not written again",
@@ -781,6 +779,8 @@ class BatchWriter:
             read_range,
             interrupted=entry.get(RECOVERING_DEAD_LETTERS) is not None,
         )
+        line = {"event": "dead_letters_to_recover", "batches": waiting, "txnVersion": version}
+        log.info("%s", json.dumps(line, separators=(",", ":")))
         return self.recovery
 
     def recover_dead_letters(self) -> None:
@@ -827,8 +827,8 @@ class BatchWriter:
     def _recovery_landed(self, plan: DeadLetterRecovery) -> bool:
         """After a failed attempt: whether its commit landed all the same (a lost answer), by
         the dead-letter table's own version; then it is done, never written again."""
-        state = table_state(self.spark, self.stream.dead_letter_table_path, self.stream.txn_app_id)
-        if state.stream_batch is None or state.stream_batch < plan.version:
+        committed = self._dead_letter_table_batch()
+        if committed is None or committed < plan.version:
             return False
         log.info(
             "dead letters of batches %s were committed by the attempt that reported a failure "
@@ -836,7 +836,7 @@ class BatchWriter:
             plan.batch_ids,
             plan.version,
         )
-        self.dead_letter_batch = state.stream_batch
+        self.dead_letter_batch = committed
         self.recovery = None
         return True
 
@@ -951,11 +951,14 @@ class BatchWriter:
         if batch_id > self.replayable:
             return False
         if self.dead_letter_batch is None:
-            state = table_state(
-                self.spark, self.stream.dead_letter_table_path, self.stream.txn_app_id
-            )
-            self.dead_letter_batch = -1 if state.stream_batch is None else state.stream_batch
+            committed = self._dead_letter_table_batch()
+            self.dead_letter_batch = -1 if committed is None else committed
         return batch_id <= self.dead_letter_batch
+
+    def _dead_letter_table_batch(self) -> int | None:
+        """The stream's last batch in the dead-letter table, read from its log (None: none)."""
+        path = self.stream.dead_letter_table_path
+        return table_state(self.spark, path, self.stream.txn_app_id).stream_batch
 
     def _check_replay_routing(self, batch_id: int) -> int | None:
         """Before writing the dead letters of a batch whose table rows an earlier driver

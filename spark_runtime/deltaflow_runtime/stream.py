@@ -305,20 +305,8 @@ class StreamRunner:
         # commit, so that a recovery's start does not wait for them; at once when no record
         # waits in Kafka (no batch would come to write them).
         plan = writer.plan_recovery(lambda start, end: read_range(self.spark, options, start, end))
-        if plan is not None:
-            log.info(
-                "%s",
-                json.dumps(
-                    {
-                        "event": "dead_letters_to_recover",
-                        "batches": plan.batch_ids,
-                        "txnVersion": plan.version,
-                    },
-                    separators=(",", ":"),
-                ),
-            )
-            if plan.interrupted or not self._backlog(resume):
-                writer.recover_dead_letters()
+        if plan is not None and (plan.interrupted or not self._backlog(resume)):
+            writer.recover_dead_letters()
         # Published whole: the Kafka poll and the listener never see a writer half set up.
         self.writer = writer
         return resume
