@@ -1063,6 +1063,11 @@ def _trickle_until_measured(stream: Stream, pod: str, batches: int = 8) -> dict[
     for _ in range(batches):
         stream.produce(700)
         stream.wait_all_landed()
+        placement = stream.status().get("placement") or {}
+        assert placement.get("mode") == "local", (
+            f"the trickle moved the stream out of local mode: {placement}, "
+            f"moves {stream.events('MovedToExecutors')}"
+        )
         report = stream.report()
         if report.get("capacity"):
             return report
@@ -1111,9 +1116,9 @@ def test_a_small_stream_runs_in_its_driver_pod_alone_and_moves_to_executors_for_
         )
 
     try:
-        # A 3 s lag target: the burst's backlog outgrows what the driver alone clears in time
-        # whatever this node's speed (at 10 s, a driver that drained fast enough stayed local).
-        stream.patch({"scaling": {"minExecutors": 0, "targetLagSeconds": 3}})
+        # A 30 s lag target while it trickles: a slow batch on a busy node (one took 14 s in CI)
+        # must not move it out before it has measured its capacity. Scaling applies in place.
+        stream.patch({"scaling": {"minExecutors": 0, "targetLagSeconds": 30}})
         patched = time.monotonic()
         # One executor carries this stream's trickle: after the scale-down window the autoscaler
         # finds the driver's own task thread enough, and a local-mode driver replaces the old.
@@ -1140,6 +1145,9 @@ def test_a_small_stream_runs_in_its_driver_pod_alone_and_moves_to_executors_for_
         startup = _startup_seconds(stream, driver["metadata"]["name"])
         assert set(startup) == {"interpreter", "sparkSession", "accessChecks", "guards"}, startup
         assert all(seconds >= 0 for seconds in startup.values()), startup
+        # A 3 s lag target for the burst: its backlog outgrows what the driver alone clears in
+        # time whatever this node's speed (at 10 s, a driver that drained fast enough stayed local).
+        stream.patch({"scaling": {"targetLagSeconds": 3}})
         burst = time.monotonic()
         _burst_moves_it_to_executors(stream)
         moved_out = time.monotonic()
