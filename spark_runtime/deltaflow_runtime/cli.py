@@ -3,6 +3,7 @@
 ``run``       try a manifest locally: Spark local mode, local Kafka, object-store paths mapped to a
               local directory (same code as the driver).
 ``stream``    what the driver pod runs: the stream of the ingestion in ``--config``.
+``pool``      a stream pool: the streams of the manifests in ``--members``, in one driver.
 ``optimize``  OPTIMIZE the table and the dead-letter table (the CronJob).
 ``vacuum``    VACUUM them with the spec's retention (the CronJob).
 ``recover-checkpoint``  rebuild a lost checkpoint from the offsets the table recorded.
@@ -29,13 +30,13 @@ from typing import TYPE_CHECKING
 from deltaflow_api.failures import FailureReason
 from deltaflow_runtime.config import Pipeline, load_ingestion, localize
 from deltaflow_runtime.cost import process_age_seconds
-from deltaflow_runtime.errors import DeltaflowError, ExitCode
+from deltaflow_runtime.errors import DeltaflowError, ExitCode, failure_reason
 from deltaflow_runtime.jvm_archive import find_archive, with_archive
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-COMMANDS = ("run", "stream", "optimize", "vacuum", "recover-checkpoint", "jvm-archive")
+COMMANDS = ("run", "stream", "pool", "optimize", "vacuum", "recover-checkpoint", "jvm-archive")
 
 log = logging.getLogger("deltaflow")
 
@@ -125,6 +126,24 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     _stream_flags(stream)
     _common(stream)
 
+    pool = commands.add_parser(
+        "pool", help="run a stream pool: the DeltaIngestions of a folder, in one driver"
+    )
+    pool.add_argument(
+        "--members",
+        type=Path,
+        required=True,
+        help="folder of the members' manifests (*.yaml, read again as it changes)",
+    )
+    pool.add_argument("--namespace", required=True, help="the members' namespace (one per pool)")
+    pool.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve every member's Prometheus series here (default: $DELTAFLOW_METRICS_PORT)",
+    )
+    _common(pool)
+
     for name, text in (
         ("optimize", "OPTIMIZE the table and the dead-letter table"),
         ("vacuum", "VACUUM the table and the dead-letter table"),
@@ -162,7 +181,8 @@ def _setup_logging() -> None:
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
-def _session(pipeline: Pipeline, args: argparse.Namespace, work_dir: Path | None) -> SparkSession:
+def _extra_conf(args: argparse.Namespace, work_dir: Path | None) -> dict[str, str]:
+    """``--conf``, and what a local run adds (its jars, scratch space)."""
     from deltaflow_runtime import session
 
     extra = dict(args.conf)
@@ -172,9 +192,55 @@ def _session(pipeline: Pipeline, args: argparse.Namespace, work_dir: Path | None
         jars = session.find_local_jars()
         if jars:
             extra["spark.jars"] = ",".join(jars)
-    conf = session.runtime_conf(pipeline.ingestion, master=args.master, extra=extra)
+    return extra
+
+
+def _build(conf: dict[str, str]) -> SparkSession:
+    from deltaflow_runtime import session
+
     archive = find_archive(os.environ, session.cache_dir(os.environ))
     return session.build_session(with_archive(conf, archive))
+
+
+def _session(pipeline: Pipeline, args: argparse.Namespace, work_dir: Path | None) -> SparkSession:
+    from deltaflow_runtime import session
+
+    extra = _extra_conf(args, work_dir)
+    return _build(session.runtime_conf(pipeline.ingestion, master=args.master, extra=extra))
+
+
+def _pool(args: argparse.Namespace) -> int:
+    """``deltaflow pool``: the members' streams in one driver until SIGTERM/SIGINT."""
+    from deltaflow_runtime import session
+    from deltaflow_runtime.pool import PoolOptions, StreamPool, check_folder, pool_storage
+    from deltaflow_runtime.stream import install_stop_handlers
+
+    _setup_logging()
+    try:
+        check_folder(args.members)
+        stop = threading.Event()
+        install_stop_handlers(stop)  # before the JVM starts, as for one stream
+        storage = pool_storage(args.members, args.namespace)
+        conf = session.pool_conf(
+            args.namespace, storage, master=args.master, extra=_extra_conf(args, None)
+        )
+        spark = _build(conf)
+    except DeltaflowError as error:
+        return failed_with(error)
+    try:
+        pool = StreamPool(spark, args.members, PoolOptions(args.namespace, stop=stop), storage)
+        port = _metrics_port(args)
+        if port is not None:
+            pool.registries.serve(port)
+        pool.run()
+        return 0
+    except DeltaflowError as error:
+        return failed_with(error)
+    except Exception as error:
+        log.exception("failed")
+        return _fail(ExitCode.FAILED, failure_reason(error), f"{type(error).__name__}: {error}")
+    finally:
+        spark.stop()
 
 
 def _jvm_archive(args: argparse.Namespace) -> int:
@@ -227,18 +293,6 @@ def _fail(code: int, reason: FailureReason, message: str) -> int:
     return code
 
 
-def failure_reason(error: Exception) -> FailureReason:
-    """The reason for an error that is no DeltaflowError: ``Failed``, unless it is Spark's
-    wrapper around one a batch raised (its text names the class)."""
-    from deltaflow_runtime.sink import BATCH_ERRORS
-
-    text = f"{type(error).__name__}: {error}"
-    for batch_error in BATCH_ERRORS:
-        if batch_error.__name__ in text:
-            return batch_error.reason
-    return FailureReason.FAILED
-
-
 def failed_with(error: DeltaflowError) -> int:
     """Say why the command failed (stderr, and the termination message the operator reads);
     return its exit code."""
@@ -250,6 +304,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "jvm-archive":
         return _jvm_archive(args)
+    if args.command == "pool":
+        return _pool(args)
     try:
         pipeline = _load(args)
     except DeltaflowError as error:
@@ -273,7 +329,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _dispatch(args: argparse.Namespace, pipeline: Pipeline) -> int:
     from deltaflow_runtime.maintenance import check_retention, emit, run_optimize, run_vacuum
     from deltaflow_runtime.object_store import check_access
-    from deltaflow_runtime.topics import check_topic_pattern
 
     if args.command == "vacuum":
         # Refuse before starting a JVM.
@@ -297,18 +352,10 @@ def _dispatch(args: argparse.Namespace, pipeline: Pipeline) -> int:
     startup["sparkSession"] = time.monotonic() - clock
     try:
         clock = time.monotonic()
-        ident, storage = pipeline.identity, pipeline.ingestion.spec.sink.storage
-        check_access(
-            spark,
-            (ident.checkpoint_path,),
-            storage.endpoint if storage is not None else None,
-            tables=(ident.table_path, ident.dead_letter_table_path),
-        )
         if args.command in ("run", "stream"):
-            from deltaflow_runtime.stream import StreamOptions, run_stream
+            from deltaflow_runtime.stream import StreamOptions, run_stream, start_checks
 
-            # Before any Kafka call: Spark would fail every start on a pattern Java refuses.
-            check_topic_pattern(spark, pipeline.ingestion.spec.source)
+            start_checks(spark, pipeline)
             startup["accessChecks"] = time.monotonic() - clock
 
             hint = str(args.filename if args.command == "run" else args.config)
@@ -324,6 +371,13 @@ def _dispatch(args: argparse.Namespace, pipeline: Pipeline) -> int:
             if args.command == "run" and runner.writer is not None:
                 _summary(spark, pipeline)
             return 0
+        ident, storage = pipeline.identity, pipeline.ingestion.spec.sink.storage
+        check_access(
+            spark,
+            (ident.checkpoint_path,),
+            storage.endpoint if storage is not None else None,
+            tables=(ident.table_path, ident.dead_letter_table_path),
+        )
         if args.command == "optimize":
             emit(run_optimize(spark, pipeline))
             return 0

@@ -44,3 +44,17 @@ class InvalidSpecError(DeltaflowError):
 
     reason = FailureReason.INVALID_SPEC
     exit_code = ExitCode.CONFIG
+
+
+def failure_reason(error: Exception) -> FailureReason:
+    """The reason for an error that is no DeltaflowError: ``Failed``, unless it is Spark's
+    wrapper around one a batch raised (its text names the class)."""
+    if isinstance(error, DeltaflowError):
+        return error.reason
+    from deltaflow_runtime.sink import BATCH_ERRORS  # the sink raises them (and imports this)
+
+    text = f"{type(error).__name__}: {error}"
+    for batch_error in BATCH_ERRORS:
+        if batch_error.__name__ in text:
+            return batch_error.reason
+    return FailureReason.FAILED

@@ -8,11 +8,14 @@ writer (rows, reasons, commits) and a background Kafka poll (lag, retention head
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from deltaflow_runtime.checkpoint import TopicOffsets
 from deltaflow_runtime.parse import REASONS
@@ -270,3 +273,44 @@ class RuntimeMetrics:
                         (done - first) / retained if retained > 0 else 1.0
                     )
         self.lag_total.set(total)
+
+
+class StreamRegistries(Collector):
+    """A stream pool's metrics: every member's own registry, each series labelled
+    ``stream="<namespace>/<name>"``, behind the pool's one endpoint."""
+
+    LABEL = "stream"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._members: dict[str, CollectorRegistry] = {}
+
+    def set(self, key: str, metrics: RuntimeMetrics | None) -> None:
+        """The member ``key``'s metrics from now on (None: the member is gone)."""
+        with self._lock:
+            if metrics is None:
+                self._members.pop(key, None)
+            else:
+                self._members[key] = metrics.registry
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            members = sorted(self._members.items())
+        merged: dict[str, Metric] = {}
+        for key, registry in members:
+            for family in registry.collect():
+                out = merged.get(family.name)
+                if out is None:
+                    out = merged[family.name] = Metric(
+                        family.name, family.documentation, family.type, family.unit
+                    )
+                for sample in family.samples:
+                    labels = {**sample.labels, self.LABEL: key}
+                    out.add_sample(sample.name, labels, sample.value, sample.timestamp)
+        yield from merged.values()
+
+    def serve(self, port: int) -> None:
+        """Expose every member's series on ``port`` (all interfaces, for the pod's Service)."""
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(self)
+        start_http_server(port, registry=registry)

@@ -25,6 +25,7 @@ from deltaflow_api.driver_pod import (
     NETWORK_CONF,
 )
 from deltaflow_api.failures import FailureReason
+from deltaflow_api.v1alpha1 import Storage
 from deltaflow_runtime import object_store
 from deltaflow_runtime.cost import COST_PLUGIN
 from deltaflow_runtime.errors import DeltaflowError
@@ -161,13 +162,63 @@ def runtime_conf(
 ) -> dict[str, str]:
     """Spark properties for the stream or a maintenance job (``master`` wins, then ``extra``,
     then the pod's master and address, then the spec)."""
+    return _process_conf(
+        f"deltaflow-{ingestion.namespace}-{ingestion.name}",
+        {**object_store.storage_conf(ingestion.spec.sink.storage), **ingestion.spec.spark_conf},
+        master=master,
+        extra=extra,
+        env=env,
+    )
+
+
+# A stream pool's driver runs for months with many queries: the UI and its retained history
+# (every SQL execution of every member's batches) would fill its heap.
+POOL_CONF = {
+    "spark.scheduler.mode": "FAIR",  # each member's batches in a scheduler pool of its own
+    "spark.ui.enabled": "false",
+    "spark.sql.ui.retainedExecutions": "20",
+    "spark.ui.retainedJobs": "50",
+    "spark.ui.retainedStages": "50",
+    "spark.sql.streaming.ui.retainedQueries": "20",
+    "spark.sql.streaming.ui.retainedProgressUpdates": "10",
+    # A member's query reports progress every batch; Spark keeps this many per query.
+    "spark.sql.streaming.numRecentProgressUpdates": "10",
+}
+
+
+def pool_conf(
+    namespace: str,
+    storage: Storage | None,
+    *,
+    master: str | None = None,
+    extra: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """Spark properties of a stream pool's driver: no member's ``sparkConf`` (each member sets
+    its session settings on a session of its own), the members' shared object store."""
+    return _process_conf(
+        f"deltaflow-pool-{namespace}",
+        {**object_store.storage_conf(storage), **POOL_CONF},
+        master=master,
+        extra=extra,
+        env=env,
+    )
+
+
+def _process_conf(
+    app_name: str,
+    own: Mapping[str, str],
+    *,
+    master: str | None,
+    extra: Mapping[str, str] | None,
+    env: Mapping[str, str] | None,
+) -> dict[str, str]:
     e = os.environ if env is None else env
     conf = {
         **spark_defaults(e),
-        "spark.app.name": f"deltaflow-{ingestion.namespace}-{ingestion.name}",
+        "spark.app.name": app_name,
         **DEFAULT_CONF,
-        **object_store.storage_conf(ingestion.spec.sink.storage),
-        **ingestion.spec.spark_conf,
+        **own,
         **pod_conf(e),
         **(extra or {}),
         **PINNED_CONF,

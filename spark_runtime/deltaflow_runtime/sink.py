@@ -259,8 +259,11 @@ class BatchMismatchError(DeltaflowError):
     reason = FailureReason.BATCH_MISMATCH
 
 
+# The thread-local property naming the FAIR scheduler pool of the jobs a thread starts.
+SCHEDULER_POOL = "spark.scheduler.pool"
+
 # Raised inside foreachBatch: they reach the command wrapped in Spark's StreamingQueryException,
-# which names them in its text (cli.failure_reason).
+# which names them in its text (errors.failure_reason).
 BATCH_ERRORS: tuple[type[DeltaflowError], ...] = (
     RoutingChangedError,
     BatchMismatchError,
@@ -328,8 +331,10 @@ class BatchWriter:
         observation_timeout: float = 60.0,
         size_snapshot_partitions: bool = True,
         dead_letter_flush_seconds: float | None = None,
+        scheduler_pool: str | None = None,
     ) -> None:
         self.spark = spark
+        self.scheduler_pool = scheduler_pool
         self.stream = stream
         self.partition_by = partition_by
         self.optimize_write = optimize_write
@@ -447,6 +452,10 @@ class BatchWriter:
         (compaction; retention fails the read itself). The driver never holds more than a
         bounded number of records (``parse.inline_capacity``).
         """
+        if self.scheduler_pool is not None:
+            # Spark calls this on a callback thread of its own: its jobs take the member's
+            # FAIR pool only if this thread names it (a local property is per thread).
+            self.spark.sparkContext.setLocalProperty(SCHEDULER_POOL, self.scheduler_pool)
         report = BatchReport(batch_id)
         clock = time.monotonic()
         report.end_offsets = self.checkpoint.end_offsets(batch_id)

@@ -84,6 +84,10 @@ class StreamOptions:
     # Where the start-up's time went before the runner (the command's phases, in seconds): the
     # runner adds its guards and logs them with ``stream_starting``.
     startup_seconds: dict[str, float] = field(default_factory=dict, compare=False)
+    # In a stream pool: the member's FAIR scheduler pool (its batches' jobs run there), and no
+    # report of its own to the pod (the pool reports its members together).
+    scheduler_pool: str | None = None
+    report_to_pod: bool = True
 
 
 def gather_facts(spark: SparkSession, pipeline: Pipeline, checkpoint: Checkpoint) -> StreamFacts:
@@ -297,6 +301,7 @@ class StreamRunner:
             else facts.dead_letter.stream_batch,
             min_partitions=tasks,
             size_snapshot_partitions=SNAPSHOT_PARTITIONS not in ingestion.spec.spark_conf,
+            scheduler_pool=self.options.scheduler_pool,
         )
         writer.seed_committed(resume)
         options = spark_kafka_options(ingestion.spec.source, self.secrets, min_partitions=tasks)
@@ -397,7 +402,7 @@ class StreamRunner:
             conf.get("spark.kubernetes.driver.pod.name"),
             conf.get("spark.kubernetes.namespace"),
         )
-        if not pod or not namespace:
+        if not pod or not namespace or not self.options.report_to_pod:
             return  # not in a driver pod (deltaflow run, tests): nobody to report to
         cluster = ExecutorControl(self.spark)
         control: Executors = cluster if cluster.supported() else LocalExecutors(self.spark)
@@ -619,6 +624,17 @@ class StreamRunner:
             self._await_log_checkpoints()
             self._drain_progress()
 
+    def release(self) -> None:
+        """After a start that failed half way (a pool's member starts again in this process):
+        the query stopped, its threads ended and its listener removed. ``wait`` does all this
+        for a query that ran."""
+        self._done.set()
+        if self.query is not None and self.query.isActive:
+            self.query.stop()
+        if self._listener is not None:
+            self.spark.streams.removeListener(self._listener)
+            self._listener = None
+
     def _await_log_checkpoints(self) -> None:
         try:
             if not await_log_checkpoints(self.spark, LOG_CHECKPOINT_WAIT_SECONDS):
@@ -827,6 +843,23 @@ def recover_checkpoint(spark: SparkSession, pipeline: Pipeline) -> Recovered:
     except FileExistsError as error:
         raise RecoveryError("CheckpointExists", str(error)) from None
     return Recovered(batch, offsets, replayed)
+
+
+def start_checks(spark: SparkSession, pipeline: Pipeline) -> None:
+    """What a stream's start checks before its guards: the object store answers for its
+    checkpoint and tables, and Java accepts its topic pattern (Spark would fail every start on
+    one it refuses)."""
+    from deltaflow_runtime.object_store import check_access
+    from deltaflow_runtime.topics import check_topic_pattern
+
+    ident, storage = pipeline.identity, pipeline.ingestion.spec.sink.storage
+    check_access(
+        spark,
+        (ident.checkpoint_path,),
+        storage.endpoint if storage is not None else None,
+        tables=(ident.table_path, ident.dead_letter_table_path),
+    )
+    check_topic_pattern(spark, pipeline.ingestion.spec.source)
 
 
 def install_stop_handlers(stop: threading.Event) -> None:

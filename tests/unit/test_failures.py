@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from deltaflow_api.failures import FailureReason, Termination, restart_helps
-from deltaflow_runtime.cli import failure_reason
+from deltaflow_runtime.errors import failure_reason
 
 RUNTIME = Path(__file__).resolve().parents[2] / "spark_runtime" / "deltaflow_runtime"
 

@@ -1,0 +1,177 @@
+"""Which small streams share a pool driver, and which pool: pure, from measured work.
+
+Two decisions, both explained and both stable:
+
+- ``choose``: whether a stream runs in a pool or on a driver of its own. ``dedicated`` and
+  ``pooled`` are the user's; ``auto`` follows the stream's measured CPU with hysteresis: it
+  leaves the pool once it has used more than ``MEMBER_MAX_CORES`` (or missed its lag target) for
+  ``LEAVE_AFTER_SECONDS``, and returns only once it has used less than ``RETURN_BELOW_CORES`` for
+  ``RETURN_AFTER_SECONDS`` (a band and two clocks: it never flaps on a burst). A stream a pool
+  cannot run (its own JVM settings, another object store: ``conflicts``) stays dedicated.
+- ``pack``: which pool each pooled stream runs in. Members stay where they are while their pool
+  holds them (a move is a stop and a start: never for tidiness); the others go, largest first,
+  into the first pool of their group with room, else into a new one. Pools never mix groups
+  (namespace and object store: a pool holds its members' secrets).
+
+Not wired to the operator yet (the API's ``spec.placement`` and the pool pods come with it).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Literal
+
+Where = Literal["pooled", "dedicated"]
+Requested = Literal["auto", "dedicated", "pooled"]
+
+# A member using more than this many cores is no longer small: a pool of 0.75 cores holds a
+# few such and dozens of trickles (10 records/s: ~0.005 cores).
+MEMBER_MAX_CORES = 0.25
+LEAVE_AFTER_SECONDS = 120.0
+RETURN_BELOW_CORES = 0.1
+RETURN_AFTER_SECONDS = 900.0
+# What an unmeasured stream is taken to use until its first cost window (a new stream).
+UNMEASURED_CORES = 0.02
+
+
+@dataclass(frozen=True)
+class Load:
+    """What the operator knows of a stream this round."""
+
+    requested: Requested  # spec.placement
+    cores: float | None  # measured CPU over its cost window (None: not measured yet)
+    behind: bool = False  # its lag is over its target (status.lag against the spec's target)
+    conflicts: tuple[str, ...] = ()  # why a pool cannot run it (runtime pool.pool_conflicts)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a stream runs, since when and why, and the clock of a move being considered."""
+
+    where: Where
+    since: float
+    reason: str
+    pending_since: float | None = None  # since when the load has asked for the other place
+
+
+def choose(load: Load, previous: Placement | None, now: float) -> Placement:
+    """This round's place for a stream; ``previous`` unchanged while nothing moves."""
+    if load.conflicts:
+        return _at("dedicated", previous, now, "cannot share a pool: " + "; ".join(load.conflicts))
+    if load.requested != "auto":
+        return _at(load.requested, previous, now, f"spec.placement is {load.requested}")
+    if previous is None:  # a new stream starts small, in a pool
+        return Placement("pooled", now, "a new stream starts in a pool until it is measured")
+    cores = UNMEASURED_CORES if load.cores is None else load.cores
+    if previous.where == "pooled":
+        wants_out = cores > MEMBER_MAX_CORES or load.behind
+        return _after(
+            previous,
+            now,
+            wants_out,
+            seconds=LEAVE_AFTER_SECONDS,
+            to="dedicated",
+            reason=f"it used {cores:.2f} cores (a pool member may use {MEMBER_MAX_CORES})"
+            if cores > MEMBER_MAX_CORES
+            else "its lag stayed over its target in the pool",
+        )
+    wants_in = cores < RETURN_BELOW_CORES and not load.behind
+    return _after(
+        previous,
+        now,
+        wants_in,
+        seconds=RETURN_AFTER_SECONDS,
+        to="pooled",
+        reason=f"it used {cores:.2f} cores (under {RETURN_BELOW_CORES}) for "
+        f"{RETURN_AFTER_SECONDS / 60:.0f} min",
+    )
+
+
+def _at(where: Where, previous: Placement | None, now: float, reason: str) -> Placement:
+    if previous is not None and previous.where == where:
+        return previous if previous.reason == reason else replace(previous, reason=reason)
+    return Placement(where, now, reason)
+
+
+def _after(
+    previous: Placement, now: float, wants: bool, *, seconds: float, to: Where, reason: str
+) -> Placement:
+    """Move to ``to`` once the load has wanted it for ``seconds`` in a row."""
+    if not wants:
+        return previous if previous.pending_since is None else replace(previous, pending_since=None)
+    pending = previous.pending_since if previous.pending_since is not None else now
+    if now - pending >= seconds:
+        return Placement(to, now, reason)
+    return (
+        previous if previous.pending_since == pending else replace(previous, pending_since=pending)
+    )
+
+
+@dataclass(frozen=True)
+class Member:
+    """A pooled stream to place: its group (namespace and object store) and measured CPU."""
+
+    key: str  # namespace/name
+    group: str
+    cores: float | None
+
+
+@dataclass(frozen=True)
+class PoolLimits:
+    """A pool's size (chart values): members at most, and the cores its members may use."""
+
+    members: int
+    cores: float
+
+
+def pack(
+    members: Sequence[Member], current: Mapping[str, str], limits: PoolLimits
+) -> dict[str, str]:
+    """Each member's pool by key. ``current``: the pools members run in now. Pools are named
+    ``<group>-<n>``; a pool left with no member is gone from the result (the operator removes
+    it)."""
+    placed: dict[str, str] = {}
+    used: dict[str, tuple[int, float]] = defaultdict(lambda: (0, 0.0))
+    by_group: dict[str, list[Member]] = defaultdict(list)
+    for member in members:
+        by_group[member.group].append(member)
+    for group, group_members in sorted(by_group.items()):
+        waiting: list[Member] = []
+        # Who stays: in their pool's order, while it holds them.
+        for member in sorted(group_members, key=lambda m: (current.get(m.key, ""), m.key)):
+            pool = current.get(member.key)
+            if pool is None or not pool.startswith(f"{group}-"):
+                waiting.append(member)
+                continue
+            if _fits(used[pool], _cores(member), limits):
+                placed[member.key] = pool
+                used[pool] = _add(used[pool], _cores(member))
+            else:
+                waiting.append(member)
+        # The rest, largest first, into the first pool with room (a new one if none has).
+        for member in sorted(waiting, key=lambda m: (-_cores(m), m.key)):
+            index = 0
+            while True:
+                pool = f"{group}-{index}"
+                if _fits(used[pool], _cores(member), limits):
+                    break
+                index += 1
+            placed[member.key] = pool
+            used[pool] = _add(used[pool], _cores(member))
+    return placed
+
+
+def _cores(member: Member) -> float:
+    return UNMEASURED_CORES if member.cores is None else member.cores
+
+
+def _fits(used: tuple[int, float], cores: float, limits: PoolLimits) -> bool:
+    count, total = used
+    # An empty pool takes any member (one larger than a pool's cores is choose's to move out).
+    return count == 0 or (count < limits.members and total + cores <= limits.cores)
+
+
+def _add(used: tuple[int, float], cores: float) -> tuple[int, float]:
+    return used[0] + 1, used[1] + cores

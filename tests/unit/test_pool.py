@@ -1,0 +1,160 @@
+"""The stream pool's pure rules: which streams a pool may run, how long a failed member waits,
+the per-batch cap of a member's backlog, and the members a folder of manifests holds."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from deltaflow_api import DeltaIngestion
+from deltaflow_runtime.pool import (
+    BACKOFF_MAX_SECONDS,
+    DEFAULT_MAX_OFFSETS_PER_TRIGGER,
+    backoff_seconds,
+    capped,
+    pool_conflicts,
+    read_members,
+)
+from support.manifests import valid_manifest
+
+
+def _ingestion(edit: dict[str, Any] | None = None, namespace: str = "data") -> DeltaIngestion:
+    document = valid_manifest(namespace=namespace)
+    for path, value in (edit or {}).items():
+        node = document
+        *parents, last = path.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        if value is None:
+            node.pop(last, None)
+        else:
+            node[last] = value
+    return DeltaIngestion.model_validate(document)
+
+
+BASE = _ingestion()
+
+# (case, the member's edits and namespace, the fields its conflicts name; empty: it may join)
+CONFLICTS = [
+    ("the pool's own kind of stream", {}, "data", []),
+    (
+        "session settings are its own",
+        {
+            "spec.sparkConf": {
+                "spark.sql.shuffle.partitions": "2",
+                "spark.databricks.delta.checkpointInterval": "5",
+            }
+        },
+        "data",
+        [],
+    ),
+    ("another namespace", {}, "other", ["metadata.namespace"]),
+    (
+        "another object store",
+        {"spec.sink.storage": {"endpoint": "http://minio:9000"}},
+        "data",
+        ["spec.sink.storage"],
+    ),
+    (
+        "credentials of its own for Kafka",
+        {
+            "spec.source.auth": {
+                "securityProtocol": "SASL_SSL",
+                "saslMechanism": "SCRAM-SHA-512",
+                "username": {"name": "k", "key": "u"},
+                "password": {"name": "k", "key": "p"},
+            }
+        },
+        "data",
+        ["spec.source.auth"],
+    ),
+    (
+        "a JVM setting",
+        {"spec.sparkConf": {"spark.executor.memory": "4g"}},
+        "data",
+        ["spec.sparkConf.spark.executor.memory"],
+    ),
+    (
+        "a SparkContext setting beside a session one",
+        {"spec.sparkConf": {"spark.sql.shuffle.partitions": "2", "spark.scheduler.mode": "FIFO"}},
+        "data",
+        ["spec.sparkConf.spark.scheduler.mode"],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("edits", "namespace", "fields"), [c[1:] for c in CONFLICTS], ids=[c[0] for c in CONFLICTS]
+)
+def test_which_streams_a_pool_may_run(
+    edits: dict[str, Any], namespace: str, fields: list[str]
+) -> None:
+    member = _ingestion(edits, namespace)
+    conflicts = pool_conflicts(member, "data", BASE.spec.sink.storage)
+    assert [c.split(":")[0] for c in conflicts] == fields, conflicts
+    # Each says what to do about it.
+    assert all(("run the stream on a driver" in c or "never mixes" in c) for c in conflicts)
+
+
+BACKOFF = [  # (failures in a row, seconds until the next start)
+    (0, 0.0),
+    (1, 10.0),
+    (2, 20.0),
+    (3, 40.0),
+    (5, 160.0),
+    (6, BACKOFF_MAX_SECONDS),
+    (60, BACKOFF_MAX_SECONDS),  # no overflow however long it fails
+]
+
+
+@pytest.mark.parametrize(("failures", "seconds"), BACKOFF)
+def test_a_failed_member_backs_off_longer_each_time_up_to_five_minutes(
+    failures: int, seconds: float
+) -> None:
+    assert backoff_seconds(failures) == seconds
+
+
+def test_a_members_backlog_is_read_in_capped_batches_unless_its_spec_says() -> None:
+    unset = _ingestion({"spec.source.maxOffsetsPerTrigger": None})
+    assert capped(unset).spec.source.max_offsets_per_trigger == DEFAULT_MAX_OFFSETS_PER_TRIGGER
+    assert unset.spec.source.max_offsets_per_trigger is None  # the original is left as it was
+    own = _ingestion({"spec.source.maxOffsetsPerTrigger": 1_000_000})
+    assert capped(own).spec.source.max_offsets_per_trigger == 1_000_000
+
+
+def test_a_folder_of_manifests_is_the_pools_members(tmp_path: Path) -> None:
+    """Members by namespace/name; a file that is no valid DeltaIngestion, or one the pool
+    cannot run, is reported by its problem and never becomes a pipeline; hidden files (a
+    mounted ConfigMap's ..data links) and other extensions are not members."""
+    good = valid_manifest("good")
+    (tmp_path / "good.yaml").write_text(yaml.safe_dump(good))
+    broken = copy.deepcopy(good)
+    broken["metadata"]["name"] = "broken"
+    broken["spec"]["trigger"] = {"interval": "soon"}
+    (tmp_path / "broken.yaml").write_text(yaml.safe_dump(broken))
+    foreign = valid_manifest("foreign", namespace="other")
+    (tmp_path / "foreign.yaml").write_text(yaml.safe_dump(foreign))
+    (tmp_path / "..data.yaml").write_text(yaml.safe_dump(valid_manifest("hidden")))
+    (tmp_path / "notes.txt").write_text("not a member")
+
+    members = read_members(tmp_path, "data", BASE.spec.sink.storage)
+    assert sorted(members) == ["broken.yaml", "data/good", "other/foreign"], sorted(members)
+    assert members["data/good"].pipeline is not None
+    assert members["data/good"].problem is None
+    broken_problem = members["broken.yaml"].problem
+    assert broken_problem is not None
+    assert "spec.trigger.interval" in broken_problem[1], broken_problem
+    foreign_member = members["other/foreign"]
+    assert foreign_member.problem is not None
+    assert "metadata.namespace" in foreign_member.problem[1]
+    # Re-reading an unchanged file gives the same digest (the pool restarts only on a change).
+    again = read_members(tmp_path, "data", BASE.spec.sink.storage)
+    assert again["data/good"].digest == members["data/good"].digest
+    (tmp_path / "good.yaml").write_text(
+        yaml.safe_dump({**good, "spec": {**good["spec"], "trigger": {"interval": "20s"}}})
+    )
+    assert read_members(tmp_path, "data", None)["data/good"].digest != members["data/good"].digest

@@ -1,0 +1,140 @@
+"""Pool placement as scenario tables: a stream's place (pool or its own driver) with hysteresis,
+and the packing of pooled streams into pools."""
+
+from __future__ import annotations
+
+import pytest
+
+from deltaflow_operator.decisions.pools import (
+    LEAVE_AFTER_SECONDS,
+    RETURN_AFTER_SECONDS,
+    Load,
+    Member,
+    Placement,
+    PoolLimits,
+    Requested,
+    choose,
+    pack,
+)
+
+POOLED = Placement("pooled", 0.0, "a new stream starts in a pool until it is measured")
+DEDICATED = Placement("dedicated", 0.0, "it used 0.80 cores")
+
+
+def _run(
+    requested: Requested, start: Placement | None, rounds: list[tuple[float, float | None, bool]]
+) -> list[str]:
+    """Feed (time, cores, behind) rounds; the place after each."""
+    placement = start
+    places: list[str] = []
+    for now, cores, behind in rounds:
+        placement = choose(Load(requested, cores, behind), placement, now)
+        places.append(placement.where)
+    return places
+
+
+L, R = LEAVE_AFTER_SECONDS, RETURN_AFTER_SECONDS
+# (case, requested, start, rounds (time, cores, behind), places after each round)
+CHOICES = [
+    ("a new stream starts pooled", "auto", None, [(0, None, False)], ["pooled"]),
+    ("a trickle stays", "auto", POOLED, [(t, 0.01, False) for t in (0, L, 2 * L)],
+     ["pooled"] * 3),
+    ("a burst shorter than the window stays", "auto", POOLED,
+     [(0, 0.9, False), (L / 2, 0.9, False), (L / 2 + 1, 0.02, False), (L + 1, 0.9, False)],
+     ["pooled"] * 4),
+    ("sustained growth leaves once", "auto", POOLED,
+     [(0, 0.5, False), (L / 2, 0.5, False), (L, 0.5, False), (2 * L, 0.5, False)],
+     ["pooled", "pooled", "dedicated", "dedicated"]),
+    ("lag over its target in the pool leaves", "auto", POOLED,
+     [(0, 0.05, True), (L, 0.05, True)], ["pooled", "dedicated"]),
+    ("inside the band a dedicated stream stays", "auto", DEDICATED,
+     [(t, 0.15, False) for t in (0, R, 2 * R)], ["dedicated"] * 3),
+    ("quiet for the window it returns", "auto", DEDICATED,
+     [(0, 0.02, False), (R / 2, 0.02, False), (R, 0.02, False)],
+     ["dedicated", "dedicated", "pooled"]),
+    ("a spike restarts the return clock", "auto", DEDICATED,
+     [(0, 0.02, False), (R - 1, 0.3, False), (R, 0.02, False), (R + R / 2, 0.02, False),
+      (2 * R, 0.02, False)],
+     ["dedicated"] * 4 + ["pooled"]),
+    ("pooled is the user's word", "pooled", DEDICATED, [(0, 2.0, True)], ["pooled"]),
+    ("dedicated is the user's word", "dedicated", POOLED, [(0, 0.0, False)], ["dedicated"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("requested", "start", "rounds", "places"),
+    [c[1:] for c in CHOICES],
+    ids=[c[0] for c in CHOICES],
+)
+def test_a_streams_place_follows_its_load_with_hysteresis(
+    requested: Requested,
+    start: Placement | None,
+    rounds: list[tuple[float, float | None, bool]],
+    places: list[str],
+) -> None:
+    assert _run(requested, start, rounds) == places
+
+
+def test_a_stream_a_pool_cannot_run_is_dedicated_whatever_it_asks_and_says_why() -> None:
+    load = Load("pooled", 0.01, conflicts=("spec.sparkConf.spark.executor.memory: ...",))
+    placed = choose(load, POOLED, 10.0)
+    assert placed.where == "dedicated"
+    assert "spec.sparkConf.spark.executor.memory" in placed.reason
+
+
+def test_an_unmoved_place_is_returned_as_it_was() -> None:
+    """No move, no new object: the status is not rewritten every round."""
+    assert choose(Load("auto", 0.01), POOLED, 50.0) is POOLED
+
+
+LIMITS = PoolLimits(members=3, cores=0.3)
+
+
+def _members(*spec: tuple[str, str, float | None]) -> list[Member]:
+    return [Member(key, group, cores) for key, group, cores in spec]
+
+
+# (case, members (key, group, cores), current pools, expected pools)
+PACKS = [
+    ("new streams fill a pool, then the next",
+     _members(*((f"s{i}", "g", 0.01) for i in range(5))), {},
+     {"s0": "g-0", "s1": "g-0", "s2": "g-0", "s3": "g-1", "s4": "g-1"}),
+    ("pools never mix groups",
+     _members(("a", "g", 0.01), ("b", "h", 0.01)), {}, {"a": "g-0", "b": "h-0"}),
+    ("cores bound a pool before its member count",
+     _members(("big", "g", 0.2), ("mid", "g", 0.15), ("tiny", "g", 0.01)), {},
+     {"big": "g-0", "tiny": "g-0", "mid": "g-1"}),
+    ("members stay where they run", _members(("a", "g", 0.01), ("b", "g", 0.01)),
+     {"a": "g-1", "b": "g-0"}, {"a": "g-1", "b": "g-0"}),
+    ("a member gone moves nobody",
+     _members(("a", "g", 0.01), ("c", "g", 0.01), ("d", "g", 0.01)),
+     {"a": "g-0", "c": "g-0", "d": "g-1"}, {"a": "g-0", "c": "g-0", "d": "g-1"}),
+    ("a pool outgrown moves only what no longer fits",
+     _members(("a", "g", 0.2), ("b", "g", 0.2), ("c", "g", 0.01)),
+     {"a": "g-0", "b": "g-0", "c": "g-0"}, {"a": "g-0", "c": "g-0", "b": "g-1"}),
+    ("a newcomer takes the room a departure left",
+     _members(("a", "g", 0.01), ("new", "g", None)),
+     {"a": "g-0"}, {"a": "g-0", "new": "g-0"}),
+    ("a member over a pool's cores still gets one (choose moves it out)",
+     _members(("huge", "g", 2.0)), {}, {"huge": "g-0"}),
+    ("a pool named for another group is not kept",
+     _members(("a", "g", 0.01)), {"a": "h-0"}, {"a": "g-0"}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("members", "current", "expected"), [c[1:] for c in PACKS], ids=[c[0] for c in PACKS]
+)
+def test_packing_pooled_streams(
+    members: list[Member], current: dict[str, str], expected: dict[str, str]
+) -> None:
+    packed = pack(members, current, LIMITS)
+    assert packed == expected
+    # Stable: packing what it decided again moves nothing.
+    assert pack(members, packed, LIMITS) == packed
+    # Within the limits, but for a pool of one oversized member.
+    for pool in set(packed.values()):
+        inside = [m for m in members if packed[m.key] == pool]
+        assert len(inside) <= LIMITS.members
+        if len(inside) > 1:
+            assert sum(m.cores or 0.02 for m in inside) <= LIMITS.cores + 1e-9
