@@ -87,7 +87,9 @@ def main() -> None:
     jobs = {
         "read": records.select(F.col("value")),
         "from_json": records.select(F.from_json(text, spec.value_schema).alias("v")),
-        "from_json bytes": records.select(from_json_bytes(with_corrupt, options).alias("v")),
+        "from_json bytes": records.select(
+            from_json_bytes(with_corrupt, options, spec.time_zone).alias("v")
+        ),
         "strict check": records.select(check.alias("c")),
         "java_method": records.select(call("x").alias("c")),
         "+ schema arg": records.select(call(spec.value_schema.json()).alias("c")),

@@ -137,6 +137,12 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     pool.add_argument("--namespace", required=True, help="the members' namespace (one per pool)")
     pool.add_argument(
+        "--rescan-seconds",
+        type=float,
+        default=10.0,
+        help="how often the members folder is read again (default: 10)",
+    )
+    pool.add_argument(
         "--metrics-port",
         type=int,
         default=None,
@@ -212,7 +218,7 @@ def _session(pipeline: Pipeline, args: argparse.Namespace, work_dir: Path | None
 def _pool(args: argparse.Namespace) -> int:
     """``deltaflow pool``: the members' streams in one driver until SIGTERM/SIGINT."""
     from deltaflow_runtime import session
-    from deltaflow_runtime.pool import PoolOptions, StreamPool, check_folder, pool_storage
+    from deltaflow_runtime.pool import PoolOptions, StreamPool, check_folder, wait_for_storage
     from deltaflow_runtime.stream import install_stop_handlers
 
     _setup_logging()
@@ -220,7 +226,9 @@ def _pool(args: argparse.Namespace) -> int:
         check_folder(args.members)
         stop = threading.Event()
         install_stop_handlers(stop)  # before the JVM starts, as for one stream
-        storage = pool_storage(args.members, args.namespace)
+        found, storage = wait_for_storage(args.members, args.namespace, stop)
+        if not found:
+            return 0  # stopped before any member came
         conf = session.pool_conf(
             args.namespace, storage, master=args.master, extra=_extra_conf(args, None)
         )
@@ -228,7 +236,8 @@ def _pool(args: argparse.Namespace) -> int:
     except DeltaflowError as error:
         return failed_with(error)
     try:
-        pool = StreamPool(spark, args.members, PoolOptions(args.namespace, stop=stop), storage)
+        options = PoolOptions(args.namespace, rescan_seconds=args.rescan_seconds, stop=stop)
+        pool = StreamPool(spark, args.members, options, storage)
         port = _metrics_port(args)
         if port is not None:
             pool.registries.serve(port)

@@ -118,6 +118,9 @@ class ParseSpec:
     metadata_columns: bool
     avro_confluent: bool = False  # values framed as magic byte 0 + 4-byte schema id + record
     avro_schema_ids: tuple[int, ...] = ()  # accepted schema ids (confluent); empty: any
+    # The stream's session time zone, which from_json reads zone-less timestamps in: its own
+    # session's (in a stream pool not the process's active session).
+    time_zone: str = "UTC"
 
 
 def avro_required_fields(avro_schema: str) -> tuple[str, ...]:
@@ -188,6 +191,7 @@ def parse_spec(spark: SparkSession, fmt: Format, sink: DeltaSink) -> ParseSpec:
         "key_required": fmt.key_required,
         "max_record_bytes": fmt.max_record_bytes,
         "metadata_columns": sink.kafka_metadata_columns,
+        "time_zone": spark.conf.get("spark.sql.session.timeZone") or "UTC",
     }
     if fmt.type == "raw":
         spec = ParseSpec("raw", None, (), None, None, **common)
@@ -325,7 +329,7 @@ def _route_stages(spec: ParseSpec) -> list[tuple[str, Column]]:
         # above accepted them (valid UTF-8, no byte order mark, no leading NUL).
         parsed = F.when(
             F.col(PRE_REASON).isNull() & F.col(CHECK).isNull(),
-            from_json_bytes(with_corrupt, options),
+            from_json_bytes(with_corrupt, options, spec.time_zone),
         )
         stages.append((PARSED, parsed))
         reason = (
@@ -395,21 +399,19 @@ def avro_body_check(avro_schema: str, body: Column) -> Column:
     return _java_udf(check, "deltaflow_avro_body", body)
 
 
-def from_json_bytes(schema: StructType, options: dict[str, str]) -> Column:
+def from_json_bytes(schema: StructType, options: dict[str, str], time_zone: str) -> Column:
     """``from_json(value cast as string, schema, options)`` (PERMISSIVE), reading the value's
     bytes as UTF-8 directly (spark_runtime/jvm's ``io.deltaflow.json.FromJsonBytes``): the same
     parser, options and session time zone, without Jackson's slower character path. Only for
     values that are valid UTF-8 with no byte order mark and no NUL in their first four bytes
     (what the cheap checks and :func:`strict_json` accept): on others the two read different
     characters."""
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F  # noqa: N812
 
     jvm: Any = _jvm()
     java_options = jvm.java.util.HashMap()
     for name, value in options.items():
         java_options.put(name, value)
-    time_zone = SparkSession.active().conf.get("spark.sql.session.timeZone")
     schema_json = schema.json()
     parser = jvm.io.deltaflow.json.FromJsonBytes(schema_json, java_options, time_zone)
     expressions = jvm.org.apache.spark.sql.catalyst.expressions

@@ -30,13 +30,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from deltaflow_api.failures import FailureReason
+from deltaflow_api.failures import FailureReason, restart_helps
 from deltaflow_runtime.config import Pipeline, load_ingestion
 from deltaflow_runtime.errors import DeltaflowError, InvalidSpecError, failure_reason
 from deltaflow_runtime.metrics import RuntimeMetrics, StreamRegistries
 from deltaflow_runtime.session import DEFAULT_CONF, PINNED_CONF
 from deltaflow_runtime.sink import SCHEDULER_POOL
-from deltaflow_runtime.stream import StreamOptions, StreamRunner, start_checks
+from deltaflow_runtime.stream import (
+    LOG_CHECKPOINT_WAIT_SECONDS,
+    StreamOptions,
+    StreamRunner,
+    start_checks,
+)
+from deltaflow_runtime.table import await_log_checkpoints
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -56,7 +62,31 @@ DEFAULT_MAX_OFFSETS_PER_TRIGGER = 200_000
 BACKOFF_BASE_SECONDS = 10.0
 BACKOFF_MAX_SECONDS = 300.0
 
-Phase = Literal["Starting", "Running", "BackingOff", "Invalid", "Stopped"]
+# A run this long ends a run of failures: the next failure counts as the first (kubelet resets
+# CrashLoopBackOff after 10 minutes of running).
+STABLE_RUN_SECONDS = 600.0
+# Session settings Spark fixes when the JVM starts (StaticSQLConf and Delta's catalog hooks):
+# a member cannot set them on its session.
+STATIC_MEMBER_CONF = (
+    "spark.sql.extensions",
+    "spark.sql.catalog.",
+    "spark.sql.catalogImplementation",
+    "spark.sql.warehouse.dir",
+    "spark.sql.ui.",
+    "spark.sql.streaming.ui.",
+    "spark.sql.queryExecutionListeners",
+    "spark.sql.streaming.streamingQueryListeners",
+    "spark.sql.hive.",
+    "spark.sql.cache.serializer",
+    "spark.sql.globalTempDatabase",
+    "spark.sql.event.truncate.length",
+    "spark.sql.legacy.sessionInitWithConfigDefaults",
+)
+
+# Starting, Running; BackingOff (failed, starts again at retryAt); NeedsAction (failed in a way
+# a restart cannot fix: waits for its manifest to change); Invalid (its manifest cannot run
+# here, never started); Stopped.
+Phase = Literal["Starting", "Running", "BackingOff", "NeedsAction", "Invalid", "Stopped"]
 
 
 def backoff_seconds(failures: int, base: float = BACKOFF_BASE_SECONDS) -> float:
@@ -64,6 +94,14 @@ def backoff_seconds(failures: int, base: float = BACKOFF_BASE_SECONDS) -> float:
     if failures <= 0:
         return 0.0
     return min(BACKOFF_MAX_SECONDS, base * 2.0 ** (failures - 1))
+
+
+def failures_in_a_row(failures: int, started_at: float | None, now: float) -> int:
+    """The failures in a row of a member that has run since ``started_at``: none once that run
+    has lasted ``STABLE_RUN_SECONDS`` (a failure after it is the first of a new row)."""
+    if started_at is not None and now - started_at >= STABLE_RUN_SECONDS:
+        return 0
+    return failures
 
 
 def member_key(ingestion: DeltaIngestion) -> str:
@@ -99,6 +137,11 @@ def pool_conflicts(ingestion: DeltaIngestion, namespace: str, storage: Storage |
                 f"only session settings ({', '.join(p + '*' for p in MEMBER_CONF_PREFIXES)}) "
                 "are its own; remove it or run the stream on a driver of its own"
             )
+        elif key.startswith(STATIC_MEMBER_CONF):
+            conflicts.append(
+                f"spec.sparkConf.{key}: Spark fixes it when the pool's JVM starts, so a pooled "
+                "stream cannot set it; remove it or run the stream on a driver of its own"
+            )
     return conflicts
 
 
@@ -117,17 +160,19 @@ class MemberStatus:
     """What a member's status says (the operator's report of it)."""
 
     phase: Phase = "Starting"
-    failures: int = 0  # in a row; a batch committed after a start resets it
+    failures: int = 0  # in a row (see failures_in_a_row)
     reason: str | None = None  # of the last failure
     message: str | None = None
     retry_at: float | None = None  # epoch seconds of the next start (BackingOff)
     started_at: float | None = None
     last_batch: int | None = None
 
-    def as_report(self) -> dict[str, Any]:
+    def as_report(self, now: float) -> dict[str, Any]:
         return {
             "phase": self.phase,
-            "failures": self.failures,
+            "failures": failures_in_a_row(self.failures, self.started_at, now)
+            if self.phase == "Running"
+            else self.failures,
             "reason": self.reason,
             "message": self.message,
             "retryAt": self.retry_at,
@@ -151,7 +196,8 @@ class PoolOptions:
 
 class Member:
     """One stream of the pool, in a thread of its own: start, wait, and on failure back off and
-    start again, until stopped."""
+    start again (or, for a failure a restart cannot fix, wait for a new manifest), until
+    stopped."""
 
     def __init__(
         self,
@@ -181,114 +227,143 @@ class Member:
     def start(self) -> None:
         self._thread.start()
 
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
     def join(self, timeout: float | None = None) -> bool:
         """Wait for the member's thread to end; whether it did."""
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
-    def report(self) -> dict[str, Any]:
+    def report(self, now: float) -> dict[str, Any]:
         """The member's status, its last batch as its runner knows it."""
         with self._lock:
             runner = self.runner
             last = runner.writer.last_report if runner and runner.writer else None
-            if last is not None:  # each start builds its writer: a batch of this start
+            if last is not None:
                 self.status.last_batch = last.batch_id
-                if self.status.phase == "Running" and last.outcome == "committed":
-                    self.status.failures = 0  # the start worked: the failures are over
-            return self.status.as_report()
-
-    def _session(self) -> SparkSession:
-        """A session of the member's own: its SQL settings, its query manager, its scheduler
-        pool (set on this thread: the query's own thread inherits it). One for all the
-        member's starts: Spark never lets go of a session's query listener bus."""
-        self.session.sparkContext.setLocalProperty(SCHEDULER_POOL, self.key)
-        return self.session
+            return self.status.as_report(now)
 
     @functools.cached_property
     def session(self) -> SparkSession:
+        """A session of the member's own: its SQL settings and its query manager (so its
+        progress listener hears its own query only). One for all the member's starts: Spark
+        never lets go of a session's query listener bus."""
         session = self._spark.newSession()
         # A new session starts from the SparkConf: the data plane's session settings as the
-        # pool's session holds them (whoever set them), then the member's own.
-        for key in (*DEFAULT_CONF, *PINNED_CONF):
+        # pool's session holds them (whoever set them), the member's own, then the pinned ones
+        # again (as in a driver of its own, the spec cannot turn those off).
+        inherited = {**DEFAULT_CONF, **PINNED_CONF}
+        for key in inherited:
             value = self._spark.conf.get(key, None)
-            if value is not None and session.conf.isModifiable(key):
+            own = key.startswith(MEMBER_CONF_PREFIXES) and not key.startswith(STATIC_MEMBER_CONF)
+            if value is not None and own:
                 session.conf.set(key, value)
         for key, value in self.pipeline.ingestion.spec.spark_conf.items():
-            if not session.conf.isModifiable(key):
+            try:
+                session.conf.set(key, value)
+            except Exception as error:  # Spark's CANNOT_MODIFY_CONFIG and the like
                 raise InvalidSpecError(
-                    f"spec.sparkConf.{key}: Spark fixes it when the pool's JVM starts, so a "
-                    "pooled stream cannot set it; remove it or run the stream on a driver of "
-                    "its own"
-                )
-            session.conf.set(key, value)
+                    f"spec.sparkConf.{key}: Spark refused it on a pooled stream's session "
+                    f"({str(error).splitlines()[0][:300]}); remove it or run the stream on a "
+                    "driver of its own"
+                ) from None
+        for key, value in PINNED_CONF.items():
+            if key in self.pipeline.ingestion.spec.spark_conf:
+                session.conf.set(key, value)  # static ones never get here: pool_conflicts
         return session
 
     def _run(self) -> None:
-        while not self.stop.is_set():
-            with self._lock:
-                self.status = replace(
-                    self.status, phase="Starting", retry_at=None, started_at=time.time()
-                )
-            try:
-                session = self._session()
-                start_checks(session, self.pipeline)
-                runner = StreamRunner(
-                    session,
-                    self.pipeline,
-                    StreamOptions(
-                        config_hint=self.source,
-                        stop=self.stop,
-                        poll_seconds=self._options.poll_seconds,
-                        stop_grace_seconds=self._options.stop_grace_seconds,
-                        scheduler_pool=self.key,
-                        report_to_pod=False,
-                    ),
-                )
-                with self._lock:
-                    self.runner = runner
-                self._on_metrics(self.key, runner.metrics)
-                if self.stop.is_set():
-                    break
-                runner.start()
-                with self._lock:
-                    self.status.phase = "Running"
-                _event("member_started", self.key, failures=self.status.failures)
-                runner.wait()
-            except Exception as error:
-                if self.runner is not None:
-                    self.runner.release()  # a start that failed half way leaves nothing behind
-                if self.stop.is_set() and not isinstance(error, DeltaflowError):
-                    break  # stopped mid-start: what failed is the stop's doing
-                self._failed(error)
-                self.stop.wait(max(0.0, (self.status.retry_at or 0) - time.time()))
-                continue
-            if self.stop.is_set():
-                break
-            # The query ended by itself (not in a pool: only availableNow queries end).
-            self._failed(RuntimeError("the query ended without a stop"))
-            self.stop.wait(max(0.0, (self.status.retry_at or 0) - time.time()))
+        try:
+            while not self.stop.is_set():
+                self._run_once()
+        except Exception:  # never leave a member silently dead: the pool replaces it
+            log.exception("member %s: its thread failed", self.key)
         with self._lock:
             self.status.phase = "Stopped"
         _event("member_stopped", self.key)
+
+    def _run_once(self) -> None:
+        """One start and run; a failure's backoff (or NeedsAction's wait) before returning."""
+        with self._lock:
+            self.status = replace(
+                self.status, phase="Starting", retry_at=None, started_at=time.time()
+            )
+        runner: StreamRunner | None = None
+        try:
+            session = self.session
+            # The query's own thread inherits this thread's scheduler pool.
+            session.sparkContext.setLocalProperty(SCHEDULER_POOL, self.key)
+            start_checks(session, self.pipeline)
+            runner = StreamRunner(
+                session,
+                self.pipeline,
+                StreamOptions(
+                    config_hint=self.source,
+                    stop=self.stop,
+                    poll_seconds=self._options.poll_seconds,
+                    stop_grace_seconds=self._options.stop_grace_seconds,
+                    pool_member=self.key,
+                ),
+            )
+            with self._lock:
+                self.runner = runner
+            self._on_metrics(self.key, runner.metrics)
+            if self.stop.is_set():
+                return
+            runner.start()
+            with self._lock:
+                self.status.phase = "Running"
+            _event("member_started", self.key, failures=self.status.failures)
+            runner.wait()
+        except Exception as error:
+            if runner is not None:
+                try:
+                    runner.release()  # a start that failed half way leaves nothing behind
+                except Exception:
+                    log.warning("member %s: releasing a failed start failed", self.key)
+            if self.stop.is_set() and not isinstance(error, DeltaflowError):
+                return  # stopped mid-start: what failed is the stop's doing
+            self._failed(error)
+            self._wait_after_failure()
+            return
+        if not self.stop.is_set():
+            # The query ended by itself (in a pool only a failure ends one: raised above).
+            self._failed(RuntimeError("the query ended without a stop"))
+            self._wait_after_failure()
+
+    def _wait_after_failure(self) -> None:
+        if self.status.phase == "NeedsAction":
+            self.stop.wait()  # a new manifest (a new member) or the pool's stop ends it
+        else:
+            self.stop.wait(max(0.0, (self.status.retry_at or 0) - time.time()))
 
     def _failed(self, error: Exception) -> None:
         reason = failure_reason(error)
         message = error.message if isinstance(error, DeltaflowError) else f"{error}"
         message = f"{type(error).__name__}: {message}"[:2000]
+        now = time.time()
         with self._lock:
-            failures = self.status.failures + 1
+            failures = failures_in_a_row(self.status.failures, self.status.started_at, now) + 1
+            helps = restart_helps(reason)
             wait = backoff_seconds(failures, self._options.backoff_base_seconds)
             self.status = replace(
                 self.status,
-                phase="BackingOff",
+                phase="BackingOff" if helps else "NeedsAction",
                 failures=failures,
                 reason=str(reason),
                 message=message,
-                retry_at=time.time() + wait,
+                retry_at=now + wait if helps else None,
             )
-        log.error("member %s failed (%s), starting again in %.0f s: %s", self.key, reason, wait,
-                  message)  # fmt: skip
-        _event("member_failed", self.key, reason=str(reason), failures=failures, backoff=wait)
+        if helps:
+            log.error("member %s failed (%s), starting again in %.0f s: %s", self.key, reason,
+                      wait, message)  # fmt: skip
+        else:
+            log.error("member %s failed (%s), a restart cannot fix it: %s", self.key, reason,
+                      message)  # fmt: skip
+        _event("member_failed", self.key, reason=str(reason), failures=failures,
+               backoff=wait if helps else None)  # fmt: skip
 
 
 def _event(name: str, key: str, **fields: Any) -> None:
@@ -307,29 +382,30 @@ class Manifest:
 
 def read_members(folder: Path, namespace: str, storage: Storage | None) -> dict[str, Manifest]:
     """The member manifests in ``folder`` (``*.yaml``, the ConfigMap's keys), by member key
-    (by file name for one that cannot be read). Hidden files (a mounted ConfigMap's ``..data``
-    links) are not members."""
+    (by file name for one that cannot be read as a member, or that names a member an earlier
+    file already does). Hidden files (a mounted ConfigMap's ``..data`` links) are not members.
+    A file that cannot be read fails the whole read (OSError): the members stay as they are."""
     found: dict[str, Manifest] = {}
     for path in sorted(folder.glob("*.yaml")):
         if path.name.startswith("."):
             continue
-        try:
-            raw = path.read_bytes()
-        except OSError:
-            continue  # replaced while read: the next scan reads it
+        raw = path.read_bytes()
         digest = hashlib.sha256(raw).hexdigest()
         try:
             ingestion = load_ingestion(path)
         except DeltaflowError as error:
             found[path.name] = Manifest(path, digest, None, (error.reason, error.message))
             continue
+        key = member_key(ingestion)
+        if key in found:
+            duplicate = (FailureReason.INVALID_SPEC, f"{found[key].path.name} already runs {key}")
+            found[path.name] = Manifest(path, digest, None, duplicate)
+            continue
         conflicts = pool_conflicts(ingestion, namespace, storage)
         problem = None
         if conflicts:
             problem = (FailureReason.INVALID_SPEC, "; ".join(conflicts))
-        found[member_key(ingestion)] = Manifest(
-            path, digest, Pipeline.of(capped(ingestion)), problem
-        )
+        found[key] = Manifest(path, digest, Pipeline.of(capped(ingestion)), problem)
     return found
 
 
@@ -349,31 +425,44 @@ class StreamPool:
         self.storage = storage
         self.members: dict[str, Member] = {}
         self.invalid: dict[str, MemberStatus] = {}
+        # Members told to stop whose thread has not ended: their key starts again only after.
+        self.stopping: dict[str, Member] = {}
         self.registries = StreamRegistries()
+        self._lock = threading.Lock()
 
     def status(self) -> dict[str, dict[str, Any]]:
         """Every member's status by key (invalid manifests by key or file name)."""
-        report = {key: member.report() for key, member in self.members.items()}
-        report.update({key: status.as_report() for key, status in self.invalid.items()})
+        now = time.time()
+        with self._lock:
+            members, invalid = dict(self.members), dict(self.invalid)
+        report = {key: member.report(now) for key, member in members.items()}
+        report.update({key: status.as_report(now) for key, status in invalid.items()})
         return report
 
     def scan(self) -> None:
         """Start, stop and restart members as the folder now says."""
         wanted = read_members(self.folder, self.options.namespace, self.storage)
-        self._stop_members([k for k in self.members if k not in wanted])
-        self.invalid = {}
+        self._reap()
+        invalid: dict[str, MemberStatus] = {}
+        with self._lock:
+            gone = [k for k in self.members if k not in wanted]
+            changed = [
+                k
+                for k, member in self.members.items()
+                if k in wanted and (wanted[k].digest != member.digest or not member.alive)
+            ]
+        self._stop([*gone, *changed])  # a changed one stops, then starts anew
         for key, manifest in wanted.items():
-            running = self.members.get(key)
-            if running is not None and running.digest == manifest.digest:
-                continue
-            if running is not None:
-                self._stop_members([key])  # changed: stopped gracefully, then started anew
             if manifest.pipeline is None or manifest.problem is not None:
                 reason, message = manifest.problem or (FailureReason.INVALID_SPEC, "invalid")
-                self.invalid[key] = MemberStatus(
+                invalid[key] = MemberStatus(
                     phase="Invalid", reason=str(reason), message=f"{manifest.path.name}: {message}"
                 )
+                if self.invalid.get(key) != invalid[key]:  # said once, not every scan
+                    _event("member_invalid", key, reason=str(reason), message=invalid[key].message)
                 continue
+            if key in self.members or key in self.stopping:
+                continue  # running as it is, or its previous run still stopping
             member = Member(
                 self.spark,
                 manifest.pipeline,
@@ -382,22 +471,33 @@ class StreamPool:
                 options=self.options,
                 on_metrics=self.registries.set,
             )
-            self.members[key] = member
+            with self._lock:
+                self.members[key] = member
             member.start()
+        with self._lock:
+            self.invalid = invalid
 
-    def _stop_members(self, keys: list[str]) -> None:
-        """Stop these members, together (each after its in-flight batch)."""
-        stopping = [self.members.pop(key) for key in keys]
-        for member in stopping:
-            member.stop.set()
-        for member in stopping:
-            if not member.join(self.options.stop_grace_seconds + 30):
-                log.warning("member %s did not stop in time", member.key)
-            self.registries.set(member.key, None)
+    def _stop(self, keys: list[str]) -> None:
+        """Tell these members to stop (each after its in-flight batch); ``_reap`` collects them
+        once they have."""
+        with self._lock:
+            for key in keys:
+                member = self.members.pop(key)
+                if member.alive and not member.stop.is_set():
+                    log.info("member %s: stopping", key)
+                member.stop.set()
+                self.stopping[key] = member
+
+    def _reap(self) -> None:
+        for key, member in list(self.stopping.items()):
+            if not member.alive:
+                del self.stopping[key]
+                if key not in self.members:
+                    self.registries.set(key, None)
 
     def run(self) -> None:
         """Keep the members in line with the folder until the pool's stop; then stop them all
-        (each after its in-flight batch, in parallel)."""
+        together (each after its in-flight batch), waiting for them at most their grace."""
         stop = self.options.stop
         while not stop.is_set():
             try:
@@ -405,7 +505,24 @@ class StreamPool:
             except Exception:  # a scan that fails leaves the members as they are
                 log.exception("reading the pool's members failed")
             stop.wait(self.options.rescan_seconds)
-        self._stop_members(list(self.members))
+        with self._lock:
+            keys = list(self.members)
+        self._stop(keys)
+        deadline = time.monotonic() + self.options.stop_grace_seconds + 30
+        for key, member in list(self.stopping.items()):
+            if not member.join(max(0.0, deadline - time.monotonic())):
+                log.warning("member %s did not stop in time", key)
+        await_pool_log_checkpoints(self.spark)
+
+
+def await_pool_log_checkpoints(spark: SparkSession) -> None:
+    """At the pool's stop, once: the Delta log checkpoints its members' commits made due (a
+    member's own stop does not wait for them: the wait is the JVM's, for every member)."""
+    try:
+        if not await_log_checkpoints(spark, LOG_CHECKPOINT_WAIT_SECONDS):
+            log.warning("stopping with a Delta log checkpoint still being written")
+    except Exception:
+        log.debug("waiting for the Delta log checkpoints failed", exc_info=True)
 
 
 def check_folder(folder: Path) -> None:
@@ -414,13 +531,24 @@ def check_folder(folder: Path) -> None:
         raise InvalidSpecError(f"--members {folder}: no such folder of member manifests")
 
 
-def pool_storage(folder: Path, namespace: str) -> Storage | None:
+def wait_for_storage(
+    folder: Path, namespace: str, stop: threading.Event, every: float = 5.0
+) -> tuple[bool, Storage | None]:
     """The object store the pool's session is made for: its first valid member's in the
     namespace (the operator pools only members with the same one; another member is refused,
-    see pool_conflicts)."""
-    for manifest in read_members(folder, namespace, None).values():
-        if manifest.pipeline is not None:
-            ingestion = manifest.pipeline.ingestion
-            if ingestion.namespace == namespace:
-                return ingestion.spec.sink.storage
-    return None
+    see pool_conflicts). Waits for one (a ConfigMap's keys reach a pod a while after it
+    starts); (False, None) if stopped first."""
+    while not stop.is_set():
+        manifests: list[Manifest] = []
+        try:
+            manifests = list(read_members(folder, namespace, None).values())
+        except OSError as error:
+            log.warning("reading the pool's members failed: %s", error)
+        for manifest in manifests:
+            if manifest.pipeline is not None:
+                ingestion = manifest.pipeline.ingestion
+                if ingestion.namespace == namespace:
+                    return True, ingestion.spec.sink.storage
+        log.info("waiting for a member manifest in %s", folder)
+        stop.wait(every)
+    return False, None

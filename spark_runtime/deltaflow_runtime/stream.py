@@ -41,7 +41,7 @@ from deltaflow_runtime.offsets import DataLossError, KafkaAdmin, data_loss_gaps,
 from deltaflow_runtime.parse import parse_spec
 from deltaflow_runtime.pod_channel import PodChannel
 from deltaflow_runtime.scaling_agent import ScalingAgent, SpecBounds
-from deltaflow_runtime.sink import BatchReport, BatchWriter, read_tasks
+from deltaflow_runtime.sink import SCHEDULER_POOL, BatchReport, BatchWriter, read_tasks
 from deltaflow_runtime.source import (
     KafkaSecrets,
     librdkafka_config,
@@ -84,10 +84,10 @@ class StreamOptions:
     # Where the start-up's time went before the runner (the command's phases, in seconds): the
     # runner adds its guards and logs them with ``stream_starting``.
     startup_seconds: dict[str, float] = field(default_factory=dict, compare=False)
-    # In a stream pool: the member's FAIR scheduler pool (its batches' jobs run there), and no
-    # report of its own to the pod (the pool reports its members together).
-    scheduler_pool: str | None = None
-    report_to_pod: bool = True
+    # In a stream pool, the member's key: its batches' jobs run in the FAIR scheduler pool of
+    # that name, and what is the process's is left to the pool (the report to the pod, the
+    # process's cost, the wait for the JVM's log checkpoints at stop).
+    pool_member: str | None = None
 
 
 def gather_facts(spark: SparkSession, pipeline: Pipeline, checkpoint: Checkpoint) -> StreamFacts:
@@ -160,6 +160,8 @@ SEEN_BATCHES_KEPT = 1024
 # A stop waits this long for a log checkpoint being written after its commit (a few seconds of
 # a small table's state replay; one not written is the next one's work).
 LOG_CHECKPOINT_WAIT_SECONDS = 10.0
+# A pool member's stop waits this long for its Kafka poll thread (three Kafka calls' timeouts).
+POLLER_JOIN_SECONDS = 50.0
 
 
 def first_report(seen: set[int], batch_id: int) -> bool:
@@ -211,6 +213,7 @@ class StreamRunner:
         self._driver_pids = [os.getpid()]
         self._executors: ExecutorControl | None = None  # for the cost sample
         self._kafka_options: dict[str, str] = {}
+        self._poller: threading.Thread | None = None
 
     def preflight(self) -> tuple[StreamFacts, TopicOffsets | None]:
         """The start-up guards; returns the facts and where the stream resumes (None: new)."""
@@ -269,7 +272,10 @@ class StreamRunner:
         self.query = self._start_query()
         self.metrics.trigger_interval.set(self.plan.interval_seconds)
         self._start_scaling(self.query)  # first: the first Kafka poll goes into its report
-        threading.Thread(target=self._poll_kafka, name="deltaflow-kafka-poll", daemon=True).start()
+        self._poller = threading.Thread(
+            target=self._poll_kafka, name="deltaflow-kafka-poll", daemon=True
+        )
+        self._poller.start()
         return self.query
 
     def _prepare(self) -> TopicOffsets | None:
@@ -301,7 +307,7 @@ class StreamRunner:
             else facts.dead_letter.stream_batch,
             min_partitions=tasks,
             size_snapshot_partitions=SNAPSHOT_PARTITIONS not in ingestion.spec.spark_conf,
-            scheduler_pool=self.options.scheduler_pool,
+            scheduler_pool=self.options.pool_member,
         )
         writer.seed_committed(resume)
         options = spark_kafka_options(ingestion.spec.source, self.secrets, min_partitions=tasks)
@@ -402,7 +408,7 @@ class StreamRunner:
             conf.get("spark.kubernetes.driver.pod.name"),
             conf.get("spark.kubernetes.namespace"),
         )
-        if not pod or not namespace or not self.options.report_to_pod:
+        if not pod or not namespace or self.options.pool_member is not None:
             return  # not in a driver pod (deltaflow run, tests): nobody to report to
         cluster = ExecutorControl(self.spark)
         control: Executors = cluster if cluster.supported() else LocalExecutors(self.spark)
@@ -447,6 +453,9 @@ class StreamRunner:
         return unread_records(committed, latest)
 
     def _poll_kafka(self) -> None:
+        member = self.options.pool_member
+        if member is not None:  # its dead-letter commits run in the member's scheduler pool
+            self.spark.sparkContext.setLocalProperty(SCHEDULER_POOL, member)
         while not self._done.is_set():
             lag: int | None = None
             try:
@@ -457,7 +466,8 @@ class StreamRunner:
                     self.scaling.kafka_failed(time.time(), str(error) or type(error).__name__)
             self._flush_due(caught_up=lag == 0)
             try:
-                self.sample_cost()
+                if member is None:  # a pool's process is all its members'
+                    self.sample_cost()
             except Exception as error:  # a figure for the status must never stop the stream
                 log.warning("measuring the stream's cost failed: %s", error)
             self._done.wait(self.options.poll_seconds)
@@ -533,7 +543,7 @@ class StreamRunner:
             # What the capacity fit sees of this batch: why the autoscaler rates a core as it does.
             line["busyCoreSeconds"] = round(measured.busy_core_seconds, 3)
             line["slots"] = measured.slots
-        if self._first_progress:
+        if self._first_progress and self.options.pool_member is None:
             # How long this driver took to its first batch (spawn included): a recovery's or
             # a move's cost, as bench/start.py measures it from outside.
             self._first_progress = False
@@ -621,8 +631,16 @@ class StreamRunner:
         finally:
             self._done.set()
             self._commit_waiting_dead_letters()
-            self._await_log_checkpoints()
+            if self.options.pool_member is None:
+                self._await_log_checkpoints()  # the JVM's: a pool waits once, at its stop
             self._drain_progress()
+            self._join_poller()
+
+    def _join_poller(self) -> None:
+        """In a pool the member's next start shares the process: its Kafka poll ends first
+        (a poll in flight ends within its Kafka timeouts)."""
+        if self.options.pool_member is not None and self._poller is not None:
+            self._poller.join(POLLER_JOIN_SECONDS)
 
     def release(self) -> None:
         """After a start that failed half way (a pool's member starts again in this process):
@@ -634,6 +652,7 @@ class StreamRunner:
         if self._listener is not None:
             self.spark.streams.removeListener(self._listener)
             self._listener = None
+        self._join_poller()
 
     def _await_log_checkpoints(self) -> None:
         try:

@@ -14,8 +14,10 @@ from deltaflow_api import DeltaIngestion
 from deltaflow_runtime.pool import (
     BACKOFF_MAX_SECONDS,
     DEFAULT_MAX_OFFSETS_PER_TRIGGER,
+    STABLE_RUN_SECONDS,
     backoff_seconds,
     capped,
+    failures_in_a_row,
     pool_conflicts,
     read_members,
 )
@@ -46,7 +48,7 @@ CONFLICTS = [
         {
             "spec.sparkConf": {
                 "spark.sql.shuffle.partitions": "2",
-                "spark.databricks.delta.checkpointInterval": "5",
+                "spark.databricks.delta.properties.defaults.checkpointInterval": "5",
             }
         },
         "data",
@@ -77,6 +79,12 @@ CONFLICTS = [
         {"spec.sparkConf": {"spark.executor.memory": "4g"}},
         "data",
         ["spec.sparkConf.spark.executor.memory"],
+    ),
+    (
+        "a session setting Spark fixes at the JVM's start",
+        {"spec.sparkConf": {"spark.sql.warehouse.dir": "/elsewhere"}},
+        "data",
+        ["spec.sparkConf.spark.sql.warehouse.dir"],
     ),
     (
         "a SparkContext setting beside a session one",
@@ -118,6 +126,23 @@ def test_a_failed_member_backs_off_longer_each_time_up_to_five_minutes(
     assert backoff_seconds(failures) == seconds
 
 
+ROWS = [  # (failures so far, its last start, now, failures in a row)
+    (3, 1000.0, 1000.0 + STABLE_RUN_SECONDS - 1, 3),  # failed again soon after its start
+    (3, 1000.0, 1000.0 + STABLE_RUN_SECONDS, 0),  # it ran long enough: the row is over
+    (0, None, 5.0, 0),
+    (2, None, 5.0, 2),  # never started (failed at its checks)
+]
+
+
+@pytest.mark.parametrize(("failures", "started_at", "now", "in_a_row"), ROWS)
+def test_a_run_of_ten_minutes_ends_a_row_of_failures(
+    failures: int, started_at: float | None, now: float, in_a_row: int
+) -> None:
+    """A member that committed once and failed again keeps its backoff growing; one that ran
+    for ten minutes starts a new row (kubelet's rule for CrashLoopBackOff)."""
+    assert failures_in_a_row(failures, started_at, now) == in_a_row
+
+
 def test_a_members_backlog_is_read_in_capped_batches_unless_its_spec_says() -> None:
     unset = _ingestion({"spec.source.maxOffsetsPerTrigger": None})
     assert capped(unset).spec.source.max_offsets_per_trigger == DEFAULT_MAX_OFFSETS_PER_TRIGGER
@@ -140,9 +165,13 @@ def test_a_folder_of_manifests_is_the_pools_members(tmp_path: Path) -> None:
     (tmp_path / "foreign.yaml").write_text(yaml.safe_dump(foreign))
     (tmp_path / "..data.yaml").write_text(yaml.safe_dump(valid_manifest("hidden")))
     (tmp_path / "notes.txt").write_text("not a member")
+    (tmp_path / "zz-again.yaml").write_text(yaml.safe_dump(good))  # the same member twice
 
     members = read_members(tmp_path, "data", BASE.spec.sink.storage)
-    assert sorted(members) == ["broken.yaml", "data/good", "other/foreign"], sorted(members)
+    assert sorted(members) == ["broken.yaml", "data/good", "other/foreign", "zz-again.yaml"]
+    again_problem = members["zz-again.yaml"].problem
+    assert again_problem is not None
+    assert "good.yaml already runs data/good" in again_problem[1]
     assert members["data/good"].pipeline is not None
     assert members["data/good"].problem is None
     broken_problem = members["broken.yaml"].problem

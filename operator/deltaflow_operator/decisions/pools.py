@@ -9,8 +9,9 @@ Two decisions, both explained and both stable:
   ``RETURN_AFTER_SECONDS`` (a band and two clocks: it never flaps on a burst). A stream a pool
   cannot run (its own JVM settings, another object store: ``conflicts``) stays dedicated.
 - ``pack``: which pool each pooled stream runs in. Members stay where they are while their pool
-  holds them (a move is a stop and a start: never for tidiness); the others go, largest first,
-  into the first pool of their group with room, else into a new one. Pools never mix groups
+  holds them, with a tolerance (a move is a stop and a start: never for tidiness or a wobble);
+  a pool outgrown lets its largest members go. The others go, largest first, into the first
+  pool of their group with room, else into a new one. Pools never mix groups
   (namespace and object store: a pool holds its members' secrets).
 
 Not wired to the operator yet (the API's ``spec.placement`` and the pool pods come with it).
@@ -41,7 +42,10 @@ class Load:
     """What the operator knows of a stream this round."""
 
     requested: Requested  # spec.placement
-    cores: float | None  # measured CPU over its cost window (None: not measured yet)
+    # Its Spark tasks' busy time per second over the last minutes (what its batches take of
+    # a pool's task threads; the same measure in a pool and on a driver of its own, unlike
+    # process CPU, most of which is a driver's fixed cost). None: not measured yet.
+    cores: float | None
     behind: bool = False  # its lag is over its target (status.lag against the spec's target)
     conflicts: tuple[str, ...] = ()  # why a pool cannot run it (runtime pool.pool_conflicts)
 
@@ -62,9 +66,13 @@ def choose(load: Load, previous: Placement | None, now: float) -> Placement:
         return _at("dedicated", previous, now, "cannot share a pool: " + "; ".join(load.conflicts))
     if load.requested != "auto":
         return _at(load.requested, previous, now, f"spec.placement is {load.requested}")
-    if previous is None:  # a new stream starts small, in a pool
+    if previous is None:  # a new stream starts small, in a pool, unless measured otherwise
+        if load.behind or (load.cores is not None and load.cores > MEMBER_MAX_CORES):
+            return Placement("dedicated", now, "measured too busy for a pool at its start")
         return Placement("pooled", now, "a new stream starts in a pool until it is measured")
-    cores = UNMEASURED_CORES if load.cores is None else load.cores
+    if load.cores is None:
+        return previous  # nothing measured this round (a move's new driver): no clock moves
+    cores = load.cores
     if previous.where == "pooled":
         wants_out = cores > MEMBER_MAX_CORES or load.behind
         return _after(
@@ -90,8 +98,11 @@ def choose(load: Load, previous: Placement | None, now: float) -> Placement:
 
 
 def _at(where: Where, previous: Placement | None, now: float, reason: str) -> Placement:
+    """At ``where`` for a reason that is no measure: any move the load was timing is void."""
     if previous is not None and previous.where == where:
-        return previous if previous.reason == reason else replace(previous, reason=reason)
+        if previous.reason == reason and previous.pending_since is None:
+            return previous
+        return replace(previous, reason=reason, pending_since=None)
     return Placement(where, now, reason)
 
 
@@ -118,6 +129,12 @@ class Member:
     cores: float | None
 
 
+# A member already in a pool stays while the pool's members use up to this much more than its
+# cores: a reading that wobbles near the limit does not move anybody.
+STAY_TOLERANCE = 1.2
+_EPSILON = 1e-9
+
+
 @dataclass(frozen=True)
 class PoolLimits:
     """A pool's size (chart values): members at most, and the cores its members may use."""
@@ -139,13 +156,14 @@ def pack(
         by_group[member.group].append(member)
     for group, group_members in sorted(by_group.items()):
         waiting: list[Member] = []
-        # Who stays: in their pool's order, while it holds them.
-        for member in sorted(group_members, key=lambda m: (current.get(m.key, ""), m.key)):
+        # Who stays: the smallest first, while their pool holds them (with a tolerance), so
+        # that a pool outgrown moves its largest members, the likeliest to keep growing.
+        for member in sorted(group_members, key=lambda m: (_cores(m), m.key)):
             pool = current.get(member.key)
-            if pool is None or not pool.startswith(f"{group}-"):
+            if pool is None or pool.rsplit("-", 1)[0] != group:
                 waiting.append(member)
                 continue
-            if _fits(used[pool], _cores(member), limits):
+            if _fits(used[pool], _cores(member), limits, tolerance=STAY_TOLERANCE):
                 placed[member.key] = pool
                 used[pool] = _add(used[pool], _cores(member))
             else:
@@ -167,10 +185,14 @@ def _cores(member: Member) -> float:
     return UNMEASURED_CORES if member.cores is None else member.cores
 
 
-def _fits(used: tuple[int, float], cores: float, limits: PoolLimits) -> bool:
+def _fits(
+    used: tuple[int, float], cores: float, limits: PoolLimits, tolerance: float = 1.0
+) -> bool:
     count, total = used
     # An empty pool takes any member (one larger than a pool's cores is choose's to move out).
-    return count == 0 or (count < limits.members and total + cores <= limits.cores)
+    return count == 0 or (
+        count < limits.members and total + cores <= limits.cores * tolerance + _EPSILON
+    )
 
 
 def _add(used: tuple[int, float], cores: float) -> tuple[int, float]:

@@ -5,11 +5,13 @@ time zone. Real Spark, a schema of every type a table takes."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from runtime_kit import manifest, pipeline
 
-from deltaflow_runtime.parse import CORRUPT, STRICT_JSON_OPTIONS, from_json_bytes
+from deltaflow_runtime.parse import CORRUPT, STRICT_JSON_OPTIONS, from_json_bytes, parse_spec
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -93,7 +95,7 @@ def test_from_json_over_bytes_answers_what_from_json_answers(
             "i",
             # to_json: rows compare as text (NaN is not equal to itself in a Row); null stays None
             F.to_json(F.from_json(F.col("value").cast("string"), schema, options)).alias("text"),
-            F.to_json(from_json_bytes(schema, options)).alias("bytes"),
+            F.to_json(from_json_bytes(schema, options, time_zone)).alias("bytes"),
         ).orderBy("i")
         rows = both.collect()
     finally:
@@ -109,26 +111,33 @@ def test_from_json_over_bytes_answers_what_from_json_answers(
     assert any(o is None or o == "{}" for o in outcomes)
 
 
-def test_a_session_time_zone_reaches_the_parse(runtime_spark: SparkSession) -> None:
-    """A timestamp without an offset is read in the session's time zone, as from_json reads it."""
+def test_the_streams_own_session_time_zone_reaches_the_parse(
+    runtime_spark: SparkSession, tmp_path: Path
+) -> None:
+    """A timestamp without an offset is read in the time zone of the stream's own session, as
+    from_json reads it: in a stream pool a member's session, never the process's active one
+    (here UTC throughout)."""
     from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
     schema = StructType([StructField("ts", TimestampType()), StructField(CORRUPT, StringType())])
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
     value = runtime_spark.createDataFrame([(b'{"ts": "2026-01-31 12:00:00"}',)], "value BINARY")
+    document = manifest(
+        "tz", "tz", "localhost:9092", tmp_path, format_={"type": "json", "schema": "ts TIMESTAMP"}
+    )
+    ingestion = pipeline(document).ingestion
     epochs = []
-    before = runtime_spark.conf.get("spark.sql.session.timeZone")
-    try:
-        for zone in ("UTC", "Asia/Kolkata"):
-            runtime_spark.conf.set("spark.sql.session.timeZone", zone)
-            row = (
-                value.select(from_json_bytes(schema, options).alias("r"))
-                .select("r.ts")
-                .selectExpr("unix_seconds(ts) AS s")
-                .first()
-            )
-            assert row is not None
-            epochs.append(row["s"])
-    finally:
-        runtime_spark.conf.set("spark.sql.session.timeZone", before or "UTC")
+    for zone in ("UTC", "Asia/Kolkata"):
+        session = runtime_spark.newSession()
+        session.conf.set("spark.sql.session.timeZone", zone)
+        spec = parse_spec(session, ingestion.spec.format, ingestion.spec.sink)
+        assert spec.time_zone == zone
+        row = (
+            value.select(from_json_bytes(schema, options, spec.time_zone).alias("r"))
+            .select("r.ts")
+            .selectExpr("unix_seconds(ts) AS s")
+            .first()
+        )
+        assert row is not None
+        epochs.append(row["s"])
     assert epochs[0] - epochs[1] == 5 * 3600 + 30 * 60

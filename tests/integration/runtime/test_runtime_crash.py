@@ -36,7 +36,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 
 @pytest.mark.timeout(1500)
-def test_sigkill_the_driver_four_times_loses_and_duplicates_nothing(
+def test_sigkill_the_driver_three_times_loses_and_duplicates_nothing(
     kafka: KafkaBroker,
     runtime_spark: SparkSession,
     tmp_path: Path,
@@ -49,12 +49,14 @@ def test_sigkill_the_driver_four_times_loses_and_duplicates_nothing(
         topic,
         tmp_path / "soak",
         records=20_000,  # a floor (67 s at 300/s): production goes on until the last kill
-        # Each aimed kill once, the one right after a table commit twice (whether it lands
-        # before that batch's dead-letter commit is the batch's timing). A window is missed only
-        # when no batch comes for 60 s. The full-size soak, bench/run.sh crash, also kills at
-        # random moments, ten times over a million records; six kills here took 114-151 s.
-        kills=4,
-        strategies=("after-table-commit", "mid-write", "after-plan", "after-table-commit"),
+        # Mid-write once, right after a table commit twice (whether it lands before that
+        # batch's dead-letter commit is the batch's timing). The kill right after planning is
+        # the object-store soak's (test_s3a_object_store), which aims all three. A window is
+        # missed only when no batch comes for 60 s. The full-size soak, bench/run.sh crash, also
+        # kills at random moments, ten times over a million records; six kills here took
+        # 114-151 s, four 96-101 s.
+        kills=3,
+        strategies=("after-table-commit", "mid-write", "after-table-commit"),
         rate=300,
         max_offsets=5_000,
         # Each driver starts as a small stream's pod does (C1): 3-5 s less a restart at this volume.
@@ -64,7 +66,7 @@ def test_sigkill_the_driver_four_times_loses_and_duplicates_nothing(
     for restart in result.restarts:
         record_property(f"recovery_seconds_{restart.number}", round(restart.recovery_seconds, 1))
 
-    assert len(result.restarts) == 4
+    assert len(result.restarts) == 3
     assert result.duplicates == 0
     assert result.lost == 0
     assert result.unexpected == 0
@@ -81,7 +83,7 @@ def test_sigkill_the_driver_four_times_loses_and_duplicates_nothing(
     assert result.in_table + result.in_dead_letter == result.produced
     # The kills that matter most landed where they aim: mid-write and right after the commit.
     hits = {r.strategy for r in result.restarts if r.hit}
-    assert {"mid-write", "after-table-commit", "after-plan"} <= hits
+    assert {"mid-write", "after-table-commit"} <= hits
     # ... and a kill right after the table's commit came before that batch's dead-letter commit:
     # the restart had to finish the half-written batch (and did: nothing lost above).
     assert any(r.before_dead_letters for r in result.restarts), result.summary()
