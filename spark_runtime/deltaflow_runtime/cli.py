@@ -143,6 +143,13 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="how often the members folder is read again (default: 10)",
     )
     pool.add_argument(
+        "--restart-backoff-seconds",
+        type=float,
+        default=10.0,
+        help="a failed member's first wait before it starts again, doubled per failure in a "
+        "row up to 5 minutes (default: 10)",
+    )
+    pool.add_argument(
         "--metrics-port",
         type=int,
         default=None,
@@ -236,7 +243,12 @@ def _pool(args: argparse.Namespace) -> int:
     except DeltaflowError as error:
         return failed_with(error)
     try:
-        options = PoolOptions(args.namespace, rescan_seconds=args.rescan_seconds, stop=stop)
+        options = PoolOptions(
+            args.namespace,
+            rescan_seconds=args.rescan_seconds,
+            backoff_base_seconds=args.restart_backoff_seconds,
+            stop=stop,
+        )
         pool = StreamPool(spark, args.members, options, storage)
         port = _metrics_port(args)
         if port is not None:

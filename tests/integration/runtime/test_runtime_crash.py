@@ -48,7 +48,7 @@ def test_sigkill_the_driver_three_times_loses_and_duplicates_nothing(
         kafka.bootstrap_servers,
         topic,
         tmp_path / "soak",
-        records=20_000,  # a floor (67 s at 300/s): production goes on until the last kill
+        records=12_000,  # a floor (40 s at 300/s): production goes on until the last kill
         # Mid-write once, right after a table commit twice (whether it lands before that
         # batch's dead-letter commit is the batch's timing). The kill right after planning is
         # the object-store soak's (test_s3a_object_store), which aims all three. A window is
@@ -79,7 +79,7 @@ def test_sigkill_the_driver_three_times_loses_and_duplicates_nothing(
     assert planned - done in (0, 1)
     assert result.aborted > 0  # transactions aborted after their records reached the log ...
     assert result.aborted_landed == 0  # ... and none of those records landed
-    assert result.produced >= 20_000
+    assert result.produced >= 12_000
     assert result.in_table + result.in_dead_letter == result.produced
     # The kills that matter most landed where they aim: mid-write and right after the commit.
     hits = {r.strategy for r in result.restarts if r.hit}

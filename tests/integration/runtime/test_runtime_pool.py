@@ -163,7 +163,8 @@ def test_pool_members_are_streams_of_their_own_through_a_failure_removal_and_cha
 
     port = free_port()
     argv = [sys.executable, "-m", "deltaflow_runtime", "pool", "--members", str(pool.folder)]
-    argv += ["--namespace", NAMESPACE, "--metrics-port", str(port), "--rescan-seconds", "2"]
+    argv += ["--namespace", NAMESPACE, "--metrics-port", str(port)]
+    argv += ["--rescan-seconds", "2", "--restart-backoff-seconds", "3"]
     process = ProcessGroup(
         [*argv, *local_spark_args(tmp_path / "work")], pool.log, env=LOCAL_MODE_DRIVER_ENV
     )
