@@ -8,3 +8,6 @@ from __future__ import annotations
 DESIRED_ANNOTATION = "deltaflow.io/executors-desired"
 # The driver's report: JSON, its measurements and what it runs (autoscaler.observe reads it).
 REPORT_ANNOTATION = "deltaflow.io/driver-report"
+# A stream pool's report of all its members, on the pool's pod: JSON, {"at", "members": {key:
+# {...}}}, written once per round for every member (one API request per pool, not per stream).
+POOL_REPORT_ANNOTATION = "deltaflow.io/pool-report"

@@ -15,6 +15,8 @@ KAFKA_CA_FILE = f"{KAFKA_CA_DIR}/{KAFKA_CA_FILE_NAME}"
 # The driver's own address and master: the operator sets these variables on the driver pod, the
 # runtime resolves them at start (neither is known before the pod runs).
 ENV_POD_IP = "DELTAFLOW_POD_IP"
+# The pod's own name (downward API): a stream pool reports on its own pod.
+ENV_POD_NAME = "DELTAFLOW_POD_NAME"
 ENV_SPARK_MASTER = "DELTAFLOW_SPARK_MASTER"
 IN_CLUSTER_MASTER = "k8s://in-cluster"
 # The driver pod's mode (deltaflow_api.v1alpha1.PlacementStatus.mode), for the operator's eye.

@@ -23,9 +23,9 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from deltaflow_api.failures import FailureReason
 from deltaflow_runtime.config import Pipeline, load_ingestion, localize
@@ -143,6 +143,12 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="how often the members folder is read again (default: 10)",
     )
     pool.add_argument(
+        "--report-file",
+        type=Path,
+        help="write the pool's report of its members here every round (JSON; in a pod the "
+        "report goes on the pod, deltaflow.io/pool-report)",
+    )
+    pool.add_argument(
         "--restart-backoff-seconds",
         type=float,
         default=10.0,
@@ -222,6 +228,29 @@ def _session(pipeline: Pipeline, args: argparse.Namespace, work_dir: Path | None
     return _build(session.runtime_conf(pipeline.ingestion, master=args.master, extra=extra))
 
 
+def _pool_channel(
+    namespace: str, report_file: Path | None
+) -> Callable[[dict[str, Any]], None] | None:
+    """Where the pool reports: ``--report-file``, else its pod (its name from the downward
+    API), else nowhere."""
+    from deltaflow_api.driver_pod import ENV_POD_NAME
+
+    if report_file is not None:
+
+        def write(report: dict[str, Any]) -> None:
+            partial = report_file.with_name(report_file.name + ".partial")
+            partial.write_text(json.dumps(report, indent=1))
+            partial.replace(report_file)  # readers never see half a report
+
+        return write
+    pod = os.environ.get(ENV_POD_NAME, "").strip()
+    if not pod:
+        return None
+    from deltaflow_runtime.pod_channel import PodChannel
+
+    return PodChannel(namespace, pod).publish_pool
+
+
 def _pool(args: argparse.Namespace) -> int:
     """``deltaflow pool``: the members' streams in one driver until SIGTERM/SIGINT."""
     from deltaflow_runtime import session
@@ -253,7 +282,7 @@ def _pool(args: argparse.Namespace) -> int:
         port = _metrics_port(args)
         if port is not None:
             pool.registries.serve(port)
-        pool.run()
+        pool.run(publish=_pool_channel(args.namespace, args.report_file))
         return 0
     except DeltaflowError as error:
         return failed_with(error)

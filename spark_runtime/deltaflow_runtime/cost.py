@@ -177,3 +177,58 @@ def jvm_pid(spark: Any) -> int | None:
         return int(jvm(spark).java.lang.ProcessHandle.current().pid())
     except Exception:
         return None
+
+
+# The stream pool's listener of task time per scheduler pool (spark_runtime/jvm).
+POOL_TASK_TIME = "io.deltaflow.cost.PoolTaskTime"
+# A member's load is measured over this window (minutes: a trickle's batches are seconds apart).
+LOAD_WINDOW_SECONDS = 300.0
+
+
+def install_pool_task_time(spark: Any) -> bool:
+    """Count task time per scheduler pool in this JVM (a stream pool's members' load); whether
+    the runtime's jar is there to do it."""
+    from deltaflow_runtime.jvm import jvm
+
+    try:
+        jvm(spark).io.deltaflow.cost.PoolTaskTime.install(spark.sparkContext._jsc.sc())
+        return True
+    except Exception:  # py4j: the class is missing (a session without the runtime's jar)
+        return False
+
+
+def pool_busy_seconds(spark: Any, pool: str) -> float:
+    """Task seconds the jobs of scheduler pool ``pool`` ran so far (0 if not counted)."""
+    from deltaflow_runtime.jvm import jvm
+
+    try:
+        return float(jvm(spark).io.deltaflow.cost.PoolTaskTime.busySeconds(pool))
+    except Exception:
+        return 0.0
+
+
+class LoadMeter:
+    """Busy task seconds per second (cores kept busy) over the last window, from samples of a
+    running total (thread-safe)."""
+
+    def __init__(self, window_seconds: float = LOAD_WINDOW_SECONDS) -> None:
+        self.window_seconds = window_seconds
+        self._samples: deque[tuple[float, float]] = deque()
+        self._lock = threading.Lock()
+
+    def sample(self, at: float, busy_seconds: float) -> None:
+        with self._lock:
+            self._samples.append((at, busy_seconds))
+            while len(self._samples) > 2 and at - self._samples[1][0] >= self.window_seconds:
+                self._samples.popleft()
+
+    def cores(self, min_span_seconds: float = 30.0) -> float | None:
+        """Cores kept busy over the window; None before it spans ``min_span_seconds``."""
+        with self._lock:
+            if len(self._samples) < 2:
+                return None
+            (first_at, first), (last_at, last) = self._samples[0], self._samples[-1]
+        span = last_at - first_at
+        if span < min_span_seconds:
+            return None
+        return max(0.0, last - first) / span

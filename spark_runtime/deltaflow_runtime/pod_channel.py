@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from deltaflow_api.channel import DESIRED_ANNOTATION, REPORT_ANNOTATION
+from deltaflow_api.channel import DESIRED_ANNOTATION, POOL_REPORT_ANNOTATION, REPORT_ANNOTATION
 
 
 class PodChannel:
@@ -37,10 +37,13 @@ class PodChannel:
         return count if count is not None and count >= 0 else None
 
     def publish(self, report: dict[str, Any]) -> None:
-        """Write the report annotation (one merge patch)."""
-        body = {
-            "metadata": {
-                "annotations": {REPORT_ANNOTATION: json.dumps(report, separators=(",", ":"))}
-            }
-        }
+        """Write the driver's report annotation (one merge patch)."""
+        self._annotate(REPORT_ANNOTATION, report)
+
+    def publish_pool(self, report: dict[str, Any]) -> None:
+        """Write a stream pool's report of its members (one merge patch for all of them)."""
+        self._annotate(POOL_REPORT_ANNOTATION, report)
+
+    def _annotate(self, key: str, report: dict[str, Any]) -> None:
+        body = {"metadata": {"annotations": {key: json.dumps(report, separators=(",", ":"))}}}
         self._core.patch_namespaced_pod(self.pod_name, self.namespace, body)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from deltaflow_api.failures import FailureReason, restart_helps
 from deltaflow_runtime.config import Pipeline, load_ingestion
+from deltaflow_runtime.cost import LoadMeter, install_pool_task_time, pool_busy_seconds
 from deltaflow_runtime.errors import DeltaflowError, InvalidSpecError, failure_reason
 from deltaflow_runtime.metrics import RuntimeMetrics, StreamRegistries
 from deltaflow_runtime.session import DEFAULT_CONF, PINNED_CONF
@@ -191,6 +192,7 @@ class PoolOptions:
     # Kafka poll of each member (lag, retention headroom).
     poll_seconds: float = 5.0
     backoff_base_seconds: float = BACKOFF_BASE_SECONDS
+    report_seconds: float = 10.0  # the pool's report to its pod, all members at once
     stop: threading.Event = field(default_factory=threading.Event, compare=False)
 
 
@@ -223,6 +225,7 @@ class Member:
         self._thread = threading.Thread(
             target=self._run, name=f"deltaflow-member-{self.key}", daemon=True
         )
+        self.load = LoadMeter()
 
     def start(self) -> None:
         self._thread.start()
@@ -237,13 +240,26 @@ class Member:
         return not self._thread.is_alive()
 
     def report(self, now: float) -> dict[str, Any]:
-        """The member's status, its last batch as its runner knows it."""
+        """The member's status, its last batch, lag and freshness as its runner knows them,
+        and its load (``measure`` feeds it)."""
         with self._lock:
             runner = self.runner
             last = runner.writer.last_report if runner and runner.writer else None
             if last is not None:
                 self.status.last_batch = last.batch_id
-            return self.status.as_report(now)
+            report = self.status.as_report(now)
+        # Two report rounds make a figure; the placement's own windows smooth it further.
+        cores = self.load.cores(min_span_seconds=2 * self._options.report_seconds)
+        if cores is not None:
+            report["busyCores"] = round(cores, 4)
+        if runner is not None and self.status.phase == "Running":
+            report["lag"] = runner.lag
+            report["freshness"] = runner.freshness_report(now)
+        return report
+
+    def measure(self, now: float, busy_seconds: float) -> None:
+        """One sample of the task time its scheduler pool ran so far (cost.PoolTaskTime)."""
+        self.load.sample(now, busy_seconds)
 
     @functools.cached_property
     def session(self) -> SparkSession:
@@ -439,6 +455,24 @@ class StreamPool:
         report.update({key: status.as_report(now) for key, status in invalid.items()})
         return report
 
+    def report(self) -> dict[str, Any]:
+        """The pool's report of all its members, each measured now (one annotation a round:
+        ``deltaflow.io/pool-report``)."""
+        now = time.time()
+        with self._lock:
+            members = list(self.members.values())
+        for member in members:
+            member.measure(now, pool_busy_seconds(self.spark, member.key))
+        return {"at": round(now, 3), "members": self.status()}
+
+    def _report_loop(self, publish: Callable[[dict[str, Any]], None]) -> None:
+        stop = self.options.stop
+        while not stop.wait(self.options.report_seconds):
+            try:
+                publish(self.report())
+            except Exception as error:  # a report that fails must not stop the members
+                log.warning("publishing the pool's report failed: %s", error)
+
     def scan(self) -> None:
         """Start, stop and restart members as the folder now says."""
         wanted = read_members(self.folder, self.options.namespace, self.storage)
@@ -495,10 +529,17 @@ class StreamPool:
                 if key not in self.members:
                     self.registries.set(key, None)
 
-    def run(self) -> None:
-        """Keep the members in line with the folder until the pool's stop; then stop them all
+    def run(self, publish: Callable[[dict[str, Any]], None] | None = None) -> None:
+        """Keep the members in line with the folder until the pool's stop, reporting on them
+        every ``report_seconds`` to ``publish`` (the pool pod's annotation); then stop them all
         together (each after its in-flight batch), waiting for them at most their grace."""
         stop = self.options.stop
+        install_pool_task_time(self.spark)
+        if publish is not None:
+            threading.Thread(
+                target=self._report_loop, args=(publish,), name="deltaflow-pool-report",
+                daemon=True,
+            ).start()  # fmt: skip
         while not stop.is_set():
             try:
                 self.scan()

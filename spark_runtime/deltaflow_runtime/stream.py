@@ -214,6 +214,9 @@ class StreamRunner:
         self._executors: ExecutorControl | None = None  # for the cost sample
         self._kafka_options: dict[str, str] = {}
         self._poller: threading.Thread | None = None
+        # The last Kafka poll's lag: {"at", "records" not yet read, "partitions"} (a pool's
+        # report of its members; a driver's own report has the offsets themselves).
+        self.lag: dict[str, Any] | None = None
 
     def preflight(self) -> tuple[StreamFacts, TopicOffsets | None]:
         """The start-up guards; returns the facts and where the stream resumes (None: new)."""
@@ -450,7 +453,9 @@ class StreamRunner:
             log.error(
                 "%s", describe_gaps(gaps, self.pipeline.ingestion.spec.source.fail_on_data_loss)
             )
-        return unread_records(committed, latest)
+        unread = unread_records(committed, latest)
+        self.lag = {"at": round(time.time(), 3), "records": unread, "partitions": len(tps)}
+        return unread
 
     def _poll_kafka(self) -> None:
         member = self.options.pool_member

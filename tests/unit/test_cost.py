@@ -16,6 +16,7 @@ from deltaflow_operator.decisions.cost import cost_status
 from deltaflow_runtime.cost import (
     CostMeter,
     CostSample,
+    LoadMeter,
     ProcessFigures,
     cost_between,
     process_age_seconds,
@@ -174,3 +175,24 @@ def test_a_cost_part_with_impossible_figures_is_left_out_and_the_report_kept(
     for part in ({**COST, **change}, [1]):
         report = _parse(json.dumps({**REPORT, "cost": part}))
         assert (report.cost, report.target) == (None, 1)
+
+
+LOAD = [  # (samples (time, running task seconds), cores kept busy)
+    ([], None),
+    ([(0.0, 0.0), (20.0, 4.0)], None),  # under 30 s of span: too noisy to say
+    ([(0.0, 0.0), (30.0, 3.0)], 0.1),
+    ([(0.0, 5.0), (10.0, 5.0), (40.0, 5.0)], 0.0),  # idle
+    # The window keeps the last five minutes: an old burst is forgotten.
+    ([(0.0, 0.0), (10.0, 100.0), (400.0, 100.0), (700.0, 130.0)], 0.1),
+]
+
+
+@pytest.mark.parametrize(("samples", "cores"), LOAD)
+def test_a_pool_members_load_is_its_task_time_per_second_over_five_minutes(
+    samples: list[tuple[float, float]], cores: float | None
+) -> None:
+    meter = LoadMeter()
+    for at, busy in samples:
+        meter.sample(at, busy)
+    measured = meter.cores()
+    assert measured == (None if cores is None else pytest.approx(cores))

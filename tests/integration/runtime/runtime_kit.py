@@ -268,12 +268,14 @@ def duplicates(keys: Iterable[Tpo]) -> list[Tpo]:
     return [k for k, n in Counter(keys).items() if n > 1]
 
 
-def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.5) -> None:
-    """Poll until ``predicate()`` is true, or fail saying what did not happen."""
+def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.5) -> Any:
+    """Poll until ``predicate()`` is truthy and return what it gave, or fail saying what did
+    not happen."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if predicate():
-            return
+        value = predicate()
+        if value:
+            return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 

@@ -29,10 +29,12 @@ from runtime_kit import (
     wait_for,
 )
 
+from deltaflow_runtime.cost import install_pool_task_time, pool_busy_seconds
 from devstack.kafka import KafkaBroker
 from devstack.process import free_port
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
     from runtime_kit import Sent
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -130,6 +132,33 @@ def _fail_and_resume(pool: Pool, name: str) -> None:
     assert len(pool.events("member_started", key)) >= 2
 
 
+def _check_report(pool: Pool, path: Path) -> None:
+    """The pool's report (in a pod, its annotation) of every member: its phase, last batch,
+    lag and freshness, and the task time its batches took of the pool's threads; the invalid
+    manifest by its file; the removed member no more."""
+
+    def settled() -> dict[str, Any] | None:
+        report = json.loads(path.read_text()) if path.exists() else {}
+        members = report.get("members", {})
+        running = [members.get(pool.key(n), {}) for n in ("a", "c")]
+        if all(m.get("lag", {}).get("records") == 0 and m.get("busyCores") for m in running):
+            return dict(members)
+        return None
+
+    members: dict[str, Any] = wait_for(
+        settled, 60, "a report with both members caught up and measured"
+    )
+    assert pool.key("b") not in members, members
+    assert members["x.yaml"]["phase"] == "Invalid", members
+    for name in ("a", "c"):
+        member = members[pool.key(name)]
+        assert member["phase"] == "Running", member
+        assert member["lastBatch"] >= 0, member
+        assert 0 < member["busyCores"] < 2, member  # of local[2]'s two task threads
+        assert member["freshness"]["targetSeconds"] > 0, member
+    assert members[pool.key("c")]["failures"] >= 1  # within ten minutes of its failure
+
+
 def _rows_written(port: int) -> dict[str, float]:
     """``deltaflow_rows_written_total`` of each member, from the pool's metrics endpoint."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
@@ -165,6 +194,7 @@ def test_pool_members_are_streams_of_their_own_through_a_failure_removal_and_cha
     argv = [sys.executable, "-m", "deltaflow_runtime", "pool", "--members", str(pool.folder)]
     argv += ["--namespace", NAMESPACE, "--metrics-port", str(port)]
     argv += ["--rescan-seconds", "2", "--restart-backoff-seconds", "3"]
+    argv += ["--report-file", str(tmp_path / "report.json")]
     process = ProcessGroup(
         [*argv, *local_spark_args(tmp_path / "work")], pool.log, env=LOCAL_MODE_DRIVER_ENV
     )
@@ -190,6 +220,7 @@ def test_pool_members_are_streams_of_their_own_through_a_failure_removal_and_cha
         )
         pool.produce(pool.docs, 500, 100)
         pool.wait_landed(["a", "c"], 120)
+        _check_report(pool, tmp_path / "report.json")
         assert process.terminate(timeout=120) == 0, pool.log.read_text()[-3000:]
     finally:
         if process.alive():
@@ -200,3 +231,24 @@ def test_pool_members_are_streams_of_their_own_through_a_failure_removal_and_cha
     assert {s.tpo for s in pool.sent["b"][:500]} == _landed(pool.docs["b"])
     assert not pool.events("member_failed", pool.key("a"))
     assert not pool.events("member_failed", pool.key("b"))
+
+
+def test_task_time_is_counted_to_the_scheduler_pool_its_job_ran_in(
+    runtime_spark: SparkSession,
+) -> None:
+    """A pool places its members by the task time their batches take of its threads: the JVM
+    listener counts each job's tasks to the scheduler pool the job ran in (the member's), and
+    nothing to another."""
+    assert install_pool_task_time(runtime_spark)
+    busy, idle = unique("test/busy"), unique("test/idle")
+    context = runtime_spark.sparkContext
+    context.setLocalProperty("spark.scheduler.pool", busy)
+    try:
+        runtime_spark.range(0, 3_000_000, numPartitions=4).selectExpr("sum(id * id)").collect()
+    finally:
+        context.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
+    counted = wait_for(
+        lambda: pool_busy_seconds(runtime_spark, busy), 10, "the job's task time counted"
+    )
+    assert 0 < counted < 60
+    assert pool_busy_seconds(runtime_spark, idle) == 0
