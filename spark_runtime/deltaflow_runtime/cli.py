@@ -271,6 +271,9 @@ def _pool(args: argparse.Namespace) -> int:
         spark = _build(conf)
     except DeltaflowError as error:
         return failed_with(error)
+    except Exception as error:  # Spark could not start
+        log.exception("starting the pool's Spark failed")
+        return _fail(ExitCode.FAILED, failure_reason(error), f"{type(error).__name__}: {error}")
     try:
         options = PoolOptions(
             args.namespace,
@@ -290,7 +293,10 @@ def _pool(args: argparse.Namespace) -> int:
         log.exception("failed")
         return _fail(ExitCode.FAILED, failure_reason(error), f"{type(error).__name__}: {error}")
     finally:
-        spark.stop()
+        try:
+            spark.stop()
+        except Exception:  # its JVM already gone: the exit code above stands
+            log.warning("stopping Spark failed", exc_info=True)
 
 
 def _jvm_archive(args: argparse.Namespace) -> int:

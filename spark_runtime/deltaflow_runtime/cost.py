@@ -188,23 +188,24 @@ LOAD_WINDOW_SECONDS = 300.0
 def install_pool_task_time(spark: Any) -> bool:
     """Count task time per scheduler pool in this JVM (a stream pool's members' load); whether
     the runtime's jar is there to do it."""
-    from deltaflow_runtime.jvm import jvm
+    from deltaflow_runtime.jvm import jvm, scala_context
 
     try:
-        jvm(spark).io.deltaflow.cost.PoolTaskTime.install(spark.sparkContext._jsc.sc())
+        jvm(spark).io.deltaflow.cost.PoolTaskTime.install(scala_context(spark))
         return True
     except Exception:  # py4j: the class is missing (a session without the runtime's jar)
         return False
 
 
-def pool_busy_seconds(spark: Any, pool: str) -> float:
-    """Task seconds the jobs of scheduler pool ``pool`` ran so far (0 if not counted)."""
+def pool_busy_seconds(spark: Any, pool: str) -> float | None:
+    """Task seconds the jobs of scheduler pool ``pool`` ran so far; None if the JVM cannot
+    say (a py4j failure is no reading, never a 0)."""
     from deltaflow_runtime.jvm import jvm
 
     try:
         return float(jvm(spark).io.deltaflow.cost.PoolTaskTime.busySeconds(pool))
     except Exception:
-        return 0.0
+        return None
 
 
 class LoadMeter:

@@ -34,11 +34,13 @@ from deltaflow_api.failures import FailureReason, restart_helps
 from deltaflow_runtime.config import Pipeline, load_ingestion
 from deltaflow_runtime.cost import LoadMeter, install_pool_task_time, pool_busy_seconds
 from deltaflow_runtime.errors import DeltaflowError, InvalidSpecError, failure_reason
+from deltaflow_runtime.jvm import scala_context
 from deltaflow_runtime.metrics import RuntimeMetrics, StreamRegistries
 from deltaflow_runtime.session import DEFAULT_CONF, PINNED_CONF
 from deltaflow_runtime.sink import SCHEDULER_POOL
 from deltaflow_runtime.stream import (
     LOG_CHECKPOINT_WAIT_SECONDS,
+    POLLER_JOIN_SECONDS,
     StreamOptions,
     StreamRunner,
     start_checks,
@@ -253,7 +255,8 @@ class Member:
         if cores is not None:
             report["busyCores"] = round(cores, 4)
         if runner is not None and self.status.phase == "Running":
-            report["lag"] = runner.lag
+            if runner.lag is not None:
+                report["lag"] = runner.lag
             report["freshness"] = runner.freshness_report(now)
         return report
 
@@ -266,6 +269,8 @@ class Member:
         """A session of the member's own: its SQL settings and its query manager (so its
         progress listener hears its own query only). One for all the member's starts: Spark
         never lets go of a session's query listener bus."""
+        from pyspark.errors import AnalysisException, IllegalArgumentException
+
         session = self._spark.newSession()
         # A new session starts from the SparkConf: the data plane's session settings as the
         # pool's session holds them (whoever set them), the member's own, then the pinned ones
@@ -279,7 +284,7 @@ class Member:
         for key, value in self.pipeline.ingestion.spec.spark_conf.items():
             try:
                 session.conf.set(key, value)
-            except Exception as error:  # Spark's CANNOT_MODIFY_CONFIG and the like
+            except (AnalysisException, IllegalArgumentException) as error:  # CANNOT_MODIFY_CONFIG
                 raise InvalidSpecError(
                     f"spec.sparkConf.{key}: Spark refused it on a pooled stream's session "
                     f"({str(error).splitlines()[0][:300]}); remove it or run the stream on a "
@@ -398,9 +403,10 @@ class Manifest:
 
 def read_members(folder: Path, namespace: str, storage: Storage | None) -> dict[str, Manifest]:
     """The member manifests in ``folder`` (``*.yaml``, the ConfigMap's keys), by member key
-    (by file name for one that cannot be read as a member, or that names a member an earlier
-    file already does). Hidden files (a mounted ConfigMap's ``..data`` links) are not members.
-    A file that cannot be read fails the whole read (OSError): the members stay as they are."""
+    (by file name for one that cannot be read as a member, names another namespace, or names a
+    member an earlier file already does). Hidden files (a mounted ConfigMap's ``..data``
+    links) are not members. A file that cannot be read fails the whole read (OSError): the
+    members stay as they are."""
     found: dict[str, Manifest] = {}
     for path in sorted(folder.glob("*.yaml")):
         if path.name.startswith("."):
@@ -412,7 +418,8 @@ def read_members(folder: Path, namespace: str, storage: Storage | None) -> dict[
         except DeltaflowError as error:
             found[path.name] = Manifest(path, digest, None, (error.reason, error.message))
             continue
-        key = member_key(ingestion)
+        # Another namespace's stream is never this pool's member: it is reported by its file.
+        key = member_key(ingestion) if ingestion.namespace == namespace else path.name
         if key in found:
             duplicate = (FailureReason.INVALID_SPEC, f"{found[key].path.name} already runs {key}")
             found[path.name] = Manifest(path, digest, None, duplicate)
@@ -445,13 +452,18 @@ class StreamPool:
         self.stopping: dict[str, Member] = {}
         self.registries = StreamRegistries()
         self._lock = threading.Lock()
+        self._counting = False  # whether the JVM counts task time per member (PoolTaskTime)
 
     def status(self) -> dict[str, dict[str, Any]]:
-        """Every member's status by key (invalid manifests by key or file name)."""
+        """Every member's status by key (invalid manifests by key or file name). A member told
+        to stop is ``Stopping`` until its thread has ended (its in-flight batch committed), and
+        gone from the report after: whoever starts it elsewhere waits for that."""
         now = time.time()
         with self._lock:
             members, invalid = dict(self.members), dict(self.invalid)
-        report = {key: member.report(now) for key, member in members.items()}
+            stopping = dict(self.stopping)
+        report = {key: {**m.report(now), "phase": "Stopping"} for key, m in stopping.items()}
+        report.update({key: member.report(now) for key, member in members.items()})
         report.update({key: status.as_report(now) for key, status in invalid.items()})
         return report
 
@@ -461,9 +473,12 @@ class StreamPool:
         now = time.time()
         with self._lock:
             members = list(self.members.values())
-        for member in members:
-            member.measure(now, pool_busy_seconds(self.spark, member.key))
-        return {"at": round(now, 3), "members": self.status()}
+        if self._counting:
+            for member in members:
+                busy = pool_busy_seconds(self.spark, member.key)
+                if busy is not None:  # a failed reading is no reading, never a 0
+                    member.measure(now, busy)
+        return fit_report({"at": round(now, 3), "members": self.status()})
 
     def _report_loop(self, publish: Callable[[dict[str, Any]], None]) -> None:
         stop = self.options.stop
@@ -505,6 +520,10 @@ class StreamPool:
                 options=self.options,
                 on_metrics=self.registries.set,
             )
+            if self._counting:  # its load from its first batch on
+                busy = pool_busy_seconds(self.spark, key)
+                if busy is not None:
+                    member.measure(time.time(), busy)
             with self._lock:
                 self.members[key] = member
             member.start()
@@ -523,24 +542,30 @@ class StreamPool:
                 self.stopping[key] = member
 
     def _reap(self) -> None:
-        for key, member in list(self.stopping.items()):
-            if not member.alive:
-                del self.stopping[key]
-                if key not in self.members:
-                    self.registries.set(key, None)
+        with self._lock:
+            for key, member in list(self.stopping.items()):
+                if not member.alive:
+                    del self.stopping[key]
+                    if key not in self.members:
+                        self.registries.set(key, None)
 
     def run(self, publish: Callable[[dict[str, Any]], None] | None = None) -> None:
         """Keep the members in line with the folder until the pool's stop, reporting on them
         every ``report_seconds`` to ``publish`` (the pool pod's annotation); then stop them all
         together (each after its in-flight batch), waiting for them at most their grace."""
         stop = self.options.stop
-        install_pool_task_time(self.spark)
+        self._counting = install_pool_task_time(self.spark)
         if publish is not None:
             threading.Thread(
                 target=self._report_loop, args=(publish,), name="deltaflow-pool-report",
                 daemon=True,
             ).start()  # fmt: skip
+        gone: str | None = None
         while not stop.is_set():
+            gone = spark_gone(self.spark)
+            if gone is not None:
+                stop.set()  # every member would fail and back off forever: the pod restarts
+                break
             try:
                 self.scan()
             except Exception:  # a scan that fails leaves the members as they are
@@ -549,11 +574,51 @@ class StreamPool:
         with self._lock:
             keys = list(self.members)
         self._stop(keys)
-        deadline = time.monotonic() + self.options.stop_grace_seconds + 30
+        # A member's stop: its batch's grace, its Kafka poll's end, its dead letters' commit.
+        deadline = time.monotonic() + self.options.stop_grace_seconds + POLLER_JOIN_SECONDS + 30
         for key, member in list(self.stopping.items()):
             if not member.join(max(0.0, deadline - time.monotonic())):
                 log.warning("member %s did not stop in time", key)
+        if gone is not None:
+            raise SparkGoneError(f"the pool's Spark stopped under its members: {gone}")
         await_pool_log_checkpoints(self.spark)
+
+
+class SparkGoneError(DeltaflowError):
+    """The pool's JVM or SparkContext stopped: the pool exits and its pod restarts."""
+
+
+def spark_gone(spark: SparkSession) -> str | None:
+    """Why the pool's Spark can no longer run a member (its context stopped, its JVM gone),
+    or None while it can."""
+    try:
+        if scala_context(spark).isStopped():
+            return "the SparkContext stopped"
+    except Exception as error:  # py4j: the JVM is gone
+        return f"{type(error).__name__}: {error}"[:500]
+    return None
+
+
+# The report goes on the pod, whose annotations Kubernetes caps at 256 KiB in all.
+MAX_REPORT_BYTES = 200_000
+REPORT_MESSAGE_CHARS = 400
+
+
+def fit_report(report: dict[str, Any]) -> dict[str, Any]:
+    """``report`` within MAX_REPORT_BYTES: messages cut to REPORT_MESSAGE_CHARS; if it is
+    still too large (hundreds of failing members), each member's phase, failures, reason,
+    last batch and lag only, and ``trimmed`` says so."""
+    members: dict[str, dict[str, Any]] = report["members"]
+    for member in members.values():
+        message = member.get("message")
+        if isinstance(message, str) and len(message) > REPORT_MESSAGE_CHARS:
+            member["message"] = message[: REPORT_MESSAGE_CHARS - 1] + "…"
+    if len(json.dumps(report, separators=(",", ":"))) <= MAX_REPORT_BYTES:
+        return report
+    kept = ("phase", "failures", "reason", "lastBatch", "lag")
+    report["members"] = {k: {f: m[f] for f in kept if f in m} for k, m in members.items()}
+    report["trimmed"] = True
+    return report
 
 
 def await_pool_log_checkpoints(spark: SparkSession) -> None:
@@ -588,8 +653,9 @@ def wait_for_storage(
         for manifest in manifests:
             if manifest.pipeline is not None:
                 ingestion = manifest.pipeline.ingestion
-                if ingestion.namespace == namespace:
-                    return True, ingestion.spec.sink.storage
+                own = ingestion.spec.sink.storage
+                if not pool_conflicts(ingestion, namespace, own):  # a member it can run
+                    return True, own
         log.info("waiting for a member manifest in %s", folder)
         stop.wait(every)
     return False, None

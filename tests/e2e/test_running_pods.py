@@ -60,7 +60,7 @@ SPARK_MODE = "deltaflow.io/spark-mode"
 # so a burst of that size sometimes needed no scale-up).
 BURST = 1_000_000
 # A local-mode driver (one task thread) with a 3 s lag target: half the burst still outgrows it.
-LOCAL_MODE_BURST = 500_000
+LOCAL_MODE_BURST = 300_000
 # A CPU limit the 2-core node never reaches: the executor pods Spark creates carry it, and nothing
 # is throttled (executors capped at 500m made every test of this module 1.5-2x slower and the
 # driver's capacity figure 100x lower).

@@ -4,6 +4,7 @@ the per-batch cap of a member's backlog, and the members a folder of manifests h
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +15,13 @@ from deltaflow_api import DeltaIngestion
 from deltaflow_runtime.pool import (
     BACKOFF_MAX_SECONDS,
     DEFAULT_MAX_OFFSETS_PER_TRIGGER,
+    MAX_REPORT_BYTES,
+    REPORT_MESSAGE_CHARS,
     STABLE_RUN_SECONDS,
     backoff_seconds,
     capped,
     failures_in_a_row,
+    fit_report,
     pool_conflicts,
     read_members,
 )
@@ -168,7 +172,8 @@ def test_a_folder_of_manifests_is_the_pools_members(tmp_path: Path) -> None:
     (tmp_path / "zz-again.yaml").write_text(yaml.safe_dump(good))  # the same member twice
 
     members = read_members(tmp_path, "data", BASE.spec.sink.storage)
-    assert sorted(members) == ["broken.yaml", "data/good", "other/foreign", "zz-again.yaml"]
+    # another namespace's stream is reported by its file, never as a member of this pool
+    assert sorted(members) == ["broken.yaml", "data/good", "foreign.yaml", "zz-again.yaml"]
     again_problem = members["zz-again.yaml"].problem
     assert again_problem is not None
     assert "good.yaml already runs data/good" in again_problem[1]
@@ -177,7 +182,7 @@ def test_a_folder_of_manifests_is_the_pools_members(tmp_path: Path) -> None:
     broken_problem = members["broken.yaml"].problem
     assert broken_problem is not None
     assert "spec.trigger.interval" in broken_problem[1], broken_problem
-    foreign_member = members["other/foreign"]
+    foreign_member = members["foreign.yaml"]
     assert foreign_member.problem is not None
     assert "metadata.namespace" in foreign_member.problem[1]
     # Re-reading an unchanged file gives the same digest (the pool restarts only on a change).
@@ -187,3 +192,28 @@ def test_a_folder_of_manifests_is_the_pools_members(tmp_path: Path) -> None:
         yaml.safe_dump({**good, "spec": {**good["spec"], "trigger": {"interval": "20s"}}})
     )
     assert read_members(tmp_path, "data", None)["data/good"].digest != members["data/good"].digest
+
+
+def test_a_pool_report_always_fits_a_pod_annotation() -> None:
+    """Messages are cut; a report of hundreds of failing members keeps what the operator needs
+    (phase, failures, reason, last batch, lag) and says it was trimmed."""
+    member = {
+        "phase": "BackingOff",
+        "failures": 3,
+        "reason": "Failed",
+        "message": "java.lang.RuntimeException: " + "at org.apache.spark.Frame\n" * 200,
+        "lastBatch": 7,
+        "lag": {"at": 1.0, "records": 5, "partitions": 3},
+        "freshness": {"plan": "x" * 400, "p99Seconds": 12.0},
+    }
+    few = fit_report({"at": 1.0, "members": {f"data/s{i}": dict(member) for i in range(3)}})
+    assert "trimmed" not in few
+    assert all(len(m["message"]) <= REPORT_MESSAGE_CHARS for m in few["members"].values())
+    assert few["members"]["data/s0"]["freshness"] == member["freshness"]
+    many = fit_report({"at": 1.0, "members": {f"data/s{i}": dict(member) for i in range(400)}})
+    assert many["trimmed"] is True
+    assert len(json.dumps(many, separators=(",", ":"))) <= MAX_REPORT_BYTES
+    assert many["members"]["data/s399"] == {
+        "phase": "BackingOff", "failures": 3, "reason": "Failed", "lastBatch": 7,
+        "lag": {"at": 1.0, "records": 5, "partitions": 3},
+    }  # fmt: skip

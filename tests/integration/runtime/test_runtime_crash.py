@@ -49,14 +49,13 @@ def test_sigkill_the_driver_three_times_loses_and_duplicates_nothing(
         topic,
         tmp_path / "soak",
         records=12_000,  # a floor (40 s at 300/s): production goes on until the last kill
-        # Mid-write once, right after a table commit twice (whether it lands before that
-        # batch's dead-letter commit is the batch's timing). The kill right after planning is
-        # the object-store soak's (test_s3a_object_store), which aims all three. A window is
-        # missed only when no batch comes for 60 s. The full-size soak, bench/run.sh crash, also
-        # kills at random moments, ten times over a million records; six kills here took
-        # 114-151 s, four 96-101 s.
+        # Each aimed kill once. Right after a table commit, the kill lands before that
+        # batch's dead-letter commit (they wait in the driver and are committed later). A
+        # window is missed only when no batch comes for 60 s. The full-size soak, bench/run.sh
+        # crash, also kills at random moments, ten times over a million records; six kills
+        # here took 114-151 s, four 96-101 s, three 90 s.
         kills=3,
-        strategies=("after-table-commit", "mid-write", "after-table-commit"),
+        strategies=("after-table-commit", "mid-write", "after-plan"),
         rate=300,
         max_offsets=5_000,
         # Each driver starts as a small stream's pod does (C1): 3-5 s less a restart at this volume.
@@ -83,7 +82,7 @@ def test_sigkill_the_driver_three_times_loses_and_duplicates_nothing(
     assert result.in_table + result.in_dead_letter == result.produced
     # The kills that matter most landed where they aim: mid-write and right after the commit.
     hits = {r.strategy for r in result.restarts if r.hit}
-    assert {"mid-write", "after-table-commit"} <= hits
+    assert {"mid-write", "after-table-commit", "after-plan"} <= hits
     # ... and a kill right after the table's commit came before that batch's dead-letter commit:
     # the restart had to finish the half-written batch (and did: nothing lost above).
     assert any(r.before_dead_letters for r in result.restarts), result.summary()

@@ -2,7 +2,6 @@ package io.deltaflow.cost;
 
 import java.util.Properties;
 import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.LongAdder;
 import org.apache.spark.SparkContext;
 import org.apache.spark.scheduler.SparkListener;
@@ -23,14 +22,15 @@ public final class PoolTaskTime extends SparkListener {
   private static final ConcurrentHashMap<String, LongAdder> BUSY_MILLIS =
       new ConcurrentHashMap<>();
   private static final ConcurrentHashMap<Integer, String> STAGE_POOLS = new ConcurrentHashMap<>();
-  private static final AtomicBoolean INSTALLED = new AtomicBoolean();
+  private static SparkContext installedOn;
 
   private PoolTaskTime() {}
 
-  /** Listen on {@code context} (once per JVM; later calls do nothing). */
-  public static void install(SparkContext context) {
-    if (INSTALLED.compareAndSet(false, true)) {
+  /** Listen on {@code context} (once per context; later calls do nothing). */
+  public static synchronized void install(SparkContext context) {
+    if (installedOn != context) {
       context.addSparkListener(new PoolTaskTime());
+      installedOn = context;
     }
   }
 
@@ -59,7 +59,8 @@ public final class PoolTaskTime extends SparkListener {
 
   @Override
   public void onStageCompleted(SparkListenerStageCompleted event) {
-    // Its tasks' ends came before (a speculative copy ending later is not counted).
+    // Its tasks' ends came before, but for tasks killed after it (a stopped query's, a
+    // speculative copy): a small undercount, never a leak.
     STAGE_POOLS.remove(event.stageInfo().stageId());
   }
 }
