@@ -384,7 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace, pipeline: Pipeline) -> int:
     from deltaflow_runtime.maintenance import check_retention, emit, run_optimize, run_vacuum
-    from deltaflow_runtime.object_store import check_access
+    from deltaflow_runtime.object_store import check_pipeline_access
 
     if args.command == "vacuum":
         # Refuse before starting a JVM.
@@ -427,13 +427,7 @@ def _dispatch(args: argparse.Namespace, pipeline: Pipeline) -> int:
             if args.command == "run" and runner.writer is not None:
                 _summary(spark, pipeline)
             return 0
-        ident, storage = pipeline.identity, pipeline.ingestion.spec.sink.storage
-        check_access(
-            spark,
-            (ident.checkpoint_path,),
-            storage.endpoint if storage is not None else None,
-            tables=(ident.table_path, ident.dead_letter_table_path),
-        )
+        check_pipeline_access(spark, pipeline)
         if args.command == "optimize":
             emit(run_optimize(spark, pipeline))
             return 0

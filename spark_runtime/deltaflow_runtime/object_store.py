@@ -26,6 +26,8 @@ from deltaflow_runtime.jvm import hadoop_conf, jvm
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from deltaflow_runtime.config import Pipeline
+
 LOGSTORE_CLASS = "io.deltaflow.storage.S3ConditionalLogStore"
 # file:// tables (local disks, PersistentVolumes, NFS): commits published by link(2).
 LOCAL_LOGSTORE_CLASS = "io.deltaflow.storage.LocalLinkLogStore"
@@ -155,6 +157,18 @@ def probe_paths(paths: Iterable[str]) -> list[str]:
         if bucket is not None and bucket not in seen:
             seen[bucket] = path
     return list(seen.values())
+
+
+def check_pipeline_access(spark: SparkSession, pipeline: Pipeline) -> None:
+    """``check_access`` for a pipeline: its checkpoint, its table and dead-letter table, on
+    its spec's endpoint (every command that runs a pipeline starts with it)."""
+    ident, storage = pipeline.identity, pipeline.ingestion.spec.sink.storage
+    check_access(
+        spark,
+        (ident.checkpoint_path,),
+        storage.endpoint if storage is not None else None,
+        tables=(ident.table_path, ident.dead_letter_table_path),
+    )
 
 
 def check_access(

@@ -873,16 +873,10 @@ def start_checks(spark: SparkSession, pipeline: Pipeline) -> None:
     """What a stream's start checks before its guards: the object store answers for its
     checkpoint and tables, and Java accepts its topic pattern (Spark would fail every start on
     one it refuses)."""
-    from deltaflow_runtime.object_store import check_access
+    from deltaflow_runtime.object_store import check_pipeline_access
     from deltaflow_runtime.topics import check_topic_pattern
 
-    ident, storage = pipeline.identity, pipeline.ingestion.spec.sink.storage
-    check_access(
-        spark,
-        (ident.checkpoint_path,),
-        storage.endpoint if storage is not None else None,
-        tables=(ident.table_path, ident.dead_letter_table_path),
-    )
+    check_pipeline_access(spark, pipeline)
     check_topic_pattern(spark, pipeline.ingestion.spec.source)
 
 

@@ -25,6 +25,7 @@ from support.manifests import (
     INVALID_CASES,
     VALID_LOOK_ALIKES,
     InvalidCase,
+    set_field,
     valid_manifest,
 )
 
@@ -376,15 +377,7 @@ def manifests(draw: st.DrawFn) -> dict[str, Any]:
         st.lists(st.sampled_from(sorted(_FIELD_VALUES)), min_size=1, max_size=5, unique=True)
     )
     for path in fields:
-        value = draw(_FIELD_VALUES[path])
-        *parents, leaf = path.split(".")
-        node = manifest
-        for p in parents:
-            node = node.setdefault(p, {})
-        if value is None:
-            node.pop(leaf, None)
-        else:
-            node[leaf] = value
+        set_field(manifest, path, draw(_FIELD_VALUES[path]))
     return manifest
 
 

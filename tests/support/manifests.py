@@ -42,13 +42,22 @@ def valid_manifest(name: str = "orders", namespace: str = "data") -> Manifest:
     }
 
 
+def set_field(manifest: Manifest, path: str, value: Any) -> None:
+    """Set the dotted ``path`` (``spec.source.topic``) in ``manifest``, creating what is
+    missing on the way; a value of None removes the field."""
+    *parents, leaf = path.split(".")
+    node = manifest
+    for p in parents:
+        node = node.setdefault(p, {})
+    if value is None:
+        node.pop(leaf, None)
+    else:
+        node[leaf] = value
+
+
 def _set(path: str, value: Any) -> Callable[[Manifest], None]:
     def apply(m: Manifest) -> None:
-        *parents, leaf = path.split(".")
-        node = m
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
+        set_field(m, path, value)
 
     return apply
 

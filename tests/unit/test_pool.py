@@ -25,20 +25,13 @@ from deltaflow_runtime.pool import (
     pool_conflicts,
     read_members,
 )
-from support.manifests import valid_manifest
+from support.manifests import set_field, valid_manifest
 
 
 def _ingestion(edit: dict[str, Any] | None = None, namespace: str = "data") -> DeltaIngestion:
     document = valid_manifest(namespace=namespace)
     for path, value in (edit or {}).items():
-        node = document
-        *parents, last = path.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        if value is None:
-            node.pop(last, None)
-        else:
-            node[last] = value
+        set_field(document, path, value)
     return DeltaIngestion.model_validate(document)
 
 
