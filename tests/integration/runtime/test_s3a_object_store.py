@@ -128,11 +128,12 @@ def test_the_logstore_lets_exactly_one_of_many_writers_create_a_version(
     assert [name for name in left if name.startswith("_deltaflow_probe")] == [], left
 
 
-def test_eight_writer_processes_race_for_one_version_and_exactly_one_creates_it(
+def test_four_writer_processes_race_for_one_version_and_exactly_one_creates_it(
     object_store: ObjectStore, tmp_path: Path
 ) -> None:
     # Each writer its own JVM (java/LogStoreRace.java, run from source), as the stream's driver
-    # and its OPTIMIZE and VACUUM jobs are: all connected first, then released together.
+    # and its OPTIMIZE and VACUUM jobs are: all connected first, then released together. Four
+    # (eight took 27-37 s of the suite on 2 cores, JVM starts mostly); the probe test races 24.
     import pyspark
 
     classpath = ":".join(
@@ -149,7 +150,7 @@ def test_eight_writer_processes_race_for_one_version_and_exactly_one_creates_it(
     )
     classpath = f"{classes}:{classpath}"
     writers = []
-    for i in range(8):
+    for i in range(4):
         argv = ["java", "-cp", classpath, "LogStoreRace", commit, str(i), str(go)]
         writers.append(subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env))
         record_pid(writers[-1].pid)
@@ -163,7 +164,7 @@ def test_eight_writer_processes_race_for_one_version_and_exactly_one_creates_it(
         for writer in writers:
             if writer.poll() is None:
                 writer.kill()
-    assert Counter(outcomes.values()) == {"created": 1, "exists": 7}, outcomes
+    assert Counter(outcomes.values()) == {"created": 1, "exists": 3}, outcomes
     (winner,) = (i for i, outcome in outcomes.items() if outcome == "created")
     with object_store.filesystem().open_input_stream(commit.removeprefix("s3a://")) as stored:
         assert json.loads(stored.read()) == {"commitInfo": {"writer": winner}}
