@@ -459,6 +459,7 @@ class StreamPool:
         to stop is ``Stopping`` until its thread has ended (its in-flight batch committed), and
         gone from the report after: whoever starts it elsewhere waits for that."""
         now = time.time()
+        self._reap()  # a member whose thread has ended is gone now, not at the next scan
         with self._lock:
             members, invalid = dict(self.members), dict(self.invalid)
             stopping = dict(self.stopping)
