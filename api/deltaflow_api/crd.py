@@ -183,10 +183,16 @@ def crd_manifest() -> dict[str, Any]:
                             "jsonPath": ".status.autoscaler.verdict",
                             "priority": 1,
                         },
+                        # local, executors or pooled: where each stream runs, at a glance.
                         {
-                            "name": "Mode",
+                            "name": "Placement",
                             "type": "string",
                             "jsonPath": ".status.placement.mode",
+                        },
+                        {
+                            "name": "Pool",
+                            "type": "string",
+                            "jsonPath": ".status.placement.pool",
                             "priority": 1,
                         },
                         {

@@ -965,6 +965,40 @@ _OWNED_CONF_PREFIXES = (
     "spark.network.crypto.",
     "spark.network.sasl.",
 )
+# A pooled stream (spec.placement: pooled) shares its pool's JVM and SparkContext: of Spark's
+# settings only session ones are its own (set on its SparkSession), and of those not the ones
+# Spark fixes when the JVM starts (StaticSQLConf and Delta's catalog hooks).
+POOL_MEMBER_CONF_PREFIXES = ("spark.sql.", "spark.databricks.delta.")
+POOL_STATIC_CONF = (
+    "spark.sql.extensions",
+    "spark.sql.catalog.",
+    "spark.sql.catalogImplementation",
+    "spark.sql.warehouse.dir",
+    "spark.sql.ui.",
+    "spark.sql.streaming.ui.",
+    "spark.sql.queryExecutionListeners",
+    "spark.sql.streaming.streamingQueryListeners",
+    "spark.sql.hive.",
+    "spark.sql.cache.serializer",
+    "spark.sql.globalTempDatabase",
+    "spark.sql.event.truncate.length",
+    "spark.sql.legacy.sessionInitWithConfigDefaults",
+)
+
+
+def pool_member_conf_key(key: str) -> bool:
+    """Whether a pooled stream may set the Spark setting ``key`` on its own session."""
+    return key.startswith(POOL_MEMBER_CONF_PREFIXES) and not key.startswith(POOL_STATIC_CONF)
+
+
+def _pooled_cel(condition: str) -> str:
+    return f"!has(self.placement) || self.placement != 'pooled' || ({condition})"
+
+
+def _pooled(check: Callable[[Mapping[str, Any]], bool]) -> Callable[[Mapping[str, Any]], bool]:
+    return lambda v: v.get("placement") != "pooled" or check(v)
+
+
 _OWNED_CONF_KEYS = (
     "spark.master",
     "spark.sql.streaming.kafka.useDeprecatedOffsetFetching",
@@ -1002,6 +1036,17 @@ class DeltaIngestionSpec(ApiModel):
         Field(max_length=8, description="Secrets to pull spec.image with."),
     ] = []
     service_account: ServiceAccountOptions = ServiceAccountOptions()
+    placement: Annotated[
+        Literal["dedicated", "pooled"],
+        Field(
+            description="Where the stream runs: dedicated (a driver pod of its own, Spark in "
+            "local mode or on executor pods as spec.scaling says) or pooled (a member of a "
+            "shared pool driver of its namespace and object store, with the other small streams: "
+            "one JVM for many; its own checkpoint, dead letters, status and metrics; "
+            "spec.scaling, spec.driver and spec.executor do not apply there). A change moves "
+            "the stream: stopped in one place after its batch, then started in the other.",
+        ),
+    ] = "dedicated"
     spark_conf: Annotated[
         dict[str, str],
         Field(
@@ -1094,6 +1139,38 @@ class DeltaIngestionSpec(ApiModel):
             "parent>/_checkpoints/<namespace>/<name>",
             check=_checkpoint_apart,
             field_path=".sink.checkpointPath",
+        ),
+        Rule(
+            cel=_pooled_cel(
+                "!has(self.sparkConf) || self.sparkConf.all(k, ("
+                + " || ".join(f"k.startsWith('{p}')" for p in POOL_MEMBER_CONF_PREFIXES)
+                + ") && "
+                + " && ".join(f"!k.startsWith('{p}')" for p in POOL_STATIC_CONF)
+                + ")"
+            ),
+            message="a pooled stream's sparkConf may hold session settings only (spark.sql.*, "
+            "spark.databricks.delta.*, but not the ones Spark fixes at the JVM's start such as "
+            "spark.sql.extensions or spark.sql.catalog.*): it shares its pool's JVM and "
+            "SparkContext; remove the key or set placement: dedicated",
+            check=_pooled(
+                lambda v: all(pool_member_conf_key(str(k)) for k in v.get("sparkConf") or {})
+            ),
+            field_path=".sparkConf",
+        ),
+        Rule(
+            cel=_pooled_cel("!has(self.source.auth)"),
+            message="a pooled stream reads Kafka without credentials of its own (pools do not "
+            "carry per-stream Kafka credentials yet): remove source.auth or set placement: "
+            "dedicated",
+            check=_pooled(lambda v: not (v.get("source") or {}).get("auth")),
+            field_path=".source.auth",
+        ),
+        Rule(
+            cel=_pooled_cel("!has(self.volumes) || size(self.volumes) == 0"),
+            message="a pooled stream mounts no volumes (its pool's pod mounts none of its "
+            "members'): use an object store (spec.sink.storage) or set placement: dedicated",
+            check=_pooled(lambda v: not v.get("volumes")),
+            field_path=".volumes",
         ),
         Rule(
             cel="!has(self.sink.partitionBy) || !has(self.maintenance) || "
@@ -1299,10 +1376,14 @@ class OperatorClaimStatus(StatusModel):
 
 
 class PlacementStatus(StatusModel):
-    """Where the stream's Spark runs: ``local`` (inside the driver pod, no executor pods) or
-    ``executors`` (executor pods), since when and why."""
+    """Where the stream's Spark runs: ``local`` (inside its driver pod, no executor pods),
+    ``executors`` (executor pods) or ``pooled`` (a member of the pool driver ``pool``), since
+    when and why."""
 
-    mode: Literal["local", "executors"]
+    mode: Literal["local", "executors", "pooled"]
+    pool: str | None = Field(
+        default=None, description="The pool driver pod the stream runs in (mode pooled)."
+    )
     since: datetime | None = None
     reason: str = ""
     message: str = ""

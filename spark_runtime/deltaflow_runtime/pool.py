@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from deltaflow_api.failures import FailureReason, restart_helps
+from deltaflow_api.v1alpha1 import POOL_MEMBER_CONF_PREFIXES, pool_member_conf_key
 from deltaflow_runtime.config import Pipeline, load_ingestion
 from deltaflow_runtime.cost import LoadMeter, install_pool_task_time, pool_busy_seconds
 from deltaflow_runtime.errors import DeltaflowError, InvalidSpecError, failure_reason
@@ -55,9 +56,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("deltaflow.pool")
 
-# Spark settings a member may set for itself: SQL session settings. Anything else is the JVM's
-# or the SparkContext's, shared by every member (a pool never takes one member's for all).
-MEMBER_CONF_PREFIXES = ("spark.sql.", "spark.databricks.delta.")
 # A member's backlog is read this many records a batch at most unless its spec says otherwise.
 DEFAULT_MAX_OFFSETS_PER_TRIGGER = 200_000
 # A failed member starts again after BACKOFF_BASE_SECONDS, doubled per failure in a row, at
@@ -68,24 +66,6 @@ BACKOFF_MAX_SECONDS = 300.0
 # A run this long ends a run of failures: the next failure counts as the first (kubelet resets
 # CrashLoopBackOff after 10 minutes of running).
 STABLE_RUN_SECONDS = 600.0
-# Session settings Spark fixes when the JVM starts (StaticSQLConf and Delta's catalog hooks):
-# a member cannot set them on its session.
-STATIC_MEMBER_CONF = (
-    "spark.sql.extensions",
-    "spark.sql.catalog.",
-    "spark.sql.catalogImplementation",
-    "spark.sql.warehouse.dir",
-    "spark.sql.ui.",
-    "spark.sql.streaming.ui.",
-    "spark.sql.queryExecutionListeners",
-    "spark.sql.streaming.streamingQueryListeners",
-    "spark.sql.hive.",
-    "spark.sql.cache.serializer",
-    "spark.sql.globalTempDatabase",
-    "spark.sql.event.truncate.length",
-    "spark.sql.legacy.sessionInitWithConfigDefaults",
-)
-
 # Starting, Running; BackingOff (failed, starts again at retryAt); NeedsAction (failed in a way
 # a restart cannot fix: waits for its manifest to change); Invalid (its manifest cannot run
 # here, never started); Stopped.
@@ -133,14 +113,19 @@ def pool_conflicts(ingestion: DeltaIngestion, namespace: str, storage: Storage |
             "spec.source.auth: a pooled stream reads Kafka without credentials of its own "
             "(not yet supported in pools); run the stream on a driver of its own"
         )
+    if spec.volumes:
+        conflicts.append(
+            "spec.volumes: a pool's pod mounts none of its members' volumes; use an object "
+            "store or run the stream on a driver of its own"
+        )
     for key in sorted(spec.spark_conf):
-        if not key.startswith(MEMBER_CONF_PREFIXES):
+        if not key.startswith(POOL_MEMBER_CONF_PREFIXES):
             conflicts.append(
                 f"spec.sparkConf.{key}: a pooled stream shares its pool's JVM and SparkContext; "
-                f"only session settings ({', '.join(p + '*' for p in MEMBER_CONF_PREFIXES)}) "
+                f"only session settings ({', '.join(p + '*' for p in POOL_MEMBER_CONF_PREFIXES)}) "
                 "are its own; remove it or run the stream on a driver of its own"
             )
-        elif key.startswith(STATIC_MEMBER_CONF):
+        elif not pool_member_conf_key(key):
             conflicts.append(
                 f"spec.sparkConf.{key}: Spark fixes it when the pool's JVM starts, so a pooled "
                 "stream cannot set it; remove it or run the stream on a driver of its own"
@@ -278,8 +263,7 @@ class Member:
         inherited = {**DEFAULT_CONF, **PINNED_CONF}
         for key in inherited:
             value = self._spark.conf.get(key, None)
-            own = key.startswith(MEMBER_CONF_PREFIXES) and not key.startswith(STATIC_MEMBER_CONF)
-            if value is not None and own:
+            if value is not None and pool_member_conf_key(key):
                 session.conf.set(key, value)
         for key, value in self.pipeline.ingestion.spec.spark_conf.items():
             try:

@@ -146,6 +146,13 @@ INVALID_CASES: list[InvalidCase] = [
             },
         ),
     ),
+    _case("unknown-placement", "spec.placement", _set("spec.placement", "shared")),
+    _case(
+        "pooled-with-jvm-conf",
+        "spec.sparkConf",
+        _set("spec.placement", "pooled"),
+        _set("spec.sparkConf", {"spark.executor.memory": "2g"}),
+    ),
     _case("unknown-format", "spec.format.type", _set("spec.format.type", "protobuf")),
     _case("json-without-schema", "spec.format.schema", _delete("spec.format.schema")),
     _case(
