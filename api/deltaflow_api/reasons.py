@@ -67,6 +67,13 @@ class Reason(StrEnum):
     PROGRESS_UNKNOWN = "ProgressUnknown"
     # The operator itself: an API call of the reconcile failed (retried).
     RECONCILE_FAILED = "ReconcileFailed"
+    # A pooled stream (spec.placement: pooled): waiting for its driver to go, a pool, or its
+    # start there; its pool stopped reporting; a member failing in its pool, waiting to retry.
+    LEAVING_DRIVER = "LeavingDriver"
+    LEAVING_POOL = "LeavingPool"
+    WAITING_FOR_POOL = "WaitingForPool"
+    POOL_NOT_REPORTING = "PoolNotReporting"
+    MEMBER_FAILED = "MemberFailed"
     # The spec is invalid: the operator's own check, or the runtime's (a FailureReason).
     INVALID_SPEC = FailureReason.INVALID_SPEC.value
 
@@ -148,6 +155,9 @@ class EventReason(StrEnum):
     # The stream moves between Spark in the driver pod alone and executor pods (a new driver).
     MOVED_TO_EXECUTORS = "MovedToExecutors"
     MOVED_TO_LOCAL_MODE = "MovedToLocalMode"
+    # The stream moves into a pool (its driver gone) or out of it to a driver of its own.
+    MOVED_TO_POOL = "MovedToPool"
+    MOVED_TO_DRIVER = "MovedToDriver"
     # "Scaling" + a verdict that says more executors would not help (scaling.LIMIT_VERDICTS).
     SCALING_INEFFECTIVE = "ScalingIneffective"
     SCALING_HOT_PARTITION = "ScalingHotPartition"

@@ -29,6 +29,7 @@ from deltaflow_operator import metrics
 from deltaflow_operator.builders.common import MANAGED_BY
 from deltaflow_operator.decisions.pod import Pod
 from deltaflow_operator.kube import Kube
+from deltaflow_operator.pool_keeper import SYNC_SECONDS
 from deltaflow_operator.reconcile import UNSEEN, Reconciler
 from deltaflow_operator.settings import Settings
 
@@ -58,6 +59,8 @@ class Loop:
     last_beat: float | None = None
     heartbeat: asyncio.Task[None] | None = None  # held so the task is not garbage-collected
     running: dict[str, float] = field(default_factory=dict)
+    pool_wake: asyncio.Event = field(default_factory=asyncio.Event)
+    pool_task: asyncio.Task[None] | None = None  # held so the task is not garbage-collected
 
     def reconcile(self, namespace: str, name: str, driver_pod: Pod | None = UNSEEN) -> float | None:
         """One reconciliation of one resource; seconds until it wants another look.
@@ -94,6 +97,22 @@ class Loop:
         while True:
             self.last_beat = time.monotonic()
             await asyncio.sleep(period)
+
+    async def keep_pools(self, every: float = SYNC_SECONDS) -> None:
+        """The stream pools' rounds (pool_keeper), every ``every`` s and when a resource
+        changes; the members whose pool or phase changed reconcile at once."""
+        running = asyncio.get_running_loop()
+        while True:
+            self.pool_wake.clear()
+            try:
+                changed = await running.run_in_executor(None, self.reconciler.pools.sync)
+            except Exception:  # the next round tries again; the members keep their state
+                log.exception("a stream pools round failed")
+                changed = set()
+            for key in changed:
+                self.wake(*key.split("/", 1))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.pool_wake.wait(), timeout=every)
 
     def wake(self, namespace: str, name: str) -> None:
         """Make the resource's daemon reconcile now (call from the event loop)."""
@@ -132,6 +151,10 @@ def install(stop_flag: threading.Event | None = None) -> None:
     @kopf.on.startup()
     async def start_heartbeat(memo: kopf.Memo, **_: Any) -> None:
         memo.loop.heartbeat = asyncio.get_running_loop().create_task(memo.loop.beat())
+
+    @kopf.on.startup()
+    async def start_pool_keeper(memo: kopf.Memo, **_: Any) -> None:
+        memo.loop.pool_task = asyncio.get_running_loop().create_task(memo.loop.keep_pools())
 
     @kopf.on.startup()
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -179,6 +202,7 @@ def _indexed_pod(index: kopf.Index[tuple[str, str], Pod], namespace: str, name: 
 
 async def _on_change(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
     memo.loop.wake(str(namespace), name)
+    memo.loop.pool_wake.set()  # a spec change may move it into a pool or out of one
 
 
 async def _stream_daemon(

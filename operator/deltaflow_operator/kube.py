@@ -85,6 +85,17 @@ class Kube:
             )
         )
 
+    def list_ingestions(self, namespaces: tuple[str, ...]) -> list[dict[str, Any]]:
+        """Every DeltaIngestion in ``namespaces`` (empty: in every namespace)."""
+        if not namespaces:
+            listed = self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)
+            return list(cast(dict[str, Any], listed)["items"])
+        items: list[dict[str, Any]] = []
+        for namespace in namespaces:
+            listed = self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+            items += cast(dict[str, Any], listed)["items"]
+        return items
+
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         """Merge-patch the status subresource (lists such as conditions are replaced whole)."""
         try:
@@ -210,6 +221,32 @@ class Kube:
         return _unless_missing(
             lambda: self._plain(self.core.read_namespaced_config_map(name, namespace))
         )
+
+    def list_pods(self, namespaces: tuple[str, ...], selector: str) -> list[dict[str, Any]]:
+        """The pods matching the label ``selector`` in ``namespaces`` (empty: everywhere)."""
+        if not namespaces:
+            listed = self.core.list_pod_for_all_namespaces(label_selector=selector)
+            return [self._plain(p) for p in listed.items]
+        return [
+            self._plain(p)
+            for namespace in namespaces
+            for p in self.core.list_namespaced_pod(namespace, label_selector=selector).items
+        ]
+
+    def list_config_maps(self, namespaces: tuple[str, ...], selector: str) -> list[dict[str, Any]]:
+        """The ConfigMaps matching the label ``selector`` in ``namespaces`` (empty: everywhere)."""
+        if not namespaces:
+            listed = self.core.list_config_map_for_all_namespaces(label_selector=selector)
+            return [self._plain(c) for c in listed.items]
+        return [
+            self._plain(c)
+            for namespace in namespaces
+            for c in self.core.list_namespaced_config_map(namespace, label_selector=selector).items
+        ]
+
+    def delete_config_map(self, namespace: str, name: str) -> None:
+        """Delete the ConfigMap (what it owns goes with it); a missing one is fine."""
+        _unless_missing(lambda: self.core.delete_namespaced_config_map(name, namespace))
 
     def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
         """Merge ``annotations`` into the pod's (the autoscaling channel to the driver)."""

@@ -27,11 +27,19 @@ from deltaflow_api.driver_pod import SPARK_MODE_ANNOTATION
 from deltaflow_api.errors import describe
 from deltaflow_api.identity import identity
 from deltaflow_api.reasons import ConditionType, EventReason, Reason
-from deltaflow_api.v1alpha1 import DeltaIngestionStatus, PlacementStatus
+from deltaflow_api.v1alpha1 import (
+    AutoscalerStatus,
+    CostStatus,
+    DeltaIngestionStatus,
+    DriverStatus,
+    ExecutorStatus,
+    LagStatus,
+    PlacementStatus,
+)
 from deltaflow_operator import metrics
 from deltaflow_operator.autoscaler.engine import Autoscaler
 from deltaflow_operator.autoscaler.explain import ScalingOutcome
-from deltaflow_operator.autoscaler.observe import ReportReading
+from deltaflow_operator.autoscaler.observe import MemberReport, ReportReading
 from deltaflow_operator.builders import driver as driver_builders
 from deltaflow_operator.builders.common import config_map_name, driver_pod_name
 from deltaflow_operator.builders.maintenance import JOBS, maintenance_cronjob
@@ -54,8 +62,10 @@ from deltaflow_operator.decisions.ownership import (
 )
 from deltaflow_operator.decisions.placement import moved, place
 from deltaflow_operator.decisions.pod import Pod
+from deltaflow_operator.decisions.pooled import MemberVerdict, member_verdict
 from deltaflow_operator.decisions.progress import stream_progress
 from deltaflow_operator.kube import Kube
+from deltaflow_operator.pool_keeper import PoolKeeper
 from deltaflow_operator.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -65,6 +75,11 @@ CHILDREN_RESYNC_SECONDS = 600.0
 # Another release serves a resource being deleted: how long this one waits for it to stop the
 # driver before doing so itself.
 FINALIZE_WAIT_SECONDS = 60.0
+# A pooled stream waiting (for its driver to go, a pool, its start there, its leave) is looked at
+# this often; one running in its pool at the reconcile interval, or when the pool keeper sees its
+# phase change (one request per stream per minute, as for a driver of its own).
+POOL_WAIT_SECONDS = 2.0
+POOLED_BY_SPEC = "SpecPlacement"
 # The pod watch has not delivered this resource's driver pod (yet): read it from the API.
 UNSEEN = Pod(name="", namespace="", uid="unseen")
 
@@ -111,6 +126,7 @@ class Reconciler:
         self.kube = kube
         self.settings = settings
         self.autoscaler = Autoscaler(kube)
+        self.pools = PoolKeeper(kube, settings)
         self._applied: dict[str, _Applied] = {}
         # Ownership (decisions.ownership): another release's claim on each resource this
         # process stands back from, as last seen, and what it told about each.
@@ -207,6 +223,14 @@ class Reconciler:
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
         body, ingestion, changed, pod = seen.body, seen.ingestion, seen.changed, seen.driver_pod
         self._apply_children(body, ingestion, seen.first_time, changed)
+        placement = (ingestion.status or DeltaIngestionStatus()).placement
+        if ingestion.spec.placement == "pooled" or (
+            placement is not None and placement.mode == "pooled"
+        ):
+            requeue = self._pooled(body, ingestion, pod)
+            if requeue is not None:
+                return requeue
+            # Released from its pool: a driver of its own, from the same checkpoint.
 
         # Act on at most two plans: a replacement deletes the old driver and, once the API server
         # confirms it is gone, creates the new one in the same pass.
@@ -228,6 +252,143 @@ class Reconciler:
             self.kube.patch_status(namespace, name, document)
         waits = [w for w in (plan.requeue_after, recheck_in) if w is not None]
         return min(waits) if waits else None
+
+    def _pooled(
+        self, body: dict[str, Any], ingestion: DeltaIngestion, pod: Pod | None
+    ) -> float | None:
+        """A stream in a pool, joining one or leaving one (see :mod:`pool_keeper` for the
+        handshake: its driver goes before it joins; it leaves once no pool runs it). Returns
+        when to look again, or None once it may run on a driver of its own."""
+        ns, name = ingestion.namespace, ingestion.name
+        previous = ingestion.status or DeltaIngestionStatus()
+        placement = previous.placement
+        now = datetime.now(UTC)
+        report: MemberReport | None = None
+        reported_at: float | None = None
+        requeue = POOL_WAIT_SECONDS
+        if ingestion.spec.placement == "pooled" and not ingestion.spec.suspend:
+            if pod is not None:  # its own driver goes first, after its in-flight batch
+                if not pod.deleting:
+                    self.kube.delete_pod(ns, driver_pod_name(name), uid=pod.uid)
+                    metrics.DRIVER_ACTIONS.labels("delete", "pooled").inc()
+                verdict = MemberVerdict(
+                    False, False, Reason.LEAVING_DRIVER,
+                    "spec.placement is pooled: its driver stops after its in-flight batch, "
+                    "then it joins a pool",
+                )  # fmt: skip
+            else:
+                if placement is None or placement.mode != "pooled":
+                    placement = PlacementStatus(
+                        mode="pooled", since=now, reason=POOLED_BY_SPEC,
+                        message="spec.placement is pooled: it runs in a pool driver with the "
+                        "other small streams of its namespace and object store",
+                    )  # fmt: skip
+                    self.kube.post_event(
+                        body, "Normal", EventReason.MOVED_TO_POOL,
+                        "its driver is gone: it joins a pool (spec.placement: pooled)",
+                    )  # fmt: skip
+                    log.info("%s/%s: joins a pool", ns, name)
+                view = self.pools.view(ns, name)
+                if placement.pool != view.pool:
+                    placement = placement.model_copy(update={"pool": view.pool})
+                report, reported_at = view.report, view.reported_at
+                verdict = member_verdict(
+                    view.pool, report, reported_at, time.time(),
+                    self.settings.degraded_after_failures,
+                )  # fmt: skip
+                requeue = (
+                    POOL_WAIT_SECONDS
+                    if not verdict.ready
+                    else self.settings.reconcile_interval_seconds
+                )
+        else:
+            why = self.pools.released(ns, name)
+            if why is None:
+                self.kube.post_event(
+                    body, "Normal", EventReason.MOVED_TO_DRIVER,
+                    "no pool runs it any more: it gets a driver of its own"
+                    + (" (suspended: once resumed)" if ingestion.spec.suspend else ""),
+                )  # fmt: skip
+                log.info("%s/%s: left its pool", ns, name)
+                return None
+            verdict = MemberVerdict(
+                False, False, Reason.LEAVING_POOL,
+                f"leaving its pool before a driver of its own starts: {why}",
+            )  # fmt: skip
+        self._write_pooled_status(
+            ingestion, previous, placement, verdict=verdict, report=report, reported_at=reported_at
+        )
+        return requeue
+
+    def _write_pooled_status(
+        self,
+        ingestion: DeltaIngestion,
+        previous: DeltaIngestionStatus,
+        placement: PlacementStatus | None,
+        *,
+        verdict: MemberVerdict,
+        report: MemberReport | None,
+        reported_at: float | None,
+    ) -> None:
+        now = datetime.now(UTC)
+        generation = ingestion.metadata.get("generation")
+        conditions = previous.conditions
+        for type_, value, reason, message in (
+            (ConditionType.READY, verdict.ready, verdict.reason, verdict.message),
+            (ConditionType.DEGRADED, verdict.degraded,
+             verdict.reason if verdict.degraded else Reason.HEALTHY,
+             verdict.message if verdict.degraded else ""),
+            (ConditionType.PROGRESSING, not verdict.ready and not verdict.degraded,
+             verdict.reason, verdict.message),
+            (ConditionType.SUSPENDED, False, Reason.RUNNING, ""),
+            (ConditionType.SCALING, False, Reason.MANUAL,
+             "a pooled stream is not scaled: it shares its pool's task threads"),
+        ):  # fmt: skip
+            conditions = set_condition(conditions, type_, value, reason, message, generation, now)
+        reporting = reported_at is not None and time.time() - reported_at <= 60
+        fresh = freshness_verdict(
+            ingestion.spec,
+            None if report is None else report.freshness,
+            reporting=reporting,
+            lag_seconds=None,
+            now=time.time(),
+        )
+        conditions = set_condition(
+            conditions, ConditionType.FRESHNESS, fresh.holds, fresh.reason, fresh.message,
+            generation, now,
+        )  # fmt: skip
+        lag = LagStatus()
+        if report is not None and report.lag_records is not None and report.lag_at is not None:
+            lag = LagStatus(
+                records=report.lag_records,
+                measured_at=datetime.fromtimestamp(min(report.lag_at, time.time()), UTC),
+            )
+        ids = identity(ingestion)
+        status = previous.model_copy(
+            update={
+                "observed_generation": generation,
+                "conditions": conditions,
+                "placement": placement,
+                "driver": DriverStatus(),
+                "executors": ExecutorStatus(),
+                "lag": lag,
+                "freshness": fresh.status,
+                "cost": CostStatus(),
+                "autoscaler": AutoscalerStatus(),
+                "checkpoint_path": ids.checkpoint_path,
+                "dead_letter_table_path": ids.dead_letter_table_path,
+            }
+        )
+        document = status.model_dump(by_alias=True, mode="json", exclude_none=True)
+        for key in ("driver", "lag", "executors", "autoscaler", "cost"):
+            document[key] = getattr(status, key).model_dump(by_alias=True, mode="json")
+        body_status = (
+            ingestion.status.model_dump(by_alias=True, mode="json", exclude_none=True)
+            if ingestion.status
+            else {}
+        )
+        if strip_nones(document) != strip_nones(body_status):
+            self.kube.patch_status(ingestion.namespace, ingestion.name, document)
 
     def _observe(self, body: dict[str, Any], watched_pod: Pod | None) -> Seen | None:
         """Everything this round decides on, read once (None: nothing to reconcile)."""

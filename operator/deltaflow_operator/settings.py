@@ -34,6 +34,12 @@ class Settings:
     # owner, taken over after this long unchanged (a release removed hands its streams over).
     ownership_renew_seconds: float = 300.0
     ownership_expire_seconds: float = 900.0
+    # Stream pools (spec.placement: pooled): members per pool at most, a pool pod's task threads
+    # (Spark local[N]) and heap, and the chart's ClusterRole each pool's RoleBinding grants.
+    pool_members: int = 20
+    pool_cores: int = 1
+    pool_memory: str = "2g"
+    pool_cluster_role: str = "deltaflow-operator-pool"
 
     @property
     def identity(self) -> str:
@@ -80,6 +86,10 @@ class Settings:
             ownership_expire_seconds=float(
                 e.get("DELTAFLOW_OWNERSHIP_EXPIRE_SECONDS", d.ownership_expire_seconds)
             ),
+            pool_members=int(e.get("DELTAFLOW_POOL_MEMBERS", d.pool_members)),
+            pool_cores=int(e.get("DELTAFLOW_POOL_CORES", d.pool_cores)),
+            pool_memory=e.get("DELTAFLOW_POOL_MEMORY", d.pool_memory),
+            pool_cluster_role=e.get("DELTAFLOW_POOL_CLUSTER_ROLE", d.pool_cluster_role),
         )
 
 

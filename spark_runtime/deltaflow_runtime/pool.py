@@ -385,6 +385,20 @@ class Manifest:
     problem: tuple[FailureReason, str] | None
 
 
+# The folder's revision: a file the operator writes with every change of the members (its
+# ConfigMap key ``revision``). The pool reports the revision it last acted on, so the operator
+# knows a member it removed has been told to stop (and, once gone from the report, has).
+REVISION_FILE = "revision"
+
+
+def read_revision(folder: Path) -> str | None:
+    """The folder's revision (None without one: a folder not written by the operator)."""
+    try:
+        return (folder / REVISION_FILE).read_text().strip()[:64] or None
+    except FileNotFoundError:
+        return None
+
+
 def read_members(folder: Path, namespace: str, storage: Storage | None) -> dict[str, Manifest]:
     """The member manifests in ``folder`` (``*.yaml``, the ConfigMap's keys), by member key
     (by file name for one that cannot be read as a member, names another namespace, or names a
@@ -437,6 +451,7 @@ class StreamPool:
         self.registries = StreamRegistries()
         self._lock = threading.Lock()
         self._counting = False  # whether the JVM counts task time per member (PoolTaskTime)
+        self.revision: str | None = None  # of the folder, as the last whole scan acted on it
 
     def status(self) -> dict[str, dict[str, Any]]:
         """Every member's status by key (invalid manifests by key or file name). A member told
@@ -463,7 +478,9 @@ class StreamPool:
                 busy = pool_busy_seconds(self.spark, member.key)
                 if busy is not None:  # a failed reading is no reading, never a 0
                     member.measure(now, busy)
-        return fit_report({"at": round(now, 3), "members": self.status()})
+        with self._lock:
+            revision = self.revision
+        return fit_report({"at": round(now, 3), "revision": revision, "members": self.status()})
 
     def _report_loop(self, publish: Callable[[dict[str, Any]], None]) -> None:
         stop = self.options.stop
@@ -475,6 +492,9 @@ class StreamPool:
 
     def scan(self) -> None:
         """Start, stop and restart members as the folder now says."""
+        # Read before the members: a change between the two reads reports an older revision
+        # than was acted on (the operator waits a round longer), never a newer one.
+        revision = read_revision(self.folder)
         wanted = read_members(self.folder, self.options.namespace, self.storage)
         self._reap()
         invalid: dict[str, MemberStatus] = {}
@@ -514,6 +534,7 @@ class StreamPool:
             member.start()
         with self._lock:
             self.invalid = invalid
+            self.revision = revision
 
     def _stop(self, keys: list[str]) -> None:
         """Tell these members to stop (each after its in-flight batch); ``_reap`` collects them

@@ -131,6 +131,14 @@ def test_the_driver_cluster_role_is_the_builders_rules() -> None:
     assert role["rules"] == DRIVER_RULES
 
 
+def test_the_pool_cluster_role_is_the_builders_rules() -> None:
+    from deltaflow_operator.builders.pool import POOL_RULES
+    from deltaflow_operator.settings import Settings
+
+    role = _one(render(), "ClusterRole", Settings().pool_cluster_role)
+    assert role["rules"] == POOL_RULES
+
+
 def test_the_driver_admission_policy_knows_drivers_as_the_operator_makes_them() -> None:
     """The policy's handles on a driver are the operator's: its ServiceAccount's name suffix
     and labels, and the annotations it writes there. A rename on one side fails here."""
@@ -173,7 +181,7 @@ def test_the_driver_admission_policy_knows_drivers_as_the_operator_makes_them() 
     assert not [d for d in off if d["kind"].startswith("ValidatingAdmissionPolicy")]
 
 
-def test_the_operator_binds_the_driver_role_and_creates_no_roles() -> None:
+def test_the_operator_binds_the_driver_and_pool_roles_and_creates_no_roles() -> None:
     rules = _one(render(), "ClusterRole", "deltaflow-operator")["rules"]
     granted = {
         (group, resource, verb)
@@ -185,7 +193,8 @@ def test_the_operator_binds_the_driver_role_and_creates_no_roles() -> None:
     rbac = "rbac.authorization.k8s.io"
     assert not {g for g in granted if g[1] in ("roles", "clusterroles") and g[2] != "bind"}
     bind = next(r for r in rules if "bind" in r["verbs"])
-    assert bind["resourceNames"] == ["deltaflow-operator-driver"]  # that one role only
+    # Those two roles only: the drivers' and the stream pools'.
+    assert bind["resourceNames"] == ["deltaflow-operator-driver", "deltaflow-operator-pool"]
     assert (rbac, "rolebindings", "create") in granted
     assert not {g for g in granted if "*" in g}
     # No secrets rule at all (README: the operator reads no Secret; the kubelet and Spark

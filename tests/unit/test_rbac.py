@@ -26,6 +26,7 @@ from kubernetes.leaderelection.resourcelock import leaselock
 from deltaflow_api import GROUP, PLURAL, DeltaIngestion
 from deltaflow_operator import handlers, kube, reconcile
 from deltaflow_operator.builders import driver as builders
+from deltaflow_operator.builders import pool as pools
 from deltaflow_operator.settings import Settings
 from deltaflow_runtime import pod_channel
 from devstack.install import installed_path
@@ -57,8 +58,11 @@ VERBS = {
     "replace": "update",
     "delete": "delete",
 }
+# ``list_cluster_custom_object`` and ``list_<kind>_for_all_namespaces`` list across namespaces
+# (the operator's role is cluster-wide then; with watchNamespaces it lists namespace by namespace).
 TYPED_CALL = re.compile(
-    r"^(read|get|list|create|patch|replace|delete)_namespaced_([a-z_]+?)(_status)?$"
+    r"^(read|get|list|create|patch|replace|delete)_(?:namespaced_|cluster_)?([a-z_]+?)"
+    r"(?:_for_all_namespaces)?(_status)?$"
 )
 
 
@@ -123,8 +127,15 @@ def applied_children() -> list[dict[str, Any]]:
                     if isinstance(node, ast.Call)
                     and ast.unparse(node.func) in ("self.kube.apply", "kube.apply")
                 ]
-    assert callers == [("reconcile.py", "_apply_children")], callers
-    return reconcile.children(ingestion(), Settings())
+    assert sorted(callers) == [("pool_keeper.py", "_sync_pool")] * 2 + [
+        ("reconcile.py", "_apply_children")
+    ], callers
+    pool = pools.Pool("data", "deltaflow-pool-1234abcd-0", (ingestion(),), 1)
+    return [
+        *reconcile.children(ingestion(), Settings()),
+        pools.config_map(pool, Settings()),
+        *pools.companions(pool, Settings(), "cm-uid"),
+    ]
 
 
 def operator_needs(settings: Settings) -> dict[str, set[Need]]:

@@ -505,3 +505,100 @@ def with_rates(
         PartitionLag(p.topic, p.partition, p.lag, rates.get((p.topic, p.partition)))
         for p in partitions
     )
+
+
+# --- A stream pool's report of its members (deltaflow_runtime.pool, on the pool's pod) -------
+
+POOL_PHASES = ("Starting", "Running", "BackingOff", "NeedsAction", "Invalid", "Stopped")
+# A pool runs tens of members; a report naming more than this is no pool's.
+MAX_POOL_MEMBERS = 1000
+
+
+@dataclass(frozen=True)
+class MemberReport:
+    """What a pool said of one member."""
+
+    phase: str
+    failures: int
+    reason: str
+    message: str
+    retry_at: float | None
+    last_batch: int | None
+    lag_records: int | None
+    lag_at: float | None
+    freshness: FreshnessReport | None
+    busy_cores: float | None
+
+
+@dataclass(frozen=True)
+class PoolReport:
+    """A pool's report: when, the revision of its membership it last acted on, its members
+    (by ``namespace/name``; ``Stopping`` ones are listed until their thread has ended)."""
+
+    at: float
+    revision: int | None
+    members: dict[str, MemberReport]
+
+
+def parse_pool_report(text: str | None, namespace: str) -> PoolReport | None:
+    """A pool pod's report annotation, or None when absent or not sound (never raises). Only
+    members of ``namespace`` (the pool's) are read; a member that is not sound is left out, and
+    the pool is then taken to still run it (a member is released only once gone from a sound
+    report)."""
+    if not text:
+        return None
+    try:
+        raw = json.loads(text)
+        if not isinstance(raw, dict) or not isinstance(raw.get("members"), dict):
+            return None
+        at = _time(raw, "at")
+        revision_raw = raw.get("revision")
+        revision = (
+            int(revision_raw) if isinstance(revision_raw, str) and revision_raw.isdigit() else None
+        )
+    except (ValueError, RecursionError, RefusedReportError):
+        return None
+    members: dict[str, MemberReport] = {}
+    listed: dict[str, object] = raw["members"]
+    if len(listed) > MAX_POOL_MEMBERS:
+        return None
+    for key, entry in listed.items():
+        if not isinstance(key, str) or not key.startswith(f"{namespace}/"):
+            continue  # a manifest the pool could not read is listed by its file name
+        member = _member_report(entry)
+        if member is None:
+            return None  # the pool may still run it: nothing in this report is trusted
+        members[key] = member
+    return PoolReport(at=at, revision=revision, members=members)
+
+
+def _member_report(raw: object) -> MemberReport | None:
+    if not isinstance(raw, dict):
+        return None
+    phase = raw.get("phase")
+    if phase not in (*POOL_PHASES, "Stopping"):  # Stopping: told to stop, its thread not ended
+        return None
+    try:
+        failures = _count(raw, "failures", default=0)
+        last_batch = raw.get("lastBatch")
+        lag = raw.get("lag")
+        lag_records = lag_at = None
+        if isinstance(lag, dict):
+            lag_records = _count(lag, "records", high=MAX_OFFSET, where="lag.")
+            lag_at = _time(lag, "at", "lag.")
+        busy = raw.get("busyCores")
+        retry_at = raw.get("retryAt")
+        return MemberReport(
+            phase=str(phase),
+            failures=failures,
+            reason=str(raw.get("reason") or "")[:MAX_TEXT_CHARS],
+            message=str(raw.get("message") or "")[:MAX_TEXT_CHARS],
+            retry_at=None if retry_at is None else _time(raw, "retryAt"),
+            last_batch=None if last_batch is None else _count(raw, "lastBatch", low=-1),
+            lag_records=lag_records,
+            lag_at=lag_at,
+            freshness=_optional_part(_freshness, raw.get("freshness")),
+            busy_cores=None if busy is None else min(max(_number(raw, "busyCores"), 0.0), 1024.0),
+        )
+    except RefusedReportError:
+        return None

@@ -37,7 +37,7 @@ COMPONENT = "app.kubernetes.io/component"
 MAINTENANCE_COMPONENTS = tuple(f"maintenance-{job}" for job in JOBS)  # as maintenance.py labels
 
 
-def _tcp(*ports: int) -> list[dict[str, Any]]:
+def tcp_ports(*ports: int) -> list[dict[str, Any]]:
     return [{"protocol": "TCP", "port": p} for p in ports]
 
 
@@ -70,7 +70,7 @@ def metrics_peers(settings: Settings) -> list[dict[str, Any]]:
 
 def driver_policy(ingestion: DeltaIngestion, settings: Settings) -> Manifest:
     """Spark's ports from the stream's executors; the metrics port from the scrapers."""
-    metrics: dict[str, Any] = {"ports": _tcp(settings.runtime_metrics_port)}
+    metrics: dict[str, Any] = {"ports": tcp_ports(settings.runtime_metrics_port)}
     if peers := metrics_peers(settings):
         metrics["from"] = peers
     return _policy(
@@ -80,7 +80,7 @@ def driver_policy(ingestion: DeltaIngestion, settings: Settings) -> Manifest:
         [
             {
                 "from": [_peer(ingestion, "executor")],
-                "ports": _tcp(DRIVER_PORT, BLOCK_MANAGER_PORT),
+                "ports": tcp_ports(DRIVER_PORT, BLOCK_MANAGER_PORT),
             },
             metrics,
         ],
@@ -96,7 +96,7 @@ def executors_policy(ingestion: DeltaIngestion) -> Manifest:
         [
             {
                 "from": [_peer(ingestion, "driver"), _peer(ingestion, "executor")],
-                "ports": _tcp(BLOCK_MANAGER_PORT),
+                "ports": tcp_ports(BLOCK_MANAGER_PORT),
             }
         ],
     )

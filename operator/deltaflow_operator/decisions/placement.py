@@ -51,7 +51,9 @@ def driver_mode(spec: DeltaIngestionSpec, placement: PlacementStatus | None) -> 
         return "executors"
     if spec.scaling.mode == "manual":
         return "local" if _spec_count(spec) == 0 else "executors"
-    return placement.mode if placement is not None else "local"
+    if placement is None or placement.mode == "pooled":  # a stream leaving a pool starts small
+        return "local"
+    return placement.mode
 
 
 def place(
@@ -69,6 +71,8 @@ def place(
     ``desired``: the autoscaler's count this round (None: it could not decide, e.g. the driver
     does not report during a move); ``why``: the autoscaler's words for it;
     ``driver_failures``: the driver's failures in a row (status.driver.consecutiveFailures)."""
+    if previous is not None and previous.mode == "pooled":
+        previous = None  # its driver of its own starts as a new stream's would
     held = (
         previous is not None
         and previous.reason == LOCAL_DRIVER_FAILED
@@ -136,4 +140,5 @@ def place(
 
 def moved(previous: PlacementStatus | None, current: PlacementStatus) -> bool:
     """Whether ``current`` moves the stream (a new driver in the other mode follows)."""
-    return previous is not None and previous.mode != current.mode
+    # A stream leaving a pool says so itself (MovedToDriver): its first mode is no move.
+    return previous is not None and previous.mode not in (current.mode, "pooled")

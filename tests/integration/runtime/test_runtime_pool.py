@@ -152,6 +152,7 @@ def _check_report(pool: Pool, path: Path, since: float) -> None:
         settled, 60, "a report with both members caught up and measured"
     )
     assert pool.key("b") not in members, members
+    assert json.loads(path.read_text())["revision"] == "7"  # the folder's, as it acted on it
     assert members["x.yaml"]["phase"] == "Invalid", members
     for name in ("a", "c"):
         member = members[pool.key(name)]
@@ -214,6 +215,7 @@ def test_pool_members_are_streams_of_their_own_through_a_failure_removal_and_cha
 
         # b removed: it stops; a changed: it restarts; c runs on through both.
         (pool.folder / "b.yaml").unlink()
+        (pool.folder / "revision").write_text("7\n")  # as the operator marks each change
         pool.docs["a"]["spec"]["trigger"] = {"interval": "2s"}
         pool.write("a")
         wait_for(lambda: pool.events("member_stopped", pool.key("b")), 120, "member b stopped")

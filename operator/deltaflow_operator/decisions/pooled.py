@@ -1,0 +1,89 @@
+"""A pooled stream's Ready and Degraded, from what its pool reported of it (pure).
+
+The pool's report (``autoscaler.observe.MemberReport``) says the member's phase, its failures in
+a row and the last one's reason; this turns it into the conditions a user reads, naming the
+pool and what happens next.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from deltaflow_api.failures import FailureReason
+from deltaflow_api.reasons import Reason
+from deltaflow_operator.autoscaler.observe import MemberReport
+
+# A pool reports every 10 s: a report this old says the pool stopped reporting.
+POOL_REPORT_STALE_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class MemberVerdict:
+    """Ready and Degraded of a pooled stream, with the words for both."""
+
+    ready: bool
+    degraded: bool
+    reason: Reason
+    message: str
+
+
+def _known_reason(text: str) -> Reason:
+    """The runtime's failure reason when it is one (a condition's reason is a fixed word)."""
+    known = {str(r) for r in FailureReason} & {str(r) for r in Reason}
+    return Reason(text) if text in known else Reason.MEMBER_FAILED
+
+
+def member_verdict(
+    pool: str | None,
+    report: MemberReport | None,
+    reported_at: float | None,
+    now: float,
+    degraded_after_failures: int,
+) -> MemberVerdict:
+    """What the pool's last word on the member means for its conditions."""
+    if pool is None:
+        return MemberVerdict(
+            False, False, Reason.WAITING_FOR_POOL,
+            "waiting for a place in a pool (the operator packs pooled streams every few seconds)",
+        )  # fmt: skip
+    if reported_at is None or now - reported_at > POOL_REPORT_STALE_SECONDS:
+        age = (
+            "has not reported yet"
+            if reported_at is None
+            else (f"has not reported for {now - reported_at:.0f}s")
+        )
+        return MemberVerdict(
+            False, reported_at is not None, Reason.POOL_NOT_REPORTING,
+            f"pool {pool} {age} (see the pod {pool}: its events and log)",
+        )  # fmt: skip
+    if report is None or report.phase == "Starting":
+        return MemberVerdict(
+            False, False, Reason.STREAM_STARTING, f"starting in pool {pool} (pod {pool})"
+        )
+    if report.phase == "Running":
+        return MemberVerdict(True, False, Reason.STREAMING, f"running in pool {pool} (pod {pool})")
+    failure = report.message or report.reason or "no reason given"
+    if report.phase == "BackingOff":
+        retry = (
+            ""
+            if report.retry_at is None
+            else " It starts again at "
+            + datetime.fromtimestamp(report.retry_at, UTC).isoformat(timespec="seconds")
+            + "."
+        )
+        return MemberVerdict(
+            False,
+            report.failures >= degraded_after_failures,
+            _known_reason(report.reason),
+            f"failed {report.failures} time(s) in a row in pool {pool}: {failure}.{retry}",
+        )
+    if report.phase in ("NeedsAction", "Invalid"):
+        return MemberVerdict(
+            False,
+            True,
+            _known_reason(report.reason),
+            f"failed in pool {pool}, which a restart cannot fix: {failure}. It starts again "
+            "when its spec changes.",
+        )
+    return MemberVerdict(False, False, Reason.LEAVING_POOL, f"stopping in pool {pool}")

@@ -1,0 +1,297 @@
+"""The operator's stream pools: which pooled stream runs in which pool, and the pools' objects.
+
+One round (``sync``, every few seconds and when a resource changes) lists the DeltaIngestions
+and the pool pods (two requests whatever the fleet's size), packs the pooled streams into pools
+(``decisions.pools.pack``, by the task time each uses there), and writes what changed: a pool's
+ConfigMap (its members and revision), its companions, its pod (created when missing, replaced
+when its spec changed, touched with the new revision so the kubelet brings the change at once).
+A pool left without members is deleted with its ConfigMap (its objects are owned by it).
+
+A stream is a member only once its own driver is gone: its reconcile sets
+``status.placement.mode: pooled`` after that, and this keeper pools only streams whose status
+says so. The reverse handshake is :meth:`PoolKeeper.released`: a stream leaving its pool gets a
+driver of its own only once no pool's ConfigMap lists it and every pool of its namespace has
+reported the revision without it, the stream absent (its in-flight batch committed). A move
+never overlaps; the runtime's duplicate-writer check stays the backstop.
+
+The reconciles read what the pools reported about their member from here (``view``): no request
+per stream.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from deltaflow_api import DeltaIngestion
+from deltaflow_api.channel import POOL_REPORT_ANNOTATION
+from deltaflow_operator.autoscaler.observe import MemberReport, PoolReport, parse_pool_report
+from deltaflow_operator.builders import pool as builders
+from deltaflow_operator.builders.common import MANAGED_BY
+from deltaflow_operator.builders.driver import pipeline_document
+from deltaflow_operator.decisions.ownership import read_claim
+from deltaflow_operator.decisions.pools import Member, PoolLimits, pack
+from deltaflow_operator.kube import Kube
+from deltaflow_operator.settings import Settings
+
+log = logging.getLogger(__name__)
+
+POOL_SELECTOR = (
+    f"app.kubernetes.io/component={builders.POOL_COMPONENT},"
+    f"app.kubernetes.io/managed-by={MANAGED_BY}"
+)
+# Of a pool's task threads, what its members may use in all: the rest is headroom for bursts.
+POOL_CORE_SHARE = 0.8
+SYNC_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class KnownPool:
+    """A pool as this operator last wrote it (or found it at start)."""
+
+    namespace: str
+    name: str
+    members: dict[str, str]  # member key -> digest of its document
+    revision: int
+    config_map_uid: str
+
+
+@dataclass(frozen=True)
+class MemberView:
+    """What a pooled stream's reconcile needs to know: its pool and the pool's word on it."""
+
+    pool: str | None  # the pool pod it is assigned to (None: not yet)
+    report: MemberReport | None  # None: the pool has not reported it (yet)
+    reported_at: float | None  # when the pool made the report read
+
+
+def _digest(document: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class PoolKeeper:
+    """Keeps the pools in line with the pooled streams; answers the reconciles' questions."""
+
+    def __init__(self, kube: Kube, settings: Settings) -> None:
+        self.kube = kube
+        self.settings = settings
+        self._lock = threading.Lock()
+        # Held for a whole round: ``released`` waits for a round under way, which may be adding
+        # the stream from a listing made before its spec changed.
+        self._round = threading.Lock()
+        self._pools: dict[str, KnownPool] = {}
+        self._pods: dict[str, dict[str, Any]] = {}  # pool key -> its pod, as last listed
+        self._reports: dict[str, PoolReport] = {}
+        self._loaded = False
+        self._seen: dict[str, tuple[str, str | None, int]] = {}
+
+    # --- the reconciles' questions (no API request) -----------------------------------------
+    def view(self, namespace: str, name: str) -> MemberView:
+        key = f"{namespace}/{name}"
+        with self._lock:
+            pool = next((p for p in self._pools.values() if key in p.members), None)
+            if pool is None:
+                return MemberView(None, None, None)
+            report = self._reports.get(f"{namespace}/{pool.name}")
+            if report is None:
+                return MemberView(pool.name, None, None)
+            return MemberView(pool.name, report.members.get(key), report.at)
+
+    def released(self, namespace: str, name: str) -> str | None:
+        """None once no pool can be running the stream; else why it may still be."""
+        key = f"{namespace}/{name}"
+        with self._round, self._lock:
+            if not self._loaded:
+                return "the operator has not read its pools yet"
+            for pool in self._pools.values():
+                if key in pool.members:
+                    return f"pool {pool.name} still has it as a member"
+            for pool_key, pod in self._pods.items():
+                if not pool_key.startswith(f"{namespace}/"):
+                    continue
+                pool_name = pod["metadata"]["name"]
+                report = self._reports.get(pool_key)
+                known = self._pools.get(pool_key)
+                if report is None:
+                    return f"pool {pool_name} has not reported on its members yet"
+                if key in report.members:
+                    return f"pool {pool_name} is stopping it ({report.members[key].phase})"
+                if known is None:
+                    return f"pool {pool_name} is shutting down"
+                if report.revision is None or report.revision < known.revision:
+                    return f"pool {pool_name} has not yet read revision {known.revision}"
+        return None
+
+    # --- one round ------------------------------------------------------------------------
+    def sync(self) -> set[str]:
+        """One round; returns the members (``namespace/name``) whose pool or phase changed in
+        it (their reconcile is due now, the others' at their interval)."""
+        with self._round:
+            self._sync()
+            with self._lock:
+                seen = {
+                    key: (
+                        pool.name,
+                        report.phase if report else None,
+                        report.failures if report else 0,
+                    )
+                    for pool in self._pools.values()
+                    for key in pool.members
+                    for report in [self._member_report(pool, key)]
+                }
+            changed = {
+                k for k in seen.keys() | self._seen.keys() if seen.get(k) != self._seen.get(k)
+            }
+            self._seen = seen
+            return changed
+
+    def _member_report(self, pool: KnownPool, key: str) -> MemberReport | None:
+        report = self._reports.get(f"{pool.namespace}/{pool.name}")
+        return None if report is None else report.members.get(key)
+
+    def _sync(self) -> None:
+        namespaces = self.settings.watch_namespaces
+        if not self._loaded:
+            self._load(namespaces)
+        members = self._members(self.kube.list_ingestions(namespaces))
+        groups = {key: builders.group_of(i, self.settings) for key, i in members.items()}
+        with self._lock:
+            current = {
+                m: f"{p.namespace}/{p.name}" for p in self._pools.values() for m in p.members
+            }
+            loads = {
+                m: r.members[m].busy_cores
+                for r in self._reports.values()
+                for m in r.members
+                if m in members
+            }
+        limits = PoolLimits(self.settings.pool_members, self.settings.pool_cores * POOL_CORE_SHARE)
+        placed = pack(
+            [Member(key, groups[key], loads.get(key)) for key in sorted(members)], current, limits
+        )
+        by_pool: dict[str, list[DeltaIngestion]] = {}
+        for key, pool_key in placed.items():
+            by_pool.setdefault(pool_key, []).append(members[key])
+        for pool_key in sorted(set(by_pool) | set(self._pools)):
+            self._sync_pool(pool_key, by_pool.get(pool_key, []))
+        self._read_reports(namespaces)
+
+    def _members(self, bodies: list[dict[str, Any]]) -> dict[str, DeltaIngestion]:
+        """The pooled streams this release serves whose own driver is gone (their status says
+        so), not suspended, by key."""
+        found: dict[str, DeltaIngestion] = {}
+        for body in bodies:
+            if body["metadata"].get("deletionTimestamp"):
+                continue
+            claim = read_claim(body.get("status"))
+            if claim is None or claim.operator != self.settings.identity:
+                continue  # another release's, or not claimed yet (its reconcile comes first)
+            try:
+                ingestion = DeltaIngestion.model_validate(body)
+            except ValidationError:
+                continue  # its reconcile reports it
+            placement = ingestion.status.placement if ingestion.status else None
+            if (
+                ingestion.spec.placement == "pooled"
+                and not ingestion.spec.suspend
+                and placement is not None
+                and placement.mode == "pooled"
+            ):
+                found[f"{ingestion.namespace}/{ingestion.name}"] = ingestion
+        return found
+
+    def _load(self, namespaces: tuple[str, ...]) -> None:
+        """The pools as the cluster holds them (a new leader starts from those)."""
+        pools: dict[str, KnownPool] = {}
+        for config_map in self.kube.list_config_maps(namespaces, POOL_SELECTOR):
+            meta, data = config_map["metadata"], config_map.get("data") or {}
+            members = {}
+            for file, text in data.items():
+                if file.endswith(".yaml"):
+                    document = yaml.safe_load(text) or {}
+                    members[f"{meta['namespace']}/{file.removesuffix('.yaml')}"] = _digest(document)
+            revision = str(data.get(builders.REVISION_KEY, "0"))
+            pools[f"{meta['namespace']}/{meta['name']}"] = KnownPool(
+                meta["namespace"],
+                meta["name"],
+                members,
+                int(revision) if revision.isdigit() else 0,
+                str(meta["uid"]),
+            )
+        with self._lock:
+            self._pools = pools
+        self._read_reports(namespaces)
+        with self._lock:
+            self._loaded = True
+
+    def _sync_pool(self, pool_key: str, members: list[DeltaIngestion]) -> None:
+        namespace, name = pool_key.split("/", 1)
+        known = self._pools.get(pool_key)
+        if not members:
+            if known is not None:
+                log.info("pool %s: no members left, deleting it", pool_key)
+                self.kube.delete_config_map(namespace, name)  # its pod and the rest follow
+                with self._lock:
+                    del self._pools[pool_key]
+            return
+        members.sort(key=lambda m: m.name)
+        docs = {f"{m.namespace}/{m.name}": _digest(pipeline_document(m)) for m in members}
+        revision = 1 if known is None else known.revision + (known.members != docs)
+        pool = builders.Pool(namespace, name, tuple(members), revision)
+        uid = known.config_map_uid if known is not None else ""
+        if known is None or known.members != docs:
+            applied = self.kube.apply(builders.config_map(pool, self.settings))
+            uid = str(applied["metadata"]["uid"])
+            for manifest in builders.companions(pool, self.settings, uid):
+                self.kube.apply(manifest)
+            joined = sorted(set(docs) - set(known.members if known else {}))
+            left = sorted(set(known.members if known else {}) - set(docs))
+            log.info(
+                "pool %s: revision %d (%d members; joined %s; left %s)",
+                pool_key, revision, len(docs), joined or "none", left or "none",
+            )  # fmt: skip
+        with self._lock:
+            self._pools[pool_key] = KnownPool(namespace, name, docs, revision, uid)
+        self._keep_pod(pool, uid)
+
+    def _keep_pod(self, pool: builders.Pool, config_map_uid: str) -> None:
+        """The pool's pod as it should be: created, replaced when its spec changed, touched
+        when its members changed."""
+        pod = self._pods.get(pool.key)
+        wanted = builders.pod_spec_hash(pool, self.settings)
+        if pod is None:
+            if self.kube.create_pod(builders.pod(pool, self.settings, config_map_uid)):
+                log.info("pool %s: created its pod", pool.key)
+            return
+        annotations = pod["metadata"].get("annotations") or {}
+        if pod["metadata"].get("deletionTimestamp"):
+            return  # being replaced: created anew once gone
+        if annotations.get(builders.POOL_SPEC_HASH_ANNOTATION) != wanted:
+            log.info("pool %s: its pod's spec changed, replacing it", pool.key)
+            self.kube.delete_pod(pool.namespace, pool.name, uid=pod["metadata"]["uid"])
+        elif annotations.get(builders.REVISION_ANNOTATION) != str(pool.revision):
+            # A pod's update makes the kubelet sync its volumes now, not within its next minute.
+            self.kube.annotate_pod(
+                pool.namespace, pool.name, {builders.REVISION_ANNOTATION: str(pool.revision)}
+            )
+
+    def _read_reports(self, namespaces: tuple[str, ...]) -> None:
+        pods: dict[str, dict[str, Any]] = {}
+        reports: dict[str, PoolReport] = {}
+        for pod in self.kube.list_pods(namespaces, POOL_SELECTOR):
+            meta = pod["metadata"]
+            key = f"{meta['namespace']}/{meta['name']}"
+            pods[key] = pod
+            text = (meta.get("annotations") or {}).get(POOL_REPORT_ANNOTATION)
+            report = parse_pool_report(text, meta["namespace"])
+            if report is not None:
+                reports[key] = report
+        with self._lock:
+            self._pods, self._reports = pods, reports
