@@ -26,6 +26,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,7 @@ NAME = "orders"
 TOPIC = "orders-e2e"
 PARTITIONS = 3
 DRIVER = f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=driver"
+POOL_PODS = "app.kubernetes.io/component=pool"
 EXECUTORS = f"spark-app-selector,spark-role=executor,app.kubernetes.io/instance={NAME}"
 REPORT = "deltaflow.io/driver-report"
 SPARK_MODE = "deltaflow.io/spark-mode"
@@ -1175,6 +1177,82 @@ def test_a_small_stream_runs_in_its_driver_pod_alone_and_moves_to_executors_for_
         f"the local driver's query started {sum(startup.values()):.1f}s after its process ("
         + ", ".join(f"{phase} {seconds:.1f}s" for phase, seconds in startup.items())
         + ")"
+    )
+
+
+def _pool_event_times(stream: Stream, pool: str, event: str) -> list[float]:
+    """When the pool pod ``pool`` logged ``event`` for this stream (epoch seconds, UTC)."""
+    log = stream.kube.kubectl("-n", NS, "logs", pool, check=False).stdout
+    times = []
+    for line in log.splitlines():
+        if f'"event": "{event}"' in line and f'"member": "{NS}/{NAME}"' in line:
+            stamp = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").replace(tzinfo=UTC)
+            times.append(stamp.timestamp())
+    return times
+
+
+def test_a_stream_moves_into_a_pool_pod_and_back_to_a_driver_of_its_own_exactly_once(
+    stream: Stream,
+) -> None:
+    """spec.placement: pooled stops the stream's driver after its batch and then runs it in a
+    pool pod the operator makes for its namespace and object store; dedicated brings a driver of
+    its own back once the pool has stopped it, and the empty pool goes. Never two writers: the
+    pool pod is created after the driver is gone, and the new driver after the pool logged the
+    stream stopped. kubectl get shows where it runs; Events say each move."""
+    wait_for("a running driver", stream.driver_uid, timeout=120)
+    moves = {r: len(stream.events(r)) for r in ("MovedToPool", "MovedToDriver")}
+    watch = PodWatch(stream.kube, NS, "app.kubernetes.io/component in (driver,pool)")
+    try:
+        stream.patch({"placement": "pooled"})
+
+        def pooled() -> dict[str, Any] | None:
+            placement = stream.status().get("placement") or {}
+            ready = stream.condition("Ready").get("status") == "True"
+            alone = not stream.pods(DRIVER)
+            return dict(placement) if placement.get("pool") and ready and alone else None
+
+        placement = wait_for("the stream running in a pool pod", pooled, timeout=300, interval=1)
+        assert placement["mode"] == "pooled", placement
+        [pool] = stream.running(POOL_PODS)
+        assert pool["metadata"]["name"] == placement["pool"]
+        stream.produce(3000)
+        stream.wait_all_landed()
+        listing = stream.kube.kubectl("-n", NS, "get", "deltaingestion", NAME).stdout
+        assert "pooled" in listing.splitlines()[1], listing
+        report = json.loads(
+            stream.running(POOL_PODS)[0]["metadata"]["annotations"]["deltaflow.io/pool-report"]
+        )
+        assert report["members"][f"{NS}/{NAME}"]["phase"] == "Running", report
+
+        stream.patch({"placement": "dedicated"})
+        wait_for(
+            "a driver of its own again",
+            lambda: (
+                stream.driver_uid()
+                and (stream.status().get("placement") or {}).get("mode") in ("local", "executors")
+            ),
+            timeout=300,
+            interval=1,
+        )
+        stopped = _pool_event_times(stream, pool["metadata"]["name"], "member_stopped")
+        stream.produce(3000)
+        stream.wait_all_landed()
+        wait_for("the empty pool gone", lambda: not stream.pods(POOL_PODS), timeout=240)
+    finally:
+        watch.stop()
+    stream.assert_exactly_once()
+    seen = watch.seen
+    driver_gone = max(t for t, kind, _, c in seen if c == "driver" and kind == "DELETED")
+    pool_added = min(t for t, kind, _, c in seen if c == "pool" and kind == "ADDED")
+    assert driver_gone <= pool_added, seen
+    assert stopped, "the pool never logged the stream stopped"
+    driver_back = max(t for t, kind, _, c in seen if c == "driver" and kind == "ADDED")
+    assert stopped[-1] <= driver_back, (stopped, seen)
+    assert len(stream.events("MovedToPool")) == moves["MovedToPool"] + 1
+    assert len(stream.events("MovedToDriver")) == moves["MovedToDriver"] + 1
+    record(
+        f"pooled and back: the pool pod added {pool_added - driver_gone:.0f}s after the driver "
+        f"was gone; a driver of its own {driver_back - stopped[-1]:.0f}s after the pool stopped it"
     )
 
 

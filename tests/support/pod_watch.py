@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
+import time
 
 from devstack.kube import KubeControlPlane
 
@@ -24,6 +25,7 @@ class PodWatch:
             env=kube.env(),
         )  # fmt: skip
         self.events: list[tuple[str, str]] = []  # (event type, pod uid)
+        self.seen: list[tuple[float, str, str, str]] = []  # (epoch seconds, type, name, component)
         self.alive: set[str] = set()
         self.max_alive = 0
         self.thread = threading.Thread(target=self._read, daemon=True)
@@ -39,8 +41,11 @@ class PodWatch:
             except json.JSONDecodeError:
                 continue
             buf = ""
-            uid = event["object"]["metadata"]["uid"]
+            meta = event["object"]["metadata"]
+            uid = meta["uid"]
             self.events.append((event["type"], uid))
+            component = (meta.get("labels") or {}).get("app.kubernetes.io/component", "")
+            self.seen.append((time.time(), event["type"], meta["name"], component))
             if event["type"] == "DELETED":
                 self.alive.discard(uid)
             else:

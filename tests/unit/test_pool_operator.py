@@ -1,0 +1,180 @@
+"""The operator's stream pools, without a cluster: what a pool pod is made of, which streams
+share one, how a pool's report is read, and what it means for a member's conditions."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from deltaflow_api import DeltaIngestion
+from deltaflow_api.reasons import Reason
+from deltaflow_operator.autoscaler.observe import MemberReport, parse_pool_report
+from deltaflow_operator.builders import pool as builders
+from deltaflow_operator.decisions.pooled import member_verdict
+from deltaflow_operator.settings import Settings
+from support.manifests import valid_manifest
+
+NOW = 1_800_000_000.0
+
+
+def ingestion(name: str = "orders", namespace: str = "data", **spec: Any) -> DeltaIngestion:
+    manifest = valid_manifest()
+    manifest["metadata"].update(name=name, namespace=namespace, uid=f"uid-{name}")
+    manifest["spec"].update(spec)
+    return DeltaIngestion.model_validate(manifest)
+
+
+def test_streams_share_a_pool_only_with_the_same_namespace_object_store_and_image() -> None:
+    settings = Settings()
+    base = builders.group_of(ingestion("a"), settings)
+    assert builders.group_of(ingestion("b"), settings) == base
+    assert builders.group_of(ingestion("a", namespace="other"), settings) != base
+    assert builders.group_of(ingestion("a", image="registry.example/deltaflow:2"), settings) != base
+    store = {"endpoint": "http://minio:9000", "accessKeyId": {"name": "k", "key": "id"},
+             "secretAccessKey": {"name": "k", "key": "secret"}}  # fmt: skip
+    moved = ingestion("a", sink={**valid_manifest()["spec"]["sink"], "storage": store})
+    assert builders.group_of(moved, settings) != base
+
+
+def test_a_pool_pod_runs_its_members_restricted_with_secrets_by_reference_only() -> None:
+    store = {"endpoint": "http://minio:9000", "accessKeyId": {"name": "lake", "key": "id"},
+             "secretAccessKey": {"name": "lake", "key": "secret"}}  # fmt: skip
+    sink = {**valid_manifest()["spec"]["sink"], "storage": store}
+    members = (ingestion("a", sink=sink), ingestion("b", sink=sink))
+    pool = builders.Pool("data", "deltaflow-pool-1234abcd-0", members, 7)
+    settings = Settings()
+    config_map = builders.config_map(pool, settings)
+    assert set(config_map["data"]) == {"a.yaml", "b.yaml", "revision", "spark-defaults.conf"}
+    assert config_map["data"]["revision"] == "7"
+    assert "spark.driver.memory 2048m" in config_map["data"]["spark-defaults.conf"]
+    # Every member owns the ConfigMap: it goes with the last of them.
+    assert [o["uid"] for o in config_map["metadata"]["ownerReferences"]] == ["uid-a", "uid-b"]
+    pod = builders.pod(pool, settings, "cm-uid")
+    assert pod["metadata"]["ownerReferences"][0]["uid"] == "cm-uid"
+    container = pod["spec"]["containers"][0]
+    assert container["args"][:3] == ["pool", "--members", builders.MEMBERS_MOUNT]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    env = {e["name"]: e for e in container["env"]}
+    assert env["DELTAFLOW_SPARK_MASTER"]["value"] == "local[1]"
+    assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == {
+        "name": "lake", "key": "secret"
+    }  # fmt: skip
+    assert "value" not in env["AWS_SECRET_ACCESS_KEY"]
+    # A new revision touches the pod; only a new pod spec replaces it.
+    later = builders.Pool("data", pool.name, members[:1], 8)
+    assert builders.pod_spec_hash(later, settings) == builders.pod_spec_hash(pool, settings)
+    bigger = Settings(pool_memory="4g")
+    assert builders.pod_spec_hash(pool, bigger) != builders.pod_spec_hash(pool, settings)
+    policy, account, binding = builders.companions(pool, settings, "cm-uid")
+    assert policy["spec"]["ingress"] == [
+        {"ports": [{"protocol": "TCP", "port": settings.runtime_metrics_port}]}
+    ]
+    assert binding["roleRef"]["name"] == settings.pool_cluster_role
+    assert account["metadata"]["name"] == binding["subjects"][0]["name"] == pool.name
+
+
+def _report(members: dict[str, Any], **top: Any) -> str:
+    return json.dumps({"at": NOW, "revision": "3", "members": members, **top})
+
+
+RUNNING = {"phase": "Running", "failures": 0, "lastBatch": 4, "lag": {"at": NOW, "records": 12},
+           "busyCores": 0.01}  # fmt: skip
+
+
+def test_a_pool_report_is_read_for_the_pools_namespace_only() -> None:
+    report = parse_pool_report(
+        _report({"data/a": RUNNING, "x.yaml": {"phase": "Invalid"}, "other/b": RUNNING}), "data"
+    )
+    assert report is not None
+    assert report.revision == 3
+    assert set(report.members) == {"data/a"}
+    assert report.members["data/a"].lag_records == 12
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        None,
+        "",
+        "not json",
+        "[]",
+        json.dumps({"at": NOW}),  # no members
+        json.dumps({"at": "yesterday", "members": {}}),
+        _report({"data/a": {"phase": "Flying"}}),
+        _report({"data/a": {**RUNNING, "failures": -1}}),
+        _report({"data/a": {**RUNNING, "lag": {"at": NOW, "records": "many"}}}),
+        _report({"data/a": {**RUNNING, "busyCores": float("nan")}}),
+        _report({f"data/m{n}": RUNNING for n in range(1001)}),
+    ],
+)
+def test_an_unsound_pool_report_is_no_report(text: str | None) -> None:
+    """An unsound member voids the whole report: the pool may still run a member it lists
+    badly, so nobody is released on its word."""
+    assert parse_pool_report(text, "data") is None
+
+
+def _member(phase: str, **fields: Any) -> MemberReport:
+    values: dict[str, Any] = {
+        "phase": phase, "failures": 0, "reason": "", "message": "", "retry_at": None,
+        "last_batch": None, "lag_records": None, "lag_at": None, "freshness": None,
+        "busy_cores": None,
+    }  # fmt: skip
+    return MemberReport(**{**values, **fields})
+
+
+VERDICTS = [
+    # pool, report, reported seconds ago -> ready, degraded, reason
+    (None, None, None, False, False, Reason.WAITING_FOR_POOL),
+    ("p", None, None, False, False, Reason.POOL_NOT_REPORTING),
+    ("p", _member("Running"), 300.0, False, True, Reason.POOL_NOT_REPORTING),
+    ("p", None, 5.0, False, False, Reason.STREAM_STARTING),
+    ("p", _member("Starting"), 5.0, False, False, Reason.STREAM_STARTING),
+    ("p", _member("Running"), 5.0, True, False, Reason.STREAMING),
+    (
+        "p",
+        _member("BackingOff", failures=1, reason="DriverFailed", message="boom", retry_at=NOW + 10),
+        5.0,
+        False,
+        False,
+        Reason.MEMBER_FAILED,
+    ),
+    (
+        "p",
+        _member("BackingOff", failures=3, reason="TableBehind"),
+        5.0,
+        False,
+        True,
+        Reason.TABLE_BEHIND,
+    ),
+    (
+        "p",
+        _member("NeedsAction", failures=1, reason="CheckpointLost"),
+        5.0,
+        False,
+        True,
+        Reason.CHECKPOINT_LOST,
+    ),
+    (
+        "p",
+        _member("Invalid", reason="InvalidSpec", message="spec.x"),
+        5.0,
+        False,
+        True,
+        Reason.INVALID_SPEC,
+    ),
+    ("p", _member("Stopping"), 5.0, False, False, Reason.LEAVING_POOL),
+]
+
+
+@pytest.mark.parametrize("case", VERDICTS)
+def test_what_a_pools_word_means_for_its_member(
+    case: tuple[str | None, MemberReport | None, float | None, bool, bool, Reason],
+) -> None:
+    pool, report, ago, ready, degraded, reason = case
+    verdict = member_verdict(pool, report, None if ago is None else NOW - ago, NOW, 3)
+    assert (verdict.ready, verdict.degraded, verdict.reason) == (ready, degraded, reason)
+    if pool is not None:
+        assert pool in verdict.message  # says which pool, to look at its pod
