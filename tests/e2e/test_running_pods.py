@@ -21,6 +21,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import threading
 import time
 from collections import Counter
@@ -1180,11 +1181,11 @@ def test_a_small_stream_runs_in_its_driver_pod_alone_and_moves_to_executors_for_
     )
 
 
-def _pool_event_times(stream: Stream, pool: str, event: str) -> list[float]:
-    """When the pool pod ``pool`` logged ``event`` for this stream (epoch seconds, UTC)."""
-    log = stream.kube.kubectl("-n", NS, "logs", pool, check=False).stdout
+def _member_events(log: Path, event: str) -> list[float]:
+    """When a pool's log (``kubectl logs -f``, saved to ``log``) says ``event`` of this stream
+    (epoch seconds; the runtime logs in UTC)."""
     times = []
-    for line in log.splitlines():
+    for line in log.read_text(errors="replace").splitlines():
         if f'"event": "{event}"' in line and f'"member": "{NS}/{NAME}"' in line:
             stamp = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").replace(tzinfo=UTC)
             times.append(stamp.timestamp())
@@ -1192,7 +1193,7 @@ def _pool_event_times(stream: Stream, pool: str, event: str) -> list[float]:
 
 
 def test_a_stream_moves_into_a_pool_pod_and_back_to_a_driver_of_its_own_exactly_once(
-    stream: Stream,
+    stream: Stream, tmp_path: Path
 ) -> None:
     """spec.placement: pooled stops the stream's driver after its batch and then runs it in a
     pool pod the operator makes for its namespace and object store; dedicated brings a driver of
@@ -1202,6 +1203,7 @@ def test_a_stream_moves_into_a_pool_pod_and_back_to_a_driver_of_its_own_exactly_
     wait_for("a running driver", stream.driver_uid, timeout=120)
     moves = {r: len(stream.events(r)) for r in ("MovedToPool", "MovedToDriver")}
     watch = PodWatch(stream.kube, NS, "app.kubernetes.io/component in (driver,pool)")
+    follow: subprocess.Popen[bytes] | None = None
     try:
         stream.patch({"placement": "pooled"})
 
@@ -1215,6 +1217,15 @@ def test_a_stream_moves_into_a_pool_pod_and_back_to_a_driver_of_its_own_exactly_
         assert placement["mode"] == "pooled", placement
         [pool] = stream.running(POOL_PODS)
         assert pool["metadata"]["name"] == placement["pool"]
+        # Its log as it comes: the empty pool is deleted as soon as the stream has left it.
+        pool_log = tmp_path / "pool.log"
+        with pool_log.open("w") as sink:
+            follow = subprocess.Popen(
+                [str(stream.kube.kubectl_bin), "-n", NS, "logs", "-f", placement["pool"]],
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                env=stream.kube.env(),
+            )
         stream.produce(3000)
         stream.wait_all_landed()
         listing = stream.kube.kubectl("-n", NS, "get", "deltaingestion", NAME).stdout
@@ -1234,12 +1245,15 @@ def test_a_stream_moves_into_a_pool_pod_and_back_to_a_driver_of_its_own_exactly_
             timeout=300,
             interval=1,
         )
-        stopped = _pool_event_times(stream, pool["metadata"]["name"], "member_stopped")
         stream.produce(3000)
         stream.wait_all_landed()
         wait_for("the empty pool gone", lambda: not stream.pods(POOL_PODS), timeout=240)
     finally:
         watch.stop()
+        if follow is not None:
+            follow.terminate()
+            follow.wait(10)
+    stopped = _member_events(pool_log, "member_stopped")
     stream.assert_exactly_once()
     seen = watch.seen
     driver_gone = max(t for t, kind, _, c in seen if c == "driver" and kind == "DELETED")
