@@ -90,9 +90,16 @@ class Stream:
     table: str  # s3a:// URIs, as in the spec
     dead_letter: str
     checkpoint: str
+    name: str = NAME
+    topic: str = TOPIC
     next_id: int = 0
     produced_broken: int = 0
     timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def driver(self) -> str:
+        """The label selector of the stream's driver pod."""
+        return f"app.kubernetes.io/instance={self.name},app.kubernetes.io/component=driver"
 
     def delta(self, uri: str) -> Any:
         """The Delta table at ``uri``, read from the bucket with deltalake."""
@@ -110,7 +117,7 @@ class Stream:
 
     def produce(self, count: int, broken: bool = False) -> None:
         """Produce ``count`` new valid orders (and the broken records, if asked)."""
-        produce_orders(self.kafka, TOPIC, count, first_id=self.next_id, broken=broken)
+        produce_orders(self.kafka, self.topic, count, first_id=self.next_id, broken=broken)
         self.next_id += count
         self.produced_broken += len(BROKEN) if broken else 0
 
@@ -125,12 +132,12 @@ class Stream:
 
     def driver_uid(self) -> str | None:
         """The uid of the running driver pod, if one runs."""
-        pods = self.running(DRIVER)
+        pods = self.running(self.driver)
         return str(pods[0]["metadata"]["uid"]) if pods else None
 
     def condition(self, type_: str) -> dict[str, Any]:
         """One status condition of the DeltaIngestion ({} if absent)."""
-        obj = self.kube.kubectl_json("-n", NS, "get", "deltaingestion", NAME)
+        obj = self.kube.kubectl_json("-n", NS, "get", "deltaingestion", self.name)
         for cond in obj.get("status", {}).get("conditions", []):
             if cond["type"] == type_:
                 return dict(cond)
@@ -138,12 +145,12 @@ class Stream:
 
     def status(self) -> dict[str, Any]:
         """The DeltaIngestion's status."""
-        obj = self.kube.kubectl_json("-n", NS, "get", "deltaingestion", NAME)
+        obj = self.kube.kubectl_json("-n", NS, "get", "deltaingestion", self.name)
         return dict(obj.get("status") or {})
 
     def report(self) -> dict[str, Any]:
         """The running driver's last autoscaling report (its pod annotation), or {}."""
-        pods = self.running(DRIVER)
+        pods = self.running(self.driver)
         text = (pods[0]["metadata"].get("annotations") or {}).get(REPORT) if pods else None
         return dict(json.loads(text)) if text else {}
 
@@ -154,7 +161,7 @@ class Stream:
             NS,
             "get",
             "events",
-            f"--field-selector=involvedObject.name={NAME},reason={reason}",
+            f"--field-selector=involvedObject.name={self.name},reason={reason}",
         )["items"]
         items.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
         return [str(e["message"]) for e in items]
@@ -183,7 +190,7 @@ class Stream:
     def patch(self, spec: dict[str, Any]) -> None:
         """Merge-patch the DeltaIngestion's spec."""
         self.kube.kubectl(
-            "-n", NS, "patch", "deltaingestion", NAME, "--type=merge",
+            "-n", NS, "patch", "deltaingestion", self.name, "--type=merge",
             "-p", json.dumps({"spec": spec}),
         )  # fmt: skip
 
@@ -196,7 +203,7 @@ class Stream:
         )
         try:
             return {
-                p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10)[1]
+                p: consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)[1]
                 for p in range(PARTITIONS)
             }
         finally:
@@ -1192,32 +1199,110 @@ def _member_events(log: Path, event: str) -> list[float]:
     return times
 
 
-def test_a_stream_moves_into_a_pool_pod_and_back_to_a_driver_of_its_own_exactly_once(
+def _pooled_stream(stream: Stream, name: str) -> Stream:
+    """A second stream beside ``stream``, in the same namespace and object store, placed in a
+    pool from its start (it never has a driver of its own)."""
+    topic = f"{name}-e2e"
+    create_topic(stream.kafka, topic, PARTITIONS)
+    assert stream.kafka.pod_bootstrap_servers is not None
+    manifest = cluster_manifest(
+        name,
+        stream.kafka.pod_bootstrap_servers,
+        topic=topic,
+        trigger="2s",
+        namespace=NS,
+        storage=stream.store.storage_spec(),
+        lake=LAKE,
+    )
+    manifest["spec"]["placement"] = "pooled"
+    stream.kube.kubectl("apply", "-f", "-", stdin=json.dumps(manifest))
+    return Stream(
+        stream.kube,
+        stream.kafka,
+        stream.store,
+        table=f"{LAKE}/{name}",
+        dead_letter=f"{LAKE}/{name}_dead_letter",
+        checkpoint=f"{LAKE}/_checkpoints/{NS}/{name}",
+        name=name,
+        topic=topic,
+    )
+
+
+def _in_a_pool(stream: Stream) -> dict[str, Any] | None:
+    """The stream's placement once it runs in a pool pod, Ready, with no driver of its own."""
+    placement = stream.status().get("placement") or {}
+    ready = stream.condition("Ready").get("status") == "True"
+    alone = not stream.pods(stream.driver)
+    return dict(placement) if placement.get("pool") and ready and alone else None
+
+
+def _break_next_commit(stream: Stream) -> str:
+    """A foreign file where the stream's next Delta commit goes: its next batch fails (as a
+    commit another writer made unreadable would). Returns the object's path on the bucket."""
+    log = stream.table.removeprefix("s3a://") + "/_delta_log/"
+    versions = [int(k.rsplit("/", 1)[1][:20]) for k in stream.objects(f"{stream.table}/_delta_log")
+                if k.endswith(".json") and k.rsplit("/", 1)[1][:20].isdigit()]  # fmt: skip
+    path = f"{log}{max(versions) + 1:020d}.json"
+    with stream.store.filesystem().open_output_stream(path) as out:
+        out.write(b"not a Delta commit\n")
+    return path
+
+
+def _one_member_fails_alone(
+    stream: Stream, other: Stream, pool: str
+) -> tuple[float, dict[str, Any]]:
+    """``stream``'s next batch fails in its pool: within 30 s its Ready condition says so,
+    naming the pool, while ``other`` commits on; once the cause is gone it resumes by itself.
+    Returns how long the condition took, and the condition."""
+    foreign = _break_next_commit(stream)
+    broke = time.monotonic()
+    stream.produce(500)
+    other.produce(500)
+    failed = wait_for(
+        f"{stream.name}'s Ready condition saying it failed in its pool",
+        lambda: (
+            (c := stream.condition("Ready")).get("status") == "False"
+            and pool in c.get("message", "")
+            and "failed" in c.get("message", "")
+            and c
+        ),
+        timeout=30,
+        interval=0.5,
+    )
+    said = time.monotonic() - broke
+    other.wait_all_landed(timeout=60)
+    assert other.condition("Ready").get("status") == "True"
+    stream.store.filesystem().delete_file(foreign)
+    stream.wait_all_landed(timeout=240)
+    wait_for(f"{stream.name} Ready again in its pool", lambda: _in_a_pool(stream), 120, 1)
+    return said, failed
+
+
+def test_pooled_streams_share_a_pool_pod_each_failing_alone_and_moving_back_exactly_once(
     stream: Stream, tmp_path: Path
 ) -> None:
-    """spec.placement: pooled stops the stream's driver after its batch and then runs it in a
-    pool pod the operator makes for its namespace and object store; dedicated brings a driver of
-    its own back once the pool has stopped it, and the empty pool goes. Never two writers: the
-    pool pod is created after the driver is gone, and the new driver after the pool logged the
-    stream stopped. kubectl get shows where it runs; Events say each move."""
+    """Two streams with spec.placement: pooled share one pool pod: ``orders`` after its own
+    driver stopped (after its batch), ``clicks`` from its start. An error in one's batch puts a
+    condition naming the pool on it within 30 s while the other keeps committing; it resumes
+    by itself once the cause is gone. Back on placement: dedicated, ``orders`` gets a driver of
+    its own once the pool has stopped it, the pool running on for ``clicks``; the pool goes with
+    its last member. Never two writers: the pool pod is created after the driver is gone, the
+    new driver after the pool logged the stream stopped. Every record exactly once in both.
+    kubectl get shows where each runs; Events say each move."""
     wait_for("a running driver", stream.driver_uid, timeout=120)
     moves = {r: len(stream.events(r)) for r in ("MovedToPool", "MovedToDriver")}
     watch = PodWatch(stream.kube, NS, "app.kubernetes.io/component in (driver,pool)")
     follow: subprocess.Popen[bytes] | None = None
+    clicks = _pooled_stream(stream, "clicks")
     try:
         stream.patch({"placement": "pooled"})
-
-        def pooled() -> dict[str, Any] | None:
-            placement = stream.status().get("placement") or {}
-            ready = stream.condition("Ready").get("status") == "True"
-            alone = not stream.pods(DRIVER)
-            return dict(placement) if placement.get("pool") and ready and alone else None
-
-        placement = wait_for("the stream running in a pool pod", pooled, timeout=300, interval=1)
-        assert placement["mode"] == "pooled", placement
+        placement = wait_for("orders in a pool pod", lambda: _in_a_pool(stream), 300, 1)
+        clicks_placement = wait_for("clicks in a pool pod", lambda: _in_a_pool(clicks), 120, 1)
+        assert placement["mode"] == clicks_placement["mode"] == "pooled", placement
+        assert placement["pool"] == clicks_placement["pool"]  # one pool for the two
         [pool] = stream.running(POOL_PODS)
         assert pool["metadata"]["name"] == placement["pool"]
-        # Its log as it comes: the empty pool is deleted as soon as the stream has left it.
+        # Its log as it comes: the pool is deleted as soon as its last member has left it.
         pool_log = tmp_path / "pool.log"
         with pool_log.open("w") as sink:
             follow = subprocess.Popen(
@@ -1226,18 +1311,19 @@ def test_a_stream_moves_into_a_pool_pod_and_back_to_a_driver_of_its_own_exactly_
                 stderr=subprocess.STDOUT,
                 env=stream.kube.env(),
             )
-        stream.produce(3000)
-        stream.wait_all_landed()
-        listing = stream.kube.kubectl("-n", NS, "get", "deltaingestion", NAME).stdout
-        assert "pooled" in listing.splitlines()[1], listing
-        report = json.loads(
-            stream.running(POOL_PODS)[0]["metadata"]["annotations"]["deltaflow.io/pool-report"]
-        )
-        assert report["members"][f"{NS}/{NAME}"]["phase"] == "Running", report
+        for s in (stream, clicks):
+            s.produce(2000)
+        for s in (stream, clicks):
+            s.wait_all_landed()
+        listing = stream.kube.kubectl("-n", NS, "get", "deltaingestions").stdout.splitlines()
+        assert all("pooled" in line for line in listing[1:] if line.split()[0] in (NAME, "clicks"))
+
+        # One member's batch fails: it alone says so, the other commits on.
+        said, failed = _one_member_fails_alone(stream, clicks, placement["pool"])
 
         stream.patch({"placement": "dedicated"})
         wait_for(
-            "a driver of its own again",
+            "orders on a driver of its own again",
             lambda: (
                 stream.driver_uid()
                 and (stream.status().get("placement") or {}).get("mode") in ("local", "executors")
@@ -1245,28 +1331,36 @@ def test_a_stream_moves_into_a_pool_pod_and_back_to_a_driver_of_its_own_exactly_
             timeout=300,
             interval=1,
         )
-        stream.produce(3000)
-        stream.wait_all_landed()
+        for s in (stream, clicks):
+            s.produce(1000)
+        for s in (stream, clicks):
+            s.wait_all_landed()
+        assert stream.running(POOL_PODS), "the pool went while clicks was still its member"
+        stream.kube.kubectl("-n", NS, "delete", "deltaingestion", "clicks")
         wait_for("the empty pool gone", lambda: not stream.pods(POOL_PODS), timeout=240)
     finally:
         watch.stop()
         if follow is not None:
             follow.terminate()
             follow.wait(10)
-    stopped = _member_events(pool_log, "member_stopped")
     stream.assert_exactly_once()
+    clicks.assert_exactly_once()
+    started = _member_events(pool_log, "member_started")
+    stopped = _member_events(pool_log, "member_stopped")
+    assert started, "the pool never logged orders started"
+    assert stopped, "the pool never logged orders stopped"
     seen = watch.seen
-    driver_gone = max(t for t, kind, _, c in seen if c == "driver" and kind == "DELETED")
-    pool_added = min(t for t, kind, _, c in seen if c == "pool" and kind == "ADDED")
-    assert driver_gone <= pool_added, seen
-    assert stopped, "the pool never logged the stream stopped"
+    driver_gone = min(t for t, kind, _, c in seen if c == "driver" and kind == "DELETED")
+    assert driver_gone <= started[0], (started, seen)
     driver_back = max(t for t, kind, _, c in seen if c == "driver" and kind == "ADDED")
     assert stopped[-1] <= driver_back, (stopped, seen)
     assert len(stream.events("MovedToPool")) == moves["MovedToPool"] + 1
     assert len(stream.events("MovedToDriver")) == moves["MovedToDriver"] + 1
     record(
-        f"pooled and back: the pool pod added {pool_added - driver_gone:.0f}s after the driver "
-        f"was gone; a driver of its own {driver_back - stopped[-1]:.0f}s after the pool stopped it"
+        f"stream pool: orders started in the pool {started[0] - driver_gone:.0f}s after its "
+        f"driver was gone; a batch failing in the pool said so in its Ready condition in "
+        f"{said:.0f}s ({failed['reason']}) while clicks committed on; orders' own driver back "
+        f"{driver_back - stopped[-1]:.0f}s after the pool stopped it"
     )
 
 

@@ -335,7 +335,9 @@ def test_sigkill_the_driver_three_times_with_everything_on_the_object_store(
         kafka.bootstrap_servers,
         topic,
         tmp_path / "soak",
-        records=15_000,
+        # Produced while the three kills happen (about 45 s at this rate): a bigger floor only
+        # made the test wait for the producer.
+        records=9_000,
         # The three aimed kills, once each (the full-size soak, bench/run.sh crash, also kills
         # at random moments): mid-write, right after the table commit, right after planning.
         kills=3,
@@ -356,7 +358,7 @@ def test_sigkill_the_driver_three_times_with_everything_on_the_object_store(
     assert result.lost == 0
     assert result.unexpected == 0
     assert result.mismatched == 0
-    assert result.produced >= 15_000
+    assert result.produced >= 9_000
     assert result.in_table + result.in_dead_letter == result.produced
     hits = {r.strategy for r in result.restarts if r.hit}
     assert {"mid-write", "after-table-commit"} <= hits
