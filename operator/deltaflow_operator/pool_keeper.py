@@ -24,6 +24,7 @@ import hashlib
 import json
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,10 +44,16 @@ from deltaflow_operator.settings import Settings
 
 log = logging.getLogger(__name__)
 
-POOL_SELECTOR = (
-    f"app.kubernetes.io/component={builders.POOL_COMPONENT},"
-    f"app.kubernetes.io/managed-by={MANAGED_BY}"
-)
+
+def pool_selector(settings: Settings) -> str:
+    """This release's pools (another release's are never read, changed or deleted here)."""
+    return (
+        f"app.kubernetes.io/component={builders.POOL_COMPONENT},"
+        f"app.kubernetes.io/managed-by={MANAGED_BY},"
+        f"{builders.RELEASE_LABEL}={builders.release_label(settings)}"
+    )
+
+
 # Of a pool's task threads, what its members may use in all: the rest is headroom for bursts.
 POOL_CORE_SHARE = 0.8
 SYNC_SECONDS = 5.0
@@ -72,6 +79,22 @@ class MemberView:
     reported_at: float | None  # when the pool made the report read
 
 
+def _ever_ran(pod: dict[str, Any]) -> bool:
+    """Whether the pod's container has run at all (now or before a restart): one stuck pulling
+    its image or unschedulable never started a member."""
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        state, last = status.get("state") or {}, status.get("lastState") or {}
+        if state.get("running") or state.get("terminated") or last.get("terminated"):
+            return True
+    return False
+
+
+def _owner_uid(pod: dict[str, Any]) -> str | None:
+    """The uid of the ConfigMap that owns a pool's pod."""
+    owners = pod["metadata"].get("ownerReferences") or []
+    return next((str(o.get("uid")) for o in owners if o.get("kind") == "ConfigMap"), None)
+
+
 def _digest(document: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -91,6 +114,9 @@ class PoolKeeper:
         self._reports: dict[str, PoolReport] = {}
         self._loaded = False
         self._seen: dict[str, tuple[str, str | None, int]] = {}
+        # Each member's last measured load: a report missing for a round (its pool's pod
+        # replaced) must not make it look unmeasured and move it (decisions.pools.pack).
+        self._loads: dict[str, float] = {}
 
     # --- the reconciles' questions (no API request) -----------------------------------------
     def view(self, namespace: str, name: str) -> MemberView:
@@ -106,27 +132,52 @@ class PoolKeeper:
 
     def released(self, namespace: str, name: str) -> str | None:
         """None once no pool can be running the stream; else why it may still be."""
+        with self._round, self._lock:
+            if not self._loaded:
+                return "the operator has not read its pools yet"
+            return self._still_running(f"{namespace}/{name}")
+
+    def listed(self, namespace: str, name: str) -> str | None:
+        """Why a pool may run the stream, from what the pools list (their ConfigMaps and
+        reports); None when none does. The check before any driver is created: a stream
+        deleted in a pool and created again under its name waits for its old run to end. Unlike
+        :meth:`released` it is not held up by a pool that has not reported."""
         key = f"{namespace}/{name}"
         with self._round, self._lock:
             if not self._loaded:
                 return "the operator has not read its pools yet"
             for pool in self._pools.values():
                 if key in pool.members:
-                    return f"pool {pool.name} still has it as a member"
-            for pool_key, pod in self._pods.items():
-                if not pool_key.startswith(f"{namespace}/"):
-                    continue
-                pool_name = pod["metadata"]["name"]
-                report = self._reports.get(pool_key)
-                known = self._pools.get(pool_key)
-                if report is None:
-                    return f"pool {pool_name} has not reported on its members yet"
+                    return f"pool {pool.name} has it as a member"
+            for pool_key, report in self._reports.items():
                 if key in report.members:
-                    return f"pool {pool_name} is stopping it ({report.members[key].phase})"
-                if known is None:
-                    return f"pool {pool_name} is shutting down"
-                if report.revision is None or report.revision < known.revision:
-                    return f"pool {pool_name} has not yet read revision {known.revision}"
+                    return f"pool {pool_key.split('/', 1)[1]} still runs it"
+        return None
+
+    def _still_running(self, key: str) -> str | None:
+        """Why a pool may still run the member ``key`` (None: none can). Every pool of its
+        namespace is asked, not only the one it was last given to: a new leader does not know
+        which pool that was. Call with ``_lock`` held."""
+        for pool in self._pools.values():
+            if key in pool.members:
+                return f"pool {pool.name} still has it as a member"
+        namespace = key.split("/", 1)[0]
+        for pool_key, pod in self._pods.items():
+            if not pool_key.startswith(f"{namespace}/") or not _ever_ran(pod):
+                continue  # a pod whose container never started runs nothing
+            pool_name = pod["metadata"]["name"]
+            report = self._reports.get(pool_key)
+            known = self._pools.get(pool_key)
+            if report is None:
+                return f"pool {pool_name} has not reported on its members yet"
+            if key in report.members:
+                return f"pool {pool_name} is stopping it ({report.members[key].phase})"
+            if known is None or _owner_uid(pod) != known.config_map_uid:
+                # Its ConfigMap is gone, or this pod belongs to an earlier one of the name: its
+                # revisions are not the new ConfigMap's. It runs what it reports until it ends.
+                return f"pool {pool_name} is shutting down"
+            if report.revision is None or report.revision < known.revision:
+                return f"pool {pool_name} has not yet read revision {known.revision}"
         return None
 
     # --- one round ------------------------------------------------------------------------
@@ -158,30 +209,37 @@ class PoolKeeper:
 
     def _sync(self) -> None:
         namespaces = self.settings.watch_namespaces
-        if not self._loaded:
-            self._load(namespaces)
+        self._load(namespaces)  # the cluster's word each round, not this process's memory
         members = self._members(self.kube.list_ingestions(namespaces))
         groups = {key: builders.group_of(i, self.settings) for key, i in members.items()}
         with self._lock:
             current = {
                 m: f"{p.namespace}/{p.name}" for p in self._pools.values() for m in p.members
             }
-            loads = {
-                m: r.members[m].busy_cores
-                for r in self._reports.values()
-                for m in r.members
-                if m in members
-            }
+            for report in self._reports.values():
+                for member, said in report.members.items():
+                    if said.busy_cores is not None:
+                        self._loads[member] = said.busy_cores
+            self._loads = {m: c for m, c in self._loads.items() if m in members}
+            loads = dict(self._loads)
         limits = PoolLimits(self.settings.pool_members, self.settings.pool_cores * POOL_CORE_SHARE)
         placed = pack(
             [Member(key, groups[key], loads.get(key)) for key in sorted(members)], current, limits
         )
+        with self._lock:
+            for key in [k for k, pool in placed.items() if current.get(k) != pool]:
+                # Joining, or moving to another pool (its old one outgrown): it leaves the old
+                # pool this round and joins the new one only once no pool can be running it.
+                if self._still_running(key) is not None:
+                    del placed[key]
         by_pool: dict[str, list[DeltaIngestion]] = {}
         for key, pool_key in placed.items():
             by_pool.setdefault(pool_key, []).append(members[key])
         for pool_key in sorted(set(by_pool) | set(self._pools)):
-            self._sync_pool(pool_key, by_pool.get(pool_key, []))
-        self._read_reports(namespaces)
+            try:
+                self._sync_pool(pool_key, by_pool.get(pool_key, []))
+            except Exception:  # one pool's trouble (a quota, say) must not hold up the others
+                log.exception("pool %s: could not bring it in line", pool_key)
 
     def _members(self, bodies: list[dict[str, Any]]) -> dict[str, DeltaIngestion]:
         """The pooled streams this release serves whose own driver is gone (their status says
@@ -208,15 +266,22 @@ class PoolKeeper:
         return found
 
     def _load(self, namespaces: tuple[str, ...]) -> None:
-        """The pools as the cluster holds them (a new leader starts from those)."""
+        """The pools as the cluster holds them: their ConfigMaps, pods and reports (three
+        requests a round with the DeltaIngestions', whatever the fleet's size)."""
         pools: dict[str, KnownPool] = {}
-        for config_map in self.kube.list_config_maps(namespaces, POOL_SELECTOR):
+        for config_map in self.kube.list_config_maps(namespaces, pool_selector(self.settings)):
             meta, data = config_map["metadata"], config_map.get("data") or {}
+            if meta.get("deletionTimestamp"):
+                continue
             members = {}
             for file, text in data.items():
                 if file.endswith(".yaml"):
-                    document = yaml.safe_load(text) or {}
-                    members[f"{meta['namespace']}/{file.removesuffix('.yaml')}"] = _digest(document)
+                    try:
+                        document = yaml.safe_load(text)
+                    except yaml.YAMLError:
+                        document = None  # someone else's edit: rewritten with this round's
+                    key = f"{meta['namespace']}/{file.removesuffix('.yaml')}"
+                    members[key] = _digest(document) if isinstance(document, dict) else ""
             revision = str(data.get(builders.REVISION_KEY, "0"))
             pools[f"{meta['namespace']}/{meta['name']}"] = KnownPool(
                 meta["namespace"],
@@ -225,10 +290,18 @@ class PoolKeeper:
                 int(revision) if revision.isdigit() else 0,
                 str(meta["uid"]),
             )
+        pods: dict[str, dict[str, Any]] = {}
+        reports: dict[str, PoolReport] = {}
+        for pod in self.kube.list_pods(namespaces, pool_selector(self.settings)):
+            meta = pod["metadata"]
+            key = f"{meta['namespace']}/{meta['name']}"
+            pods[key] = pod
+            text = (meta.get("annotations") or {}).get(POOL_REPORT_ANNOTATION)
+            report = parse_pool_report(text, meta["namespace"])
+            if report is not None:
+                reports[key] = report
         with self._lock:
-            self._pools = pools
-        self._read_reports(namespaces)
-        with self._lock:
+            self._pools, self._pods, self._reports = pools, pods, reports
             self._loaded = True
 
     def _sync_pool(self, pool_key: str, members: list[DeltaIngestion]) -> None:
@@ -243,12 +316,20 @@ class PoolKeeper:
             return
         members.sort(key=lambda m: m.name)
         docs = {f"{m.namespace}/{m.name}": _digest(pipeline_document(m)) for m in members}
-        revision = 1 if known is None else known.revision + (known.members != docs)
+        changed = known is None or known.members != docs
+        # Never a revision an earlier ConfigMap of the name had: its pod may still report one.
+        revision = (
+            known.revision
+            if known is not None and not changed
+            else max(0 if known is None else known.revision + 1, int(time.time() * 1000))
+        )
         pool = builders.Pool(namespace, name, tuple(members), revision)
         uid = known.config_map_uid if known is not None else ""
-        if known is None or known.members != docs:
+        if changed:
             applied = self.kube.apply(builders.config_map(pool, self.settings))
             uid = str(applied["metadata"]["uid"])
+            with self._lock:  # what the cluster holds now, whatever fails after
+                self._pools[pool_key] = KnownPool(namespace, name, docs, revision, uid)
             for manifest in builders.companions(pool, self.settings, uid):
                 self.kube.apply(manifest)
             joined = sorted(set(docs) - set(known.members if known else {}))
@@ -273,6 +354,11 @@ class PoolKeeper:
         annotations = pod["metadata"].get("annotations") or {}
         if pod["metadata"].get("deletionTimestamp"):
             return  # being replaced: created anew once gone
+        if _owner_uid(pod) != config_map_uid:
+            # An earlier ConfigMap's pod (garbage collection had not come yet): it goes first.
+            log.info("pool %s: its pod belongs to an earlier ConfigMap, replacing it", pool.key)
+            self.kube.delete_pod(pool.namespace, pool.name, uid=pod["metadata"]["uid"])
+            return
         if annotations.get(builders.POOL_SPEC_HASH_ANNOTATION) != wanted:
             log.info("pool %s: its pod's spec changed, replacing it", pool.key)
             self.kube.delete_pod(pool.namespace, pool.name, uid=pod["metadata"]["uid"])
@@ -281,17 +367,3 @@ class PoolKeeper:
             self.kube.annotate_pod(
                 pool.namespace, pool.name, {builders.REVISION_ANNOTATION: str(pool.revision)}
             )
-
-    def _read_reports(self, namespaces: tuple[str, ...]) -> None:
-        pods: dict[str, dict[str, Any]] = {}
-        reports: dict[str, PoolReport] = {}
-        for pod in self.kube.list_pods(namespaces, POOL_SELECTOR):
-            meta = pod["metadata"]
-            key = f"{meta['namespace']}/{meta['name']}"
-            pods[key] = pod
-            text = (meta.get("annotations") or {}).get(POOL_REPORT_ANNOTATION)
-            report = parse_pool_report(text, meta["namespace"])
-            if report is not None:
-                reports[key] = report
-        with self._lock:
-            self._pods, self._reports = pods, reports

@@ -60,9 +60,13 @@ from deltaflow_operator.decisions.ownership import (
     decide_ownership,
     read_claim,
 )
-from deltaflow_operator.decisions.placement import moved, place
+from deltaflow_operator.decisions.placement import driver_mode, moved, place
 from deltaflow_operator.decisions.pod import Pod
-from deltaflow_operator.decisions.pooled import MemberVerdict, member_verdict
+from deltaflow_operator.decisions.pooled import (
+    POOL_REPORT_STALE_SECONDS,
+    MemberVerdict,
+    member_verdict,
+)
 from deltaflow_operator.decisions.progress import stream_progress
 from deltaflow_operator.kube import Kube
 from deltaflow_operator.pool_keeper import PoolKeeper
@@ -80,6 +84,7 @@ FINALIZE_WAIT_SECONDS = 60.0
 # phase change (one request per stream per minute, as for a driver of its own).
 POOL_WAIT_SECONDS = 2.0
 POOLED_BY_SPEC = "SpecPlacement"
+LEFT_POOL = "LeftPool"
 # The pod watch has not delivered this resource's driver pod (yet): read it from the API.
 UNSEEN = Pod(name="", namespace="", uid="unseen")
 
@@ -224,17 +229,18 @@ class Reconciler:
         body, ingestion, changed, pod = seen.body, seen.ingestion, seen.changed, seen.driver_pod
         self._apply_children(body, ingestion, seen.first_time, changed)
         placement = (ingestion.status or DeltaIngestionStatus()).placement
-        if ingestion.spec.placement == "pooled" or (
+        if (ingestion.spec.placement == "pooled" and not ingestion.spec.suspend) or (
             placement is not None and placement.mode == "pooled"
         ):
-            requeue = self._pooled(body, ingestion, pod)
-            if requeue is not None:
-                return requeue
-            # Released from its pool: a driver of its own, from the same checkpoint.
+            return self._pooled(body, ingestion, pod)
 
         # Act on at most two plans: a replacement deletes the old driver and, once the API server
         # confirms it is gone, creates the new one in the same pass.
         plan = self._plan(ingestion, pod, changed)
+        if plan.action == "create" and (running := self.pools.listed(namespace, name)):
+            # A stream deleted while pooled and created again under its name: its old run first.
+            log.info("%s/%s: its driver waits: %s", namespace, name, running)
+            return POOL_WAIT_SECONDS
         for _ in range(2):
             pod = self._act(body, ingestion, plan, pod)
             if plan.action != "delete" or plan.delete_reason != DeleteReason.SPEC_CHANGED:
@@ -253,12 +259,11 @@ class Reconciler:
         waits = [w for w in (plan.requeue_after, recheck_in) if w is not None]
         return min(waits) if waits else None
 
-    def _pooled(
-        self, body: dict[str, Any], ingestion: DeltaIngestion, pod: Pod | None
-    ) -> float | None:
+    def _pooled(self, body: dict[str, Any], ingestion: DeltaIngestion, pod: Pod | None) -> float:
         """A stream in a pool, joining one or leaving one (see :mod:`pool_keeper` for the
-        handshake: its driver goes before it joins; it leaves once no pool runs it). Returns
-        when to look again, or None once it may run on a driver of its own."""
+        handshake: its driver goes before it joins; it leaves once no pool runs it, and its
+        status says so before a driver of its own is created, on a later pass). Returns when
+        to look again."""
         ns, name = ingestion.namespace, ingestion.name
         previous = ingestion.status or DeltaIngestionStatus()
         placement = previous.placement
@@ -267,6 +272,10 @@ class Reconciler:
         reported_at: float | None = None
         requeue = POOL_WAIT_SECONDS
         if ingestion.spec.placement == "pooled" and not ingestion.spec.suspend:
+            if pod is None and (placement is None or placement.mode != "pooled"):
+                # Joining: the API server, not the pod watch (which may lag a pod just
+                # created), says its driver is gone.
+                pod = self.kube.get_pod(ns, driver_pod_name(name))
             if pod is not None:  # its own driver goes first, after its in-flight batch
                 if not pod.deleting:
                     self.kube.delete_pod(ns, driver_pod_name(name), uid=pod.uid)
@@ -296,21 +305,31 @@ class Reconciler:
                     view.pool, report, reported_at, time.time(),
                     self.settings.degraded_after_failures,
                 )  # fmt: skip
-                requeue = (
-                    POOL_WAIT_SECONDS
-                    if not verdict.ready
-                    else self.settings.reconcile_interval_seconds
-                )
+                # Waiting for a step to happen: soon. Running or failed: the keeper wakes it when
+                # its phase changes.
+                waiting = verdict.reason in (Reason.WAITING_FOR_POOL, Reason.STREAM_STARTING)
+                requeue = POOL_WAIT_SECONDS if waiting else self.settings.reconcile_interval_seconds
         else:
             why = self.pools.released(ns, name)
             if why is None:
-                self.kube.post_event(
-                    body, "Normal", EventReason.MOVED_TO_DRIVER,
-                    "no pool runs it any more: it gets a driver of its own"
-                    + (" (suspended: once resumed)" if ingestion.spec.suspend else ""),
-                )  # fmt: skip
+                said = (
+                    "suspended: no pool runs it any more (it joins one again when resumed)"
+                    if ingestion.spec.placement == "pooled"
+                    else "no pool runs it any more: it gets a driver of its own"
+                    + (" once resumed" if ingestion.spec.suspend else "")
+                )
+                self.kube.post_event(body, "Normal", EventReason.MOVED_TO_DRIVER, said)
                 log.info("%s/%s: left its pool", ns, name)
-                return None
+                # Out of the pool in its status first: the keeper never pools a stream whose
+                # status says otherwise, so a flip back to pooled cannot meet its new driver.
+                left = PlacementStatus(
+                    mode=driver_mode(ingestion.spec, None), since=now, reason=LEFT_POOL,
+                    message=said,
+                )  # fmt: skip
+                self.kube.patch_status(
+                    ns, name, {"placement": left.model_dump(by_alias=True, mode="json")}
+                )
+                return POOL_WAIT_SECONDS
             verdict = MemberVerdict(
                 False, False, Reason.LEAVING_POOL,
                 f"leaving its pool before a driver of its own starts: {why}",
@@ -345,7 +364,9 @@ class Reconciler:
              "a pooled stream is not scaled: it shares its pool's task threads"),
         ):  # fmt: skip
             conditions = set_condition(conditions, type_, value, reason, message, generation, now)
-        reporting = reported_at is not None and time.time() - reported_at <= 60
+        reporting = (
+            reported_at is not None and time.time() - reported_at <= POOL_REPORT_STALE_SECONDS
+        )
         fresh = freshness_verdict(
             ingestion.spec,
             None if report is None else report.freshness,

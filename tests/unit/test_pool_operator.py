@@ -36,6 +36,10 @@ def test_streams_share_a_pool_only_with_the_same_namespace_object_store_and_imag
              "secretAccessKey": {"name": "k", "key": "secret"}}  # fmt: skip
     moved = ingestion("a", sink={**valid_manifest()["spec"]["sink"], "storage": store})
     assert builders.group_of(moved, settings) != base
+    # Another operator release never shares, reads or deletes this one's pools.
+    other = Settings(lease_name="deltaflow-canary")
+    assert builders.group_of(ingestion("a"), other) != base
+    assert builders.release_label(other) != builders.release_label(settings)
 
 
 def test_a_pool_pod_runs_its_members_restricted_with_secrets_by_reference_only() -> None:
@@ -52,6 +56,7 @@ def test_a_pool_pod_runs_its_members_restricted_with_secrets_by_reference_only()
     # Every member owns the ConfigMap: it goes with the last of them.
     assert [o["uid"] for o in config_map["metadata"]["ownerReferences"]] == ["uid-a", "uid-b"]
     pod = builders.pod(pool, settings, "cm-uid")
+    assert pod["metadata"]["labels"][builders.RELEASE_LABEL] == builders.release_label(settings)
     assert pod["metadata"]["ownerReferences"][0]["uid"] == "cm-uid"
     container = pod["spec"]["containers"][0]
     assert container["args"][:3] == ["pool", "--members", builders.MEMBERS_MOUNT]

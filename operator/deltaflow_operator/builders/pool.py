@@ -55,6 +55,8 @@ SPARK_DEFAULTS_KEY = "spark-defaults.conf"
 # The revision the pod was last touched for: the kubelet syncs a pod's volumes when it changes.
 REVISION_ANNOTATION = f"{GROUP}/pool-revision"
 POOL_SPEC_HASH_ANNOTATION = f"{GROUP}/pool-spec-hash"
+# Which operator release keeps the pool (a hash of its identity: a label value holds no '/').
+RELEASE_LABEL = f"{GROUP}/release"
 # A pool stops every member after its in-flight batch (deltaflow_runtime.pool: the batch's
 # grace, its Kafka poll's end, its dead letters' commit) before it exits.
 POOL_TERMINATION_GRACE_SECONDS = 150
@@ -82,6 +84,7 @@ def group_of(ingestion: DeltaIngestion, settings: Settings) -> str:
     shared = {
         "storage": None if storage is None else storage.model_dump(by_alias=True, mode="json"),
         "image": runtime_image(ingestion, settings.image),
+        "release": settings.identity,  # two releases never share (or delete) a pool
     }
     return f"{ingestion.namespace}/deltaflow-pool-{stable_hash(shared)[:8]}"
 
@@ -95,8 +98,13 @@ def pool_resources(settings: Settings) -> Resources:
     return Resources(cores=settings.pool_cores, memory=settings.pool_memory)
 
 
-def pool_labels(name: str) -> dict[str, str]:
+def release_label(settings: Settings) -> str:
+    return stable_hash(settings.identity)
+
+
+def pool_labels(name: str, settings: Settings) -> dict[str, str]:
     return {
+        RELEASE_LABEL: release_label(settings),
         "app.kubernetes.io/name": "deltaflow",
         "app.kubernetes.io/instance": name,
         "app.kubernetes.io/component": POOL_COMPONENT,
@@ -148,7 +156,7 @@ def config_map(pool: Pool, settings: Settings) -> Manifest:
         "metadata": {
             "name": pool.name,
             "namespace": pool.namespace,
-            "labels": pool_labels(pool.name),
+            "labels": pool_labels(pool.name, settings),
             "ownerReferences": [_member_owner(m) for m in pool.members],
         },
         "data": data,
@@ -213,7 +221,7 @@ def pod(pool: Pool, settings: Settings, config_map_uid: str) -> Manifest:
         "metadata": {
             "name": pool.name,
             "namespace": pool.namespace,
-            "labels": pool_labels(pool.name),
+            "labels": pool_labels(pool.name, settings),
             "annotations": {
                 POOL_SPEC_HASH_ANNOTATION: pod_spec_hash(pool, settings),
                 REVISION_ANNOTATION: str(pool.revision),
@@ -224,11 +232,11 @@ def pod(pool: Pool, settings: Settings, config_map_uid: str) -> Manifest:
     }
 
 
-def _owned(pool: Pool, config_map_uid: str) -> dict[str, Any]:
+def _owned(pool: Pool, settings: Settings, config_map_uid: str) -> dict[str, Any]:
     return {
         "name": pool.name,
         "namespace": pool.namespace,
-        "labels": pool_labels(pool.name),
+        "labels": pool_labels(pool.name, settings),
         "ownerReferences": [_config_map_owner(config_map_uid, pool.name)],
     }
 
@@ -244,9 +252,9 @@ def companions(pool: Pool, settings: Settings, config_map_uid: str) -> list[Mani
         {
             "apiVersion": "networking.k8s.io/v1",
             "kind": "NetworkPolicy",
-            "metadata": _owned(pool, config_map_uid),
+            "metadata": _owned(pool, settings, config_map_uid),
             "spec": {
-                "podSelector": {"matchLabels": pool_labels(pool.name)},
+                "podSelector": {"matchLabels": pool_labels(pool.name, settings)},
                 "policyTypes": ["Ingress"],
                 "ingress": [metrics_rule],
             },
@@ -254,12 +262,12 @@ def companions(pool: Pool, settings: Settings, config_map_uid: str) -> list[Mani
         {
             "apiVersion": "v1",
             "kind": "ServiceAccount",
-            "metadata": _owned(pool, config_map_uid),
+            "metadata": _owned(pool, settings, config_map_uid),
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
-            "metadata": _owned(pool, config_map_uid),
+            "metadata": _owned(pool, settings, config_map_uid),
             "roleRef": {
                 "apiGroup": "rbac.authorization.k8s.io",
                 "kind": "ClusterRole",

@@ -48,10 +48,12 @@ def member_verdict(
             "waiting for a place in a pool (the operator packs pooled streams every few seconds)",
         )  # fmt: skip
     if reported_at is None or now - reported_at > POOL_REPORT_STALE_SECONDS:
+        # The time of its last report, not its age: the status changes only when that does.
         age = (
             "has not reported yet"
             if reported_at is None
-            else (f"has not reported for {now - reported_at:.0f}s")
+            else "has not reported since "
+            + datetime.fromtimestamp(reported_at, UTC).isoformat(timespec="seconds")
         )
         return MemberVerdict(
             False, reported_at is not None, Reason.POOL_NOT_REPORTING,
