@@ -567,6 +567,7 @@ class StreamPool:
                 daemon=True,
             ).start()  # fmt: skip
         gone: str | None = None
+        first_report = True
         while not stop.is_set():
             gone = spark_gone(self.spark)
             if gone is not None:
@@ -574,6 +575,11 @@ class StreamPool:
                 break
             try:
                 self.scan()
+                if first_report and publish is not None:
+                    # At once, not a round later: the operator waits for a pool's word on the
+                    # revision before it moves a stream in or out.
+                    first_report = False
+                    publish(self.report())
             except Exception:  # a scan that fails leaves the members as they are
                 log.exception("reading the pool's members failed")
             stop.wait(self.options.rescan_seconds)
