@@ -179,7 +179,9 @@ class PoolOptions:
     # Kafka poll of each member (lag, retention headroom).
     poll_seconds: float = 5.0
     backoff_base_seconds: float = BACKOFF_BASE_SECONDS
-    report_seconds: float = 10.0  # the pool's report to its pod, all members at once
+    # The pool's report to its pod, all members at once: one request per pool per round, and
+    # what the operator waits for to move a stream in or out (a round of its own is 5 s too).
+    report_seconds: float = 5.0
     stop: threading.Event = field(default_factory=threading.Event, compare=False)
 
 

@@ -1278,16 +1278,38 @@ def _one_member_fails_alone(
     return said, failed
 
 
+def _suspended_and_resumed(member: Stream, other: Stream) -> None:
+    """``member`` suspended leaves its pool (stopped there after its batch) while ``other``
+    runs on in it; resumed, it joins a pool again."""
+    member.patch({"suspend": True})
+    wait_for(
+        f"{member.name} suspended, out of its pool",
+        lambda: (
+            member.condition("Suspended").get("status") == "True"
+            and (member.status().get("placement") or {}).get("mode") != "pooled"
+        ),
+        timeout=120,
+        interval=1,
+    )
+    assert "suspended" in member.events("MovedToDriver")[-1]
+    assert not member.pods(member.driver)  # suspended: no driver of its own either
+    other.produce(500)
+    other.wait_all_landed(timeout=60)
+    member.patch({"suspend": False})
+    wait_for(f"{member.name} back in a pool", lambda: _in_a_pool(member), 120, 1)
+
+
 def test_pooled_streams_share_a_pool_pod_each_failing_alone_and_moving_back_exactly_once(
     stream: Stream, tmp_path: Path
 ) -> None:
     """Two streams with spec.placement: pooled share one pool pod: ``orders`` after its own
     driver stopped (after its batch), ``clicks`` from its start. An error in one's batch puts a
     condition naming the pool on it within 30 s while the other keeps committing; it resumes
-    by itself once the cause is gone. Back on placement: dedicated, ``orders`` gets a driver of
+    by itself once the cause is gone. One suspended leaves the pool, the other running on;
+    resumed, it joins again. Back on placement: dedicated, ``orders`` gets a driver of
     its own once the pool has stopped it, the pool running on for ``clicks``; the pool goes with
-    its last member. Never two writers: the pool pod is created after the driver is gone, the
-    new driver after the pool logged the stream stopped. Every record exactly once in both.
+    its last member. Never two writers: orders starts in the pool after its driver is gone, its
+    new driver after the pool logged it stopped. Every record exactly once in both.
     kubectl get shows where each runs; Events say each move."""
     wait_for("a running driver", stream.driver_uid, timeout=120)
     moves = {r: len(stream.events(r)) for r in ("MovedToPool", "MovedToDriver")}
@@ -1320,6 +1342,7 @@ def test_pooled_streams_share_a_pool_pod_each_failing_alone_and_moving_back_exac
 
         # One member's batch fails: it alone says so, the other commits on.
         said, failed = _one_member_fails_alone(stream, clicks, placement["pool"])
+        _suspended_and_resumed(clicks, stream)
 
         stream.patch({"placement": "dedicated"})
         wait_for(

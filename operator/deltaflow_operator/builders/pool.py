@@ -60,6 +60,7 @@ RELEASE_LABEL = f"{GROUP}/release"
 # A pool stops every member after its in-flight batch (deltaflow_runtime.pool: the batch's
 # grace, its Kafka poll's end, its dead letters' commit) before it exits.
 POOL_TERMINATION_GRACE_SECONDS = 150
+POOL_RESCAN_SECONDS = 5
 
 
 @dataclass(frozen=True)
@@ -184,7 +185,17 @@ def _pod_spec(pool: Pool, settings: Settings) -> dict[str, Any]:
                 "name": POOL_COMPONENT,
                 "image": runtime_image(first, settings.image),
                 "imagePullPolicy": settings.image_pull_policy,
-                "args": ["pool", "--members", MEMBERS_MOUNT, "--namespace", pool.namespace],
+                # Members read every 5 s: a move waits for it (the kubelet, touched, brings the
+                # new ConfigMap within a second or two).
+                "args": [
+                    "pool",
+                    "--members",
+                    MEMBERS_MOUNT,
+                    "--namespace",
+                    pool.namespace,
+                    "--rescan-seconds",
+                    str(POOL_RESCAN_SECONDS),
+                ],
                 "env": [
                     {"name": ENV_SPARK_DEFAULTS, "value": f"{MEMBERS_MOUNT}/{SPARK_DEFAULTS_KEY}"},
                     {"name": ENV_METRICS_PORT, "value": str(settings.runtime_metrics_port)},

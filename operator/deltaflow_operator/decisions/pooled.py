@@ -14,7 +14,7 @@ from deltaflow_api.failures import FailureReason
 from deltaflow_api.reasons import Reason
 from deltaflow_operator.autoscaler.observe import MemberReport
 
-# A pool reports every 10 s: a report this old says the pool stopped reporting.
+# A pool reports every 5 s: a report this old says the pool stopped reporting.
 POOL_REPORT_STALE_SECONDS = 60.0
 
 
