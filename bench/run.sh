@@ -7,6 +7,7 @@
 #   bash bench/run.sh trickle    [--rate 10] [--seconds 120] [--trigger 1s | --freshness 60] [--idle-seconds 60]
 #   bash bench/run.sh crash      [--records 1000000] [--kills 10]
 #   bash bench/run.sh pool-crash [--members 20] [--kills 10] [--rate 20]   (one pool process, ~15 min)
+#   bash bench/run.sh pool-fairness [--backlog 1000000] [--trickles 4]   (one pool process, ~8 min)
 #   bash bench/run.sh start      [--starts 5] [--records 40000] [--after stop|kill] [--clean]
 #                                [--kinds "local mode,archive,without"]   (a driver's start:
 #                                local mode, the JVM class-data archive, neither; ~5 min)
@@ -25,12 +26,13 @@
 #                                 latency, CPU, memory, API requests; root, ~10 min)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-what=${1:?usage: bash bench/run.sh throughput|freshness|trickle|crash|pool-crash|start|json-check|plan-cost|commit-cost|autoscale|autoscale-node|control-plane [args...]}
+what=${1:?usage: bash bench/run.sh throughput|freshness|trickle|crash|pool-crash|pool-fairness|start|json-check|plan-cost|commit-cost|autoscale|autoscale-node|control-plane [args...]}
 shift
 case "$what" in
   throughput | freshness | trickle) script="bench/$what.py" ;;
   crash) script="bench/crash_soak.py" ;;
   pool-crash) script="bench/pool_crash.py" ;;
+  pool-fairness) script="bench/pool_fairness.py" ;;
   start) script="bench/start.py" ;;
   json-check) script="bench/json_check.py" ;;
   plan-cost) script="bench/plan_cost.py" ;;
