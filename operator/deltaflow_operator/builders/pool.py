@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from deltaflow_api import GROUP, KIND, VERSION, DeltaIngestion
+from deltaflow_api import GROUP, DeltaIngestion
 from deltaflow_api.driver_pod import (
     CONFIG_MOUNT,
     ENV_METRICS_PORT,
@@ -33,6 +33,7 @@ from deltaflow_api.v1alpha1 import Resources
 from deltaflow_operator.builders.common import (
     MANAGED_BY,
     Manifest,
+    owner_reference,
     restricted_container_security,
     restricted_pod_security,
     runtime_image,
@@ -116,12 +117,8 @@ def pool_labels(name: str, settings: Settings) -> dict[str, str]:
 
 def _member_owner(ingestion: DeltaIngestion) -> dict[str, Any]:
     # Not a controller: the ConfigMap has several owners, and goes when the last is deleted.
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": KIND,
-        "name": ingestion.name,
-        "uid": str(ingestion.metadata["uid"]),
-    }
+    owner = owner_reference(ingestion)
+    return {k: owner[k] for k in ("apiVersion", "kind", "name", "uid")}
 
 
 def _config_map_owner(config_map_uid: str, name: str) -> dict[str, Any]:
