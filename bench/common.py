@@ -7,6 +7,7 @@ The benchmarks run on the local stack (devstack), like the tests, and print thei
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -371,6 +372,15 @@ def percentile(values: list[float], q: float) -> float:
         return float("nan")
     k = max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))
     return ordered[k]
+
+
+def conclude(ok: bool, held: str, work: Path, given: Path | None) -> int:
+    """Print the run's RESULT line (``held`` when ``ok``), remove the work folder of a run that
+    held unless it was given (``--work``), and return the exit code."""
+    print("RESULT:", held if ok else "FAILED")
+    if given is None and ok:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if ok else 1
 
 
 def work_dir(given: Path | None, prefix: str) -> Path:

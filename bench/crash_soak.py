@@ -12,10 +12,9 @@ dead-letter commit, and the recovery time of each restart. Same harness as the C
 from __future__ import annotations
 
 import argparse
-import shutil
 from pathlib import Path
 
-from common import broker, create_topic, work_dir
+from common import broker, conclude, create_topic, work_dir
 from crash_kit import crash_soak
 
 
@@ -66,10 +65,7 @@ def main() -> int:
         and result.aborted > 0
         and result.aborted_landed == 0
     )
-    print("RESULT:", "exactly once held" if ok else "FAILED")
-    if args.work is None and ok:
-        shutil.rmtree(work, ignore_errors=True)
-    return 0 if ok else 1
+    return conclude(ok, "exactly once held", work, args.work)
 
 
 if __name__ == "__main__":

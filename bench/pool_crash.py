@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import argparse
 import random
-import shutil
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from common import broker, create_topic, work_dir
+from common import broker, conclude, create_topic, work_dir
 from crash_kit import (
     BackgroundProducer,
     ProcessGroup,
@@ -149,10 +148,7 @@ def main() -> int:
         f"committed again within {worst:.0f}s of each kill (target {RECOMMIT_TARGET_SECONDS:.0f}s)"
     )
     ok &= worst <= RECOMMIT_TARGET_SECONDS
-    print("RESULT:", "exactly once held" if ok else "FAILED")
-    if args.work is None and ok:
-        shutil.rmtree(work, ignore_errors=True)
-    return 0 if ok else 1
+    return conclude(ok, "exactly once held", work, args.work)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 import threading
 import time
@@ -21,6 +20,7 @@ import yaml
 from common import (
     Lake,
     broker,
+    conclude,
     create_topic,
     lake,
     percentile,
@@ -156,10 +156,7 @@ def main() -> int:
     print(f"\n== pool fairness: backlog of {args.backlog:,} landed in {landed}; exit {exit_code}")
     for name, table in trickles.items():
         ok &= _report_trickle(name, table)
-    print("RESULT:", "the trickles kept their target" if ok else "FAILED")
-    if args.work is None and ok:
-        shutil.rmtree(work, ignore_errors=True)
-    return 0 if ok else 1
+    return conclude(ok, "the trickles kept their target", work, args.work)
 
 
 if __name__ == "__main__":

@@ -249,13 +249,7 @@ class Reconciler:
             plan = self._plan(ingestion, pod, changed)
         status, reading = self._scale(body, ingestion, self._status(ingestion, plan), pod)
         status, recheck_in = self._progress(ingestion, status, pod, reading)
-        document = status.model_dump(by_alias=True, mode="json", exclude_none=True)
-        # Measured figures that became unknown must go, not linger as if current: a null
-        # deletes a field in a merge patch.
-        for key in ("driver", "lag", "executors", "autoscaler"):
-            document[key] = getattr(status, key).model_dump(by_alias=True, mode="json")
-        if strip_nones(document) != (body.get("status") or {}):
-            self.kube.patch_status(namespace, name, document)
+        self._write_status(body, status)
         waits = [w for w in (plan.requeue_after, recheck_in) if w is not None]
         return min(waits) if waits else None
 
@@ -335,14 +329,14 @@ class Reconciler:
                 f"leaving its pool before a driver of its own starts: {why}",
             )  # fmt: skip
         self._write_pooled_status(
-            ingestion, previous, placement, verdict=verdict, report=report, reported_at=reported_at
+            body, ingestion, placement, verdict=verdict, report=report, reported_at=reported_at
         )
         return requeue
 
     def _write_pooled_status(
         self,
+        body: dict[str, Any],
         ingestion: DeltaIngestion,
-        previous: DeltaIngestionStatus,
         placement: PlacementStatus | None,
         *,
         verdict: MemberVerdict,
@@ -351,6 +345,7 @@ class Reconciler:
     ) -> None:
         now = datetime.now(UTC)
         generation = ingestion.metadata.get("generation")
+        previous = ingestion.status or DeltaIngestionStatus()
         conditions = previous.conditions
         for type_, value, reason, message in (
             (ConditionType.READY, verdict.ready, verdict.reason, verdict.message),
@@ -400,16 +395,18 @@ class Reconciler:
                 "dead_letter_table_path": ids.dead_letter_table_path,
             }
         )
+        self._write_status(body, status)
+
+    def _write_status(self, body: dict[str, Any], status: DeltaIngestionStatus) -> None:
+        """Patch the status when it differs from the stored one."""
         document = status.model_dump(by_alias=True, mode="json", exclude_none=True)
+        # Measured figures that became unknown must go, not linger as if current: a null
+        # deletes a field in a merge patch.
         for key in ("driver", "lag", "executors", "autoscaler", "cost"):
             document[key] = getattr(status, key).model_dump(by_alias=True, mode="json")
-        body_status = (
-            ingestion.status.model_dump(by_alias=True, mode="json", exclude_none=True)
-            if ingestion.status
-            else {}
-        )
-        if strip_nones(document) != strip_nones(body_status):
-            self.kube.patch_status(ingestion.namespace, ingestion.name, document)
+        if strip_nones(document) != (body.get("status") or {}):
+            meta = body["metadata"]
+            self.kube.patch_status(meta["namespace"], meta["name"], document)
 
     def _observe(self, body: dict[str, Any], watched_pod: Pod | None) -> Seen | None:
         """Everything this round decides on, read once (None: nothing to reconcile)."""
