@@ -220,6 +220,31 @@ class Phase:
     rate: float
 
 
+def order_producer(bootstrap: str) -> Any:
+    """A Kafka producer with room for a burst's records."""
+    from confluent_kafka import Producer
+
+    return Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 20, "queue.buffering.max.messages": 1_000_000}
+    )
+
+
+def produce_order(producer: Any, topic: str, i: int, rng: random.Random) -> None:
+    """Hand JSON order ``i`` (as devstack.demo.produce_orders writes them) to ``producer``."""
+    order = {
+        "id": i,
+        "amount": round(rng.uniform(1, 500), 2),
+        "ts": "2026-11-22T12:00:00Z",
+        "country": rng.choice(COUNTRIES),
+    }
+    while True:
+        try:
+            producer.produce(topic, key=str(i).encode(), value=json.dumps(order).encode())
+            return
+        except BufferError:  # the client's queue is full: let it send
+            producer.poll(0.05)
+
+
 class PacedProducer(threading.Thread):
     """Produces JSON orders (as devstack.demo.produce_orders does) at the current phase's rate,
     paced per 100 ms tick: before :meth:`begin_trace` at the warm-up rate, then phase by phase;
@@ -285,15 +310,7 @@ class PacedProducer(threading.Thread):
             self.error = e
 
     def _loop(self) -> None:
-        from confluent_kafka import Producer
-
-        producer = Producer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "linger.ms": 20,
-                "queue.buffering.max.messages": 1_000_000,
-            }
-        )
+        producer = order_producer(self.bootstrap)
         rng = random.Random(self.topic)
         due, last = 0.0, time.monotonic()
         while not self.halt.is_set():
@@ -304,21 +321,7 @@ class PacedProducer(threading.Thread):
             phase = self._phase(now - TICK_SECONDS / 2, start)
             count = int(due) - self.produced
             for _ in range(count):
-                i = self.produced
-                order = {
-                    "id": i,
-                    "amount": round(rng.uniform(1, 500), 2),
-                    "ts": "2026-11-22T12:00:00Z",
-                    "country": rng.choice(COUNTRIES),
-                }
-                while True:
-                    try:
-                        producer.produce(
-                            self.topic, key=str(i).encode(), value=json.dumps(order).encode()
-                        )
-                        break
-                    except BufferError:  # the client's queue is full: let it send
-                        producer.poll(0.05)
+                produce_order(producer, self.topic, self.produced, rng)
                 self.produced += 1
             if phase is None:
                 self.warmup_produced += count if start is None or now < start else 0

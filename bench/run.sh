@@ -24,9 +24,15 @@
 #   bash bench/run.sh control-plane [--counts 1,10,50] [--steady-seconds 60]
 #                                (the operator with 1/10/50 resources on the local cluster:
 #                                 latency, CPU, memory, API requests; root, ~10 min)
+#   bash bench/run.sh pool-rate  [--trickles 3] [--busy-rate 5000] [--minutes-busy 6] [--minutes-after 24]
+#                                (one auto member 10 -> 5,000 -> 10 records/s moves out of its
+#                                 pool and back; root, the node to itself, ~40 min)
+#   bash bench/run.sh pool-fleet [--trickles 40] [--idle 20] [--large-rate 5000] [--minutes 30]
+#                                (61 streams on the node: pools' cost per member, freshness,
+#                                 exactly once; root, the node to itself, ~55 min)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-what=${1:?usage: bash bench/run.sh throughput|freshness|trickle|crash|pool-crash|pool-fairness|start|json-check|plan-cost|commit-cost|autoscale|autoscale-node|control-plane [args...]}
+what=${1:?usage: bash bench/run.sh throughput|freshness|trickle|crash|pool-crash|pool-fairness|start|json-check|plan-cost|commit-cost|autoscale|autoscale-node|control-plane|pool-rate|pool-fleet [args...]}
 shift
 case "$what" in
   throughput | freshness | trickle) script="bench/$what.py" ;;
@@ -40,9 +46,12 @@ case "$what" in
   autoscale) script="bench/autoscale.py" ;;
   autoscale-node) script="bench/autoscale_node.py" ;;
   control-plane) script="bench/control_plane.py" ;;
+  pool-rate | pool-fleet) script="bench/pool_node.py" ;;
   *) echo "unknown benchmark: $what" >&2; exit 2 ;;
 esac
-if [ "$what" = autoscale-node ] || [ "$what" = control-plane ]; then
+node=false
+case "$what" in autoscale-node | control-plane | pool-rate | pool-fleet) node=true ;; esac
+if $node; then
   # The whole local stack, as scripts/demo.sh installs it: the node needs root, and the image its
   # pods run is built from the Dockerfile here.
   [ "$(id -u)" = 0 ] || { echo "$what runs a Kubernetes node: run it as root" >&2; exit 2; }
@@ -53,7 +62,7 @@ else
   bash stack/install/python.sh >/dev/null
 fi
 case "$what" in
-  autoscale | autoscale-node | control-plane) ;; # the model needs only the operator's package; all.sh did the rest
+  autoscale | autoscale-node | control-plane | pool-rate | pool-fleet) ;; # the model needs only the operator's package; all.sh did the rest
   *)
     bash stack/install/spark-jars.sh >/dev/null
     bash stack/install/jvm-archive.sh >/dev/null
@@ -70,9 +79,11 @@ cleanup() {
 }
 trap cleanup EXIT
 status=0
+args=("$@")
+case "$what" in pool-rate | pool-fleet) args=("${what#pool-}" "$@") ;; esac
 DELTAFLOW_PIDFILE="$pidfile" PYTHONPATH=stack:bench:tests/integration/runtime:tests \
-  .venv/bin/python "$script" "$@" || status=$?
-if { [ "$what" = autoscale-node ] || [ "$what" = control-plane ]; } && [ "$status" != 2 ]; then # 2: refused, the node was busy
+  .venv/bin/python "$script" "${args[@]}" || status=$?
+if $node && [ "$status" != 2 ]; then # 2: refused, the node was busy
   # The node must leave no mount, namespace, interface, rule or shim behind (as after the demo).
   PYTHONPATH=stack .venv/bin/python -m devstack.leftovers || status=1
 fi

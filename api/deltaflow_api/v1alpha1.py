@@ -999,6 +999,51 @@ def _pooled(check: Callable[[Mapping[str, Any]], bool]) -> Callable[[Mapping[str
     return lambda v: v.get("placement") != "pooled" or check(v)
 
 
+# What a pool cannot run (spec.placement: pooled is refused with these; auto keeps such a stream
+# on a driver of its own and says why: pool_refusals).
+POOLED_RULES = (
+    Rule(
+        cel=_pooled_cel(
+            "!has(self.sparkConf) || self.sparkConf.all(k, ("
+            + " || ".join(f"k.startsWith('{p}')" for p in POOL_MEMBER_CONF_PREFIXES)
+            + ") && "
+            + " && ".join(f"!k.startsWith('{p}')" for p in POOL_STATIC_CONF)
+            + ")"
+        ),
+        message="a pooled stream's sparkConf may hold session settings only (spark.sql.*, "
+        "spark.databricks.delta.*, but not the ones Spark fixes at the JVM's start such as "
+        "spark.sql.extensions or spark.sql.catalog.*): it shares its pool's JVM and "
+        "SparkContext; remove the key or set placement: dedicated",
+        check=_pooled(
+            lambda v: all(pool_member_conf_key(str(k)) for k in v.get("sparkConf") or {})
+        ),
+        field_path=".sparkConf",
+    ),
+    Rule(
+        cel=_pooled_cel("!has(self.source.auth)"),
+        message="a pooled stream reads Kafka without credentials of its own (pools do not "
+        "carry per-stream Kafka credentials yet): remove source.auth or set placement: "
+        "dedicated",
+        check=_pooled(lambda v: not (v.get("source") or {}).get("auth")),
+        field_path=".source.auth",
+    ),
+    Rule(
+        cel=_pooled_cel("!has(self.volumes) || size(self.volumes) == 0"),
+        message="a pooled stream mounts no volumes (its pool's pod mounts none of its "
+        "members'): use an object store (spec.sink.storage) or set placement: dedicated",
+        check=_pooled(lambda v: not v.get("volumes")),
+        field_path=".volumes",
+    ),
+)
+
+
+def pool_refusals(spec: Mapping[str, Any]) -> list[str]:
+    """Why a stream with this spec (the CRD's field names) cannot run in a pool, each naming the
+    field and the fix; empty when it can."""
+    pooled = {**spec, "placement": "pooled"}
+    return [f"spec{r.field_path}: {r.message}" for r in POOLED_RULES if not r.check(pooled)]
+
+
 _OWNED_CONF_KEYS = (
     "spark.master",
     "spark.sql.streaming.kafka.useDeprecatedOffsetFetching",
@@ -1037,14 +1082,17 @@ class DeltaIngestionSpec(ApiModel):
     ] = []
     service_account: ServiceAccountOptions = ServiceAccountOptions()
     placement: Annotated[
-        Literal["dedicated", "pooled"],
+        Literal["dedicated", "pooled", "auto"],
         Field(
             description="Where the stream runs: dedicated (a driver pod of its own, Spark in "
-            "local mode or on executor pods as spec.scaling says) or pooled (a member of a "
+            "local mode or on executor pods as spec.scaling says), pooled (a member of a "
             "shared pool driver of its namespace and object store, with the other small streams: "
             "one JVM for many; its own checkpoint, dead letters, status and metrics; "
-            "spec.scaling, spec.driver and spec.executor do not apply there). A change moves "
-            "the stream: stopped in one place after its batch, then started in the other.",
+            "spec.scaling, spec.driver and spec.executor do not apply there) or auto (starts in "
+            "a pool and moves by its measured task time: to a driver of its own after 2 min "
+            "busier than a pool member may be or behind its freshness target, back after 15 "
+            "min quiet; a spec a pool cannot run stays dedicated, status.placement says why). "
+            "A move stops the stream in one place after its batch, then starts it in the other.",
         ),
     ] = "dedicated"
     spark_conf: Annotated[
@@ -1140,38 +1188,7 @@ class DeltaIngestionSpec(ApiModel):
             check=_checkpoint_apart,
             field_path=".sink.checkpointPath",
         ),
-        Rule(
-            cel=_pooled_cel(
-                "!has(self.sparkConf) || self.sparkConf.all(k, ("
-                + " || ".join(f"k.startsWith('{p}')" for p in POOL_MEMBER_CONF_PREFIXES)
-                + ") && "
-                + " && ".join(f"!k.startsWith('{p}')" for p in POOL_STATIC_CONF)
-                + ")"
-            ),
-            message="a pooled stream's sparkConf may hold session settings only (spark.sql.*, "
-            "spark.databricks.delta.*, but not the ones Spark fixes at the JVM's start such as "
-            "spark.sql.extensions or spark.sql.catalog.*): it shares its pool's JVM and "
-            "SparkContext; remove the key or set placement: dedicated",
-            check=_pooled(
-                lambda v: all(pool_member_conf_key(str(k)) for k in v.get("sparkConf") or {})
-            ),
-            field_path=".sparkConf",
-        ),
-        Rule(
-            cel=_pooled_cel("!has(self.source.auth)"),
-            message="a pooled stream reads Kafka without credentials of its own (pools do not "
-            "carry per-stream Kafka credentials yet): remove source.auth or set placement: "
-            "dedicated",
-            check=_pooled(lambda v: not (v.get("source") or {}).get("auth")),
-            field_path=".source.auth",
-        ),
-        Rule(
-            cel=_pooled_cel("!has(self.volumes) || size(self.volumes) == 0"),
-            message="a pooled stream mounts no volumes (its pool's pod mounts none of its "
-            "members'): use an object store (spec.sink.storage) or set placement: dedicated",
-            check=_pooled(lambda v: not v.get("volumes")),
-            field_path=".volumes",
-        ),
+        *POOLED_RULES,
         Rule(
             cel="!has(self.sink.partitionBy) || !has(self.maintenance) || "
             "!has(self.maintenance.optimize) || !has(self.maintenance.optimize.zOrderBy) || "
@@ -1387,6 +1404,16 @@ class PlacementStatus(StatusModel):
     since: datetime | None = None
     reason: str = ""
     message: str = ""
+    wanted: Literal["pooled", "dedicated"] | None = Field(
+        default=None,
+        description="Where spec.placement auto wants the stream (it moves there after its "
+        "batch; the pool keeper drops a member wanted on a driver of its own).",
+    )
+    pending_since: datetime | None = Field(
+        default=None,
+        description="Since when the measured load has asked for the other place (auto): the "
+        "move comes once it has asked for long enough.",
+    )
 
 
 class DeltaIngestionStatus(StatusModel):

@@ -38,7 +38,7 @@ from deltaflow_operator.builders import pool as builders
 from deltaflow_operator.builders.common import MANAGED_BY
 from deltaflow_operator.builders.driver import pipeline_document
 from deltaflow_operator.decisions.ownership import read_claim
-from deltaflow_operator.decisions.pools import Member, PoolLimits, pack
+from deltaflow_operator.decisions.pools import Member, PoolLimits, pack, wants_pool
 from deltaflow_operator.kube import Kube
 from deltaflow_operator.settings import Settings
 
@@ -242,8 +242,8 @@ class PoolKeeper:
                 log.exception("pool %s: could not bring it in line", pool_key)
 
     def _members(self, bodies: list[dict[str, Any]]) -> dict[str, DeltaIngestion]:
-        """The pooled streams this release serves whose own driver is gone (their status says
-        so), not suspended, by key."""
+        """The streams this release serves that should run in a pool (spec.placement pooled, or
+        auto deciding so) and whose own driver is gone (their status says so), by key."""
         found: dict[str, DeltaIngestion] = {}
         for body in bodies:
             if body["metadata"].get("deletionTimestamp"):
@@ -257,8 +257,7 @@ class PoolKeeper:
                 continue  # its reconcile reports it
             placement = ingestion.status.placement if ingestion.status else None
             if (
-                ingestion.spec.placement == "pooled"
-                and not ingestion.spec.suspend
+                wants_pool(ingestion.spec, placement)
                 and placement is not None
                 and placement.mode == "pooled"
             ):

@@ -53,20 +53,27 @@ from deltaflow_operator.decisions.driver import (
     Observed,
     decide_driver,
 )
-from deltaflow_operator.decisions.freshness import freshness_verdict, trigger_seconds
+from deltaflow_operator.decisions.freshness import behind, freshness_verdict, trigger_seconds
 from deltaflow_operator.decisions.ownership import (
     Ownership,
     Sighting,
     decide_ownership,
     read_claim,
 )
-from deltaflow_operator.decisions.placement import driver_mode, moved, place
+from deltaflow_operator.decisions.placement import (
+    AUTO_PLACEMENT,
+    LEFT_POOL,
+    driver_mode,
+    moved,
+    place,
+)
 from deltaflow_operator.decisions.pod import Pod
 from deltaflow_operator.decisions.pooled import (
     POOL_REPORT_STALE_SECONDS,
     MemberVerdict,
     member_verdict,
 )
+from deltaflow_operator.decisions.pools import auto_placement, wants_pool
 from deltaflow_operator.decisions.progress import stream_progress
 from deltaflow_operator.kube import Kube
 from deltaflow_operator.pool_keeper import PoolKeeper
@@ -84,7 +91,6 @@ FINALIZE_WAIT_SECONDS = 60.0
 # phase change (one request per stream per minute, as for a driver of its own).
 POOL_WAIT_SECONDS = 2.0
 POOLED_BY_SPEC = "SpecPlacement"
-LEFT_POOL = "LeftPool"
 # The pod watch has not delivered this resource's driver pod (yet): read it from the API.
 UNSEEN = Pod(name="", namespace="", uid="unseen")
 
@@ -229,7 +235,7 @@ class Reconciler:
         body, ingestion, changed, pod = seen.body, seen.ingestion, seen.changed, seen.driver_pod
         self._apply_children(body, ingestion, seen.first_time, changed)
         placement = (ingestion.status or DeltaIngestionStatus()).placement
-        if (ingestion.spec.placement == "pooled" and not ingestion.spec.suspend) or (
+        if wants_pool(ingestion.spec, placement) or (
             placement is not None and placement.mode == "pooled"
         ):
             return self._pooled(body, ingestion, pod)
@@ -265,7 +271,7 @@ class Reconciler:
         report: MemberReport | None = None
         reported_at: float | None = None
         requeue = POOL_WAIT_SECONDS
-        if ingestion.spec.placement == "pooled" and not ingestion.spec.suspend:
+        if wants_pool(ingestion.spec, placement):
             if pod is None and (placement is None or placement.mode != "pooled"):
                 # Joining: the API server, not the pod watch (which may lag a pod just
                 # created), says its driver is gone.
@@ -276,19 +282,15 @@ class Reconciler:
                     metrics.DRIVER_ACTIONS.labels("delete", "pooled").inc()
                 verdict = MemberVerdict(
                     False, False, Reason.LEAVING_DRIVER,
-                    "spec.placement is pooled: its driver stops after its in-flight batch, "
-                    "then it joins a pool",
+                    f"spec.placement is {ingestion.spec.placement}: its driver stops after its "
+                    "in-flight batch, then it joins a pool",
                 )  # fmt: skip
             else:
                 if placement is None or placement.mode != "pooled":
-                    placement = PlacementStatus(
-                        mode="pooled", since=now, reason=POOLED_BY_SPEC,
-                        message="spec.placement is pooled: it runs in a pool driver with the "
-                        "other small streams of its namespace and object store",
-                    )  # fmt: skip
+                    placement = _joined(ingestion, placement, now)
                     self.kube.post_event(
                         body, "Normal", EventReason.MOVED_TO_POOL,
-                        "its driver is gone: it joins a pool (spec.placement: pooled)",
+                        f"its driver is gone: it joins a pool ({placement.message})",
                     )  # fmt: skip
                     log.info("%s/%s: joins a pool", ns, name)
                 view = self.pools.view(ns, name)
@@ -306,12 +308,7 @@ class Reconciler:
         else:
             why = self.pools.released(ns, name)
             if why is None:
-                said = (
-                    "suspended: no pool runs it any more (it joins one again when resumed)"
-                    if ingestion.spec.placement == "pooled"
-                    else "no pool runs it any more: it gets a driver of its own"
-                    + (" once resumed" if ingestion.spec.suspend else "")
-                )
+                said = _left_pool(ingestion, placement)
                 self.kube.post_event(body, "Normal", EventReason.MOVED_TO_DRIVER, said)
                 log.info("%s/%s: left its pool", ns, name)
                 # Out of the pool in its status first: the keeper never pools a stream whose
@@ -319,6 +316,9 @@ class Reconciler:
                 left = PlacementStatus(
                     mode=driver_mode(ingestion.spec, None), since=now, reason=LEFT_POOL,
                     message=said,
+                    # Where auto wants it stays decided (a suspended member rejoins on resume).
+                    wanted=None if placement is None else placement.wanted,
+                    pending_since=None if placement is None else placement.pending_since,
                 )  # fmt: skip
                 self.kube.patch_status(
                     ns, name, {"placement": left.model_dump(by_alias=True, mode="json")}
@@ -373,6 +373,12 @@ class Reconciler:
             conditions, ConditionType.FRESHNESS, fresh.holds, fresh.reason, fresh.message,
             generation, now,
         )  # fmt: skip
+        if placement is not None and placement.mode == "pooled":
+            placement = auto_placement(
+                ingestion.spec, placement,
+                None if report is None or not reporting else report.busy_cores,
+                behind(fresh), now,
+            )  # fmt: skip
         lag = LagStatus()
         if report is not None and report.lag_records is not None and report.lag_at is not None:
             lag = LagStatus(
@@ -517,8 +523,12 @@ class Reconciler:
                     None if report is None else report.cost, reporting=reporting, now=now
                 ),
                 "autoscaler": outcome.autoscaler,
-                "placement": self._place(
-                    body, ingestion, outcome, status.driver.consecutive_failures
+                "placement": auto_placement(
+                    ingestion.spec,
+                    self._place(body, ingestion, outcome, status.driver.consecutive_failures),
+                    None if report is None or not reporting else report.busy_cores,
+                    behind(fresh),
+                    datetime.now(UTC),
                 ),
             }
         )
@@ -762,6 +772,42 @@ class Reconciler:
         self._told.pop(key, None)
         metrics.STANDING_BACK.set(len(self._sightings))
         metrics.forget_resource(namespace, name)
+
+
+def _left_pool(ingestion: DeltaIngestion, placement: PlacementStatus | None) -> str:
+    """What a stream that left its pool is told (its Event and status.placement)."""
+    spec = ingestion.spec
+    if spec.suspend:
+        rejoins = wants_pool(spec.model_copy(update={"suspend": False}), placement)
+        return "suspended: no pool runs it any more " + (
+            "(it joins one again when resumed)"
+            if rejoins
+            else "(it gets a driver of its own once resumed)"
+        )
+    decided = placement is not None and placement.reason == AUTO_PLACEMENT
+    return "no pool runs it any more: it gets a driver of its own" + (
+        f" ({placement.message})" if placement is not None and decided else ""
+    )
+
+
+def _joined(
+    ingestion: DeltaIngestion, placement: PlacementStatus | None, now: datetime
+) -> PlacementStatus:
+    """status.placement of a stream whose driver is gone as it joins a pool."""
+    if ingestion.spec.placement == "auto":
+        decided = placement is not None and placement.reason == AUTO_PLACEMENT
+        return PlacementStatus(
+            mode="pooled", since=now, reason=AUTO_PLACEMENT,
+            message=placement.message if placement is not None and decided
+            else "spec.placement is auto: a new stream starts in a pool until its load is measured",
+            wanted="pooled",
+            pending_since=None,
+        )  # fmt: skip
+    return PlacementStatus(
+        mode="pooled", since=now, reason=POOLED_BY_SPEC,
+        message="spec.placement is pooled: it runs in a pool driver with the other small "
+        "streams of its namespace and object store",
+    )  # fmt: skip
 
 
 def _short(error: Exception) -> str:

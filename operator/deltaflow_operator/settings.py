@@ -38,6 +38,7 @@ class Settings:
     # (Spark local[N]) and heap, and the chart's ClusterRole each pool's RoleBinding grants.
     pool_members: int = 20
     pool_cores: int = 1
+    pool_core_request: str | None = None  # the pod's CPU request when not pool_cores
     pool_memory: str = "2g"
     pool_cluster_role: str = "deltaflow-operator-pool"
 
@@ -88,6 +89,7 @@ class Settings:
             ),
             pool_members=int(e.get("DELTAFLOW_POOL_MEMBERS", d.pool_members)),
             pool_cores=int(e.get("DELTAFLOW_POOL_CORES", d.pool_cores)),
+            pool_core_request=e.get("DELTAFLOW_POOL_CORE_REQUEST") or d.pool_core_request,
             pool_memory=e.get("DELTAFLOW_POOL_MEMORY", d.pool_memory),
             pool_cluster_role=e.get("DELTAFLOW_POOL_CLUSTER_ROLE", d.pool_cluster_role),
         )

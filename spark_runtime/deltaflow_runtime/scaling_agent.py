@@ -28,6 +28,7 @@ from deltaflow_runtime.capacity import (
 )
 from deltaflow_runtime.checkpoint import TopicOffsets
 from deltaflow_runtime.config import ConfigError, load_ingestion
+from deltaflow_runtime.cost import LoadMeter
 from deltaflow_runtime.executors import Executors, ExecutorTotals
 
 log = logging.getLogger("deltaflow.scaling")
@@ -117,6 +118,9 @@ class ScalingAgent:
         self.bounds = bounds
         self._refused: int | None = None  # the last count asked for outside the bounds
         self.meter = CapacityMeter()
+        # Cores its tasks keep busy: what the operator compares with a pool member's share to
+        # place a stream with spec.placement auto (the same measure as a pool's PoolTaskTime).
+        self.load = LoadMeter()
         self.start_clock = ExecutorStartClock(asked_at=control.started_at())
         self._lock = threading.Lock()
         self._last_totals: ExecutorTotals | None = None
@@ -189,14 +193,15 @@ class ScalingAgent:
                     f", released idle {', '.join(released)}" if released else "",
                 )
         totals = self.control.totals()
+        now = time.time()
+        self.load.sample(now, totals.busy_core_seconds)
         self.start_clock.observe(
-            time.time(), self.control.target, len(totals.registered), totals.newest_added_at
+            now, self.control.target, len(totals.registered), totals.newest_added_at
         )
         with self._lock:
             capacity = self.meter.capacity()
             batch, batch_at = self._last_batch, self._last_batch_at
             kafka = self._kafka
-        now = time.time()
         report = driver_report(
             at=now,
             query_id=self.query_id,
@@ -211,12 +216,14 @@ class ScalingAgent:
             kafka=kafka,
             freshness=None if self.freshness is None else self.freshness(now),
             cost=None if self.cost is None else self.cost(now),
+            busy_cores=self.load.cores(),
         )
         # Publish on change, else as a heartbeat: the operator treats a report older than 30 s
         # as a driver that stopped reporting. Keeps the API server's load per stream low: a
         # Kafka poll that saw nothing move is not a change.
-        # The cost moves with every sample: it rides on the other changes and the heartbeat.
-        content = {k: v for k, v in report.items() if k not in ("at", "cost")}
+        # The cost and load move with every sample: they ride on the other changes and the
+        # heartbeat.
+        content = {k: v for k, v in report.items() if k not in ("at", "cost", "busyCores")}
         if kafka is not None:
             content["kafka"] = {k: v for k, v in kafka.items() if k != "at"}
         if content != self._published or time.monotonic() - self._published_at >= HEARTBEAT_SECONDS:
@@ -249,6 +256,7 @@ def driver_report(
     kafka: dict[str, Any] | None,
     freshness: dict[str, Any] | None = None,
     cost: dict[str, Any] | None = None,
+    busy_cores: float | None = None,
 ) -> dict[str, Any]:
     """The report the driver publishes on its pod (the operator's autoscaler and Ready read
     it; deltaflow_operator.autoscaler.observe parses it)."""
@@ -279,6 +287,8 @@ def driver_report(
         report["freshness"] = freshness
     if cost is not None:
         report["cost"] = cost
+    if busy_cores is not None:
+        report["busyCores"] = round(busy_cores, 4)
     return report
 
 

@@ -168,7 +168,7 @@ _FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
         ["orders", "a" * MAX_NAME_LENGTH, "a" * (MAX_NAME_LENGTH + 1), "1abc", "a-b", "x9"]
     ),
     "spec.suspend": st.sampled_from([True, False]),
-    "spec.placement": st.sampled_from(["dedicated", "pooled", "shared", None]),
+    "spec.placement": st.sampled_from(["dedicated", "pooled", "auto", "shared", None]),
     "spec.source.bootstrapServers": st.sampled_from(
         ["k:9092", "k", "k:123456", "a:1,b:2", "a:1,", "a.b-c:80"]
     ),

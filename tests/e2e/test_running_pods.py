@@ -438,6 +438,10 @@ def _check_cost_status(stream: Stream) -> None:
     # One executor (at least) the whole window: 3,600 executor-seconds an hour, a few percent off
     # for the sampling; three at most.
     assert 3000 <= cost["executorSecondsPerHour"] <= 3 * 3600 + 300, cost
+    # The cores its tasks keep busy, what spec.placement auto places it by: measured, and of a
+    # stream this size a small share of its one executor.
+    busy = wait_for("the driver's busy cores", lambda: stream.report().get("busyCores"), timeout=60)
+    assert 0 < busy < 1, busy
     assert 100 * 2**20 <= cost["executorMemoryBytes"] <= 3 * 4 * 2**30, cost
     assert 100 * 2**20 <= cost["driverMemoryBytes"] <= 4 * 2**30, cost
 
@@ -1199,9 +1203,10 @@ def _member_events(log: Path, event: str) -> list[float]:
     return times
 
 
-def _pooled_stream(stream: Stream, name: str) -> Stream:
+def _pooled_stream(stream: Stream, name: str, placement: str = "pooled") -> Stream:
     """A second stream beside ``stream``, in the same namespace and object store, placed in a
-    pool from its start (it never has a driver of its own)."""
+    pool from its start (it never has a driver of its own): spec.placement pooled, or auto
+    (a new stream starts in a pool until its load is measured)."""
     topic = f"{name}-e2e"
     create_topic(stream.kafka, topic, PARTITIONS)
     assert stream.kafka.pod_bootstrap_servers is not None
@@ -1214,7 +1219,7 @@ def _pooled_stream(stream: Stream, name: str) -> Stream:
         storage=stream.store.storage_spec(),
         lake=LAKE,
     )
-    manifest["spec"]["placement"] = "pooled"
+    manifest["spec"]["placement"] = placement
     stream.kube.kubectl("apply", "-f", "-", stdin=json.dumps(manifest))
     return Stream(
         stream.kube,
@@ -1302,12 +1307,13 @@ def _suspended_and_resumed(member: Stream, other: Stream) -> None:
 def test_pooled_streams_share_a_pool_pod_each_failing_alone_and_moving_back_exactly_once(
     stream: Stream, tmp_path: Path
 ) -> None:
-    """Two streams with spec.placement: pooled share one pool pod: ``orders`` after its own
-    driver stopped (after its batch), ``clicks`` from its start. An error in one's batch puts a
-    condition naming the pool on it within 30 s while the other keeps committing; it resumes
-    by itself once the cause is gone. One suspended leaves the pool, the other running on;
-    resumed, it joins again. Back on placement: dedicated, ``orders`` gets a driver of
-    its own once the pool has stopped it, the pool running on for ``clicks``; the pool goes with
+    """Two streams share one pool pod: ``orders`` (spec.placement pooled) after its own driver
+    stopped (after its batch), ``clicks`` (auto: a new stream starts in a pool) from its start.
+    An error in one's batch puts a condition naming the pool on it within 30 s while the other
+    keeps committing; it resumes by itself once the cause is gone. One suspended leaves the
+    pool, the other running on; resumed, it joins again (auto remembers where it wants it).
+    Back on placement: dedicated, ``orders`` gets a driver of its own once the pool has stopped
+    it, the pool running on for ``clicks``; the pool goes with
     its last member. Never two writers: orders starts in the pool after its driver is gone, its
     new driver after the pool logged it stopped. Every record exactly once in both.
     kubectl get shows where each runs; Events say each move."""
@@ -1315,13 +1321,18 @@ def test_pooled_streams_share_a_pool_pod_each_failing_alone_and_moving_back_exac
     moves = {r: len(stream.events(r)) for r in ("MovedToPool", "MovedToDriver")}
     watch = PodWatch(stream.kube, NS, "app.kubernetes.io/component in (driver,pool)")
     follow: subprocess.Popen[bytes] | None = None
-    clicks = _pooled_stream(stream, "clicks")
+    clicks = _pooled_stream(stream, "clicks", placement="auto")
     try:
         stream.patch({"placement": "pooled"})
         placement = wait_for("orders in a pool pod", lambda: _in_a_pool(stream), 300, 1)
         clicks_placement = wait_for("clicks in a pool pod", lambda: _in_a_pool(clicks), 120, 1)
-        assert placement["mode"] == clicks_placement["mode"] == "pooled", placement
-        assert placement["pool"] == clicks_placement["pool"]  # one pool for the two
+        # One pool for the two; clicks there by auto's decision.
+        assert (placement["mode"], clicks_placement["mode"], clicks_placement["pool"]) == (
+            "pooled", "pooled", placement["pool"]
+        ), (placement, clicks_placement)  # fmt: skip
+        assert (clicks_placement["reason"], clicks_placement["wanted"]) == (
+            "AutoPlacement", "pooled"
+        ), clicks_placement  # fmt: skip
         [pool] = stream.running(POOL_PODS)
         assert pool["metadata"]["name"] == placement["pool"]
         # Its log as it comes: the pool is deleted as soon as its last member has left it.

@@ -188,6 +188,20 @@ def test_a_broken_report_is_no_report(text: str | None) -> None:
     assert parse_report(text) is None
 
 
+@pytest.mark.parametrize(
+    ("sent", "read"), [(None, None), (0.42, 0.42), (-3, 0.0), (1e9, 1024.0), ("1", "refused")]
+)
+def test_the_drivers_busy_cores_reach_auto_placement_within_what_a_node_has(
+    sent: object, read: object
+) -> None:
+    report = parse_report(_report(busyCores=sent) if sent is not None else _report())
+    if read == "refused":
+        assert report is None
+    else:
+        assert report is not None
+        assert report.busy_cores == read
+
+
 def _parsed_capacity(**fields: object) -> Capacity:
     cap = {"recordsPerCoreSecond": 900.0, "batchOverheadSeconds": 1.0, "batches": 4, **fields}
     report = parse_report(_report(capacity=cap))

@@ -73,6 +73,13 @@ def test_a_pool_pod_runs_its_members_restricted_with_secrets_by_reference_only()
     assert builders.pod_spec_hash(later, settings) == builders.pod_spec_hash(pool, settings)
     bigger = Settings(pool_memory="4g")
     assert builders.pod_spec_hash(pool, bigger) != builders.pod_spec_hash(pool, settings)
+    assert container["resources"]["requests"]["cpu"] == "1"
+    # pools.coreRequest: a smaller request for the same task threads (trickles idle them).
+    lighter = Settings(pool_core_request="300m")
+    light = builders.pod(pool, lighter, "cm-uid")["spec"]["containers"][0]
+    assert light["resources"]["requests"]["cpu"] == "300m"
+    assert {e["name"]: e.get("value") for e in light["env"]}["DELTAFLOW_SPARK_MASTER"] == "local[1]"
+    assert builders.pod_spec_hash(pool, lighter) != builders.pod_spec_hash(pool, settings)
     policy, account, binding = builders.companions(pool, settings, "cm-uid")
     assert policy["spec"]["ingress"] == [
         {"ports": [{"protocol": "TCP", "port": settings.runtime_metrics_port}]}

@@ -3,8 +3,14 @@ and the packing of pooled streams into pools."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
 import pytest
 
+from deltaflow_api import DeltaIngestion
+from deltaflow_api.v1alpha1 import DeltaIngestionSpec, PlacementStatus
+from deltaflow_operator.decisions.placement import AUTO_PLACEMENT, STARTED_LOCAL, place
 from deltaflow_operator.decisions.pools import (
     LEAVE_AFTER_SECONDS,
     RETURN_AFTER_SECONDS,
@@ -14,9 +20,12 @@ from deltaflow_operator.decisions.pools import (
     Placement,
     PoolLimits,
     Requested,
+    auto_placement,
     choose,
     pack,
+    wants_pool,
 )
+from support.manifests import valid_manifest
 
 POOLED = Placement("pooled", 0.0, "a new stream starts in a pool until it is measured")
 DEDICATED = Placement("dedicated", 0.0, "it used 0.80 cores")
@@ -164,3 +173,110 @@ def test_packing_pooled_streams(
         assert len(inside) <= LIMITS.members
         if len(inside) > 1:  # members that stayed have the tolerance
             assert sum(m.cores or 0.02 for m in inside) <= LIMITS.cores * STAY_TOLERANCE + 1e-9
+
+
+# --- spec.placement auto through status.placement (the reconcile's and the keeper's view) ---
+
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+def _spec(placement: str = "auto", **spec: Any) -> DeltaIngestionSpec:
+    manifest = valid_manifest()
+    manifest["spec"] |= {"placement": placement, **spec}
+    return DeltaIngestion.model_validate(manifest).spec
+
+
+def _rounds(
+    spec: DeltaIngestionSpec,
+    start: PlacementStatus,
+    rounds: list[tuple[float, float | None, bool]],
+) -> list[PlacementStatus]:
+    """Feed (seconds after T0, busy cores, behind) rounds through the status, as the reconcile
+    does: each round's status.placement is the next one's input."""
+    seen, placement = [], start
+    for at, cores, late in rounds:
+        placement = auto_placement(spec, placement, cores, late, T0 + timedelta(seconds=at))
+        seen.append(placement)
+    return seen
+
+
+IN_POOL = PlacementStatus(mode="pooled", since=T0, reason=AUTO_PLACEMENT, message="new",
+                          wanted="pooled")  # fmt: skip
+ON_DRIVER = PlacementStatus(mode="local", since=T0, reason=STARTED_LOCAL, message="local")
+
+
+def test_a_busy_member_is_wanted_on_a_driver_of_its_own_after_the_window_saying_what_it_used() -> (
+    None
+):
+    seen = _rounds(_spec(), IN_POOL, [(0, 0.6, False), (L / 2, 0.6, False), (L, 0.6, False)])
+    assert [p.wanted for p in seen] == ["pooled", "pooled", "dedicated"]
+    assert seen[0].pending_since == T0
+    assert seen[1].pending_since == T0
+    assert seen[2].pending_since is None
+    assert seen[2].reason == AUTO_PLACEMENT
+    assert "0.60 cores" in seen[2].message
+    assert seen[2].mode == "pooled"
+    # The keeper drops it from its pool; the reconcile routes it out.
+    assert not wants_pool(_spec(), seen[2])
+
+
+def test_a_quiet_dedicated_stream_is_wanted_back_in_a_pool_only_after_its_window() -> None:
+    spec = _spec()
+    seen = _rounds(spec, ON_DRIVER, [(0, 0.02, False), (R / 2, 0.02, False), (R, 0.02, False)])
+    assert [p.wanted for p in seen] == ["dedicated", "dedicated", "pooled"]
+    assert [wants_pool(spec, p) for p in seen] == [False, False, True]
+    assert "0.02 cores" in seen[2].message
+
+
+def test_behind_its_target_in_a_pool_it_leaves_and_an_unmeasured_round_moves_no_clock() -> None:
+    seen = _rounds(_spec(), IN_POOL, [(0, 0.05, True), (L / 2, None, True), (L, 0.05, True)])
+    assert [p.wanted for p in seen] == ["pooled", "pooled", "dedicated"]
+    assert "lag" in seen[2].message
+    unmeasured = _rounds(_spec(), IN_POOL, [(0, None, False)])[0]
+    assert unmeasured == IN_POOL.model_copy(update={"wanted": "pooled"})
+
+
+def test_an_unchanged_decision_leaves_the_status_as_it_was() -> None:
+    # The status is patched only when it differs: a steady stream writes nothing.
+    first = _rounds(_spec(), IN_POOL, [(0, 0.01, False)])[0]
+    assert _rounds(_spec(), first, [(60, 0.01, False)])[0] == first
+
+
+@pytest.mark.parametrize(
+    ("case", "spec", "placement", "pooled"),
+    [
+        ("a new auto stream starts in a pool", {}, None, True),
+        ("dedicated never", {"placement": "dedicated"}, IN_POOL, False),
+        ("pooled always", {"placement": "pooled"}, ON_DRIVER, True),
+        ("suspended: out of its pool", {"suspend": True}, IN_POOL, False),
+        ("auto where the decision wants it", {}, ON_DRIVER, False),
+        ("auto, a spec a pool cannot run", {"volumes": [{"name": "data", "mountPath": "/data",
+         "claimName": "data"}]}, None, False),
+    ],
+)  # fmt: skip
+def test_which_streams_run_in_a_pool(
+    case: str, spec: dict[str, Any], placement: PlacementStatus | None, pooled: bool
+) -> None:
+    assert wants_pool(_spec(**{"placement": "auto", **spec}), placement) is pooled
+
+
+def test_auto_with_a_spec_a_pool_cannot_run_stays_dedicated_naming_the_field_once() -> None:
+    spec = _spec(
+        sparkConf={"spark.executor.memory": "4g"}, scaling={"minExecutors": 0, "maxExecutors": 4}
+    )
+    first = _rounds(spec, ON_DRIVER, [(0, 0.0, False)])[0]
+    assert first.wanted == "dedicated"
+    assert first.reason == AUTO_PLACEMENT
+    assert "spec.sparkConf" in first.message
+    assert "cannot share a pool" in first.message
+    # Said once: the next rounds (and a move between local mode and executors) keep it.
+    assert _rounds(spec, first, [(R * 2, 0.0, False)])[0] == first
+    assert place(spec, first, 0, "", T0 + timedelta(seconds=10)) == first
+
+
+def test_leaving_auto_clears_its_decision() -> None:
+    decided = _rounds(_spec(), IN_POOL, [(0, 0.6, False)])[0]
+    assert decided.pending_since is not None
+    cleared = auto_placement(_spec("pooled"), decided, 0.6, False, T0)
+    assert cleared.wanted is None
+    assert cleared.pending_since is None

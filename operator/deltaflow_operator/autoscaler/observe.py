@@ -105,6 +105,9 @@ class DriverReport:
     kafka_error: str = ""
     freshness: FreshnessReport | None = None
     cost: CostReport | None = None
+    # Cores its tasks kept busy over the last minutes (None: not measured yet): how placement
+    # auto compares it with a pool member's share.
+    busy_cores: float | None = None
 
     def fresh(self, now: float) -> bool:
         """Published recently enough to act on."""
@@ -161,7 +164,15 @@ def _parse(text: str) -> DriverReport:
         kafka_error=str((kafka or {}).get("error") or "")[:MAX_TEXT_CHARS],
         freshness=_optional_part(_freshness, raw.get("freshness")),
         cost=_optional_part(_cost, raw.get("cost")),
+        busy_cores=_busy_cores(raw),
     )
+
+
+def _busy_cores(raw: dict[str, object]) -> float | None:
+    """A report's ``busyCores`` (a driver's or a pool member's), within what a node has."""
+    if raw.get("busyCores") is None:
+        return None
+    return min(max(_number(raw, "busyCores"), 0.0), 1024.0)
 
 
 def _number(raw: dict[str, object], key: str, where: str = "") -> float:
@@ -586,7 +597,6 @@ def _member_report(raw: object) -> MemberReport | None:
         if isinstance(lag, dict):
             lag_records = _count(lag, "records", high=MAX_OFFSET, where="lag.")
             lag_at = _time(lag, "at", "lag.")
-        busy = raw.get("busyCores")
         retry_at = raw.get("retryAt")
         return MemberReport(
             phase=str(phase),
@@ -598,7 +608,7 @@ def _member_report(raw: object) -> MemberReport | None:
             lag_records=lag_records,
             lag_at=lag_at,
             freshness=_optional_part(_freshness, raw.get("freshness")),
-            busy_cores=None if busy is None else min(max(_number(raw, "busyCores"), 0.0), 1024.0),
+            busy_cores=_busy_cores(raw),
         )
     except RefusedReportError:
         return None

@@ -97,7 +97,11 @@ def member_file(ingestion: DeltaIngestion) -> str:
 
 
 def pool_resources(settings: Settings) -> Resources:
-    return Resources(cores=settings.pool_cores, memory=settings.pool_memory)
+    return Resources(
+        cores=settings.pool_cores,
+        core_request=settings.pool_core_request,
+        memory=settings.pool_memory,
+    )
 
 
 def release_label(settings: Settings) -> str:

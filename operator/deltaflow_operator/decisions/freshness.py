@@ -29,6 +29,15 @@ class FreshnessVerdict:
     message: str
 
 
+def behind(verdict: FreshnessVerdict) -> bool:
+    """Whether the stream misses its freshness target (where it runs cannot keep it), as
+    opposed to not being measured or having nothing to land."""
+    return verdict.holds is False and verdict.reason in (
+        Reason.BEHIND_TARGET,
+        Reason.TARGET_UNREACHABLE,
+    )
+
+
 def trigger_seconds(spec: DeltaIngestionSpec, report: FreshnessReport | None) -> float:
     """The interval between batch starts: what the driver says it runs, else what it would
     plan before measuring a batch (the autoscaler models batches at this interval)."""

@@ -29,6 +29,8 @@ DRIVER_KEEPS_UP = "DriverKeepsUp"  # the count went to 0
 NEEDS_EXECUTORS = "NeedsExecutors"  # the count went above 0
 MANUAL = "Manual"  # scaling.mode manual: the spec's count decides
 LOCAL_DRIVER_FAILED = "LocalDriverFailed"  # it kept failing in local mode (its heap, say)
+LEFT_POOL = "LeftPool"  # it left its pool for a driver of its own
+AUTO_PLACEMENT = "AutoPlacement"  # spec.placement auto decided where it runs (the message: why)
 
 # A local-mode driver that failed this many times in a row moves to executor pods (the failure
 # may be the driver's heap holding the executors' work: an OOM kill), and stays there this long
@@ -36,6 +38,9 @@ LOCAL_DRIVER_FAILED = "LocalDriverFailed"  # it kept failing in local mode (its 
 LOCAL_FAILURES_BEFORE_MOVE = 2
 LOCAL_FAILURE_HOLD_SECONDS = 3600.0
 _AUTOSCALED = {STARTED_LOCAL, DRIVER_KEEPS_UP, NEEDS_EXECUTORS}
+# Why it runs on a driver of its own at all: kept while the mode holds, not replaced by the
+# count's words (a move between local mode and executors says its own).
+_STICKY = _AUTOSCALED | {LEFT_POOL, AUTO_PLACEMENT}
 
 
 def _spec_count(spec: DeltaIngestionSpec) -> int:
@@ -131,7 +136,7 @@ def place(
         mode, reason = "executors", NEEDS_EXECUTORS
         message = f"moved to {desired} executor pod(s): {why}"
     if previous is not None and previous.mode == mode:
-        if previous.reason == reason or {previous.reason, reason} <= _AUTOSCALED:
+        if previous.reason == reason or {previous.reason, reason} <= _STICKY:
             return previous  # no move: the count moved within the mode, nothing new to say
         # Same mode, another cause (the spec's bounds changed): say so, keep since.
         return previous.model_copy(update={"reason": reason, "message": message})

@@ -14,7 +14,9 @@ Two decisions, both explained and both stable:
   pool of their group with room, else into a new one. Pools never mix groups
   (namespace and object store: a pool holds its members' secrets).
 
-Not wired to the operator yet (the API's ``spec.placement`` and the pool pods come with it).
+``wants_pool`` and ``auto_placement`` carry ``choose`` through ``status.placement`` (its
+``wanted`` and ``pendingSince``): the reconcile routes a stream by the first and stamps each
+round's decision with the second; the pool keeper pools only streams the first says so of.
 """
 
 from __future__ import annotations
@@ -22,7 +24,11 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Literal
+
+from deltaflow_api.v1alpha1 import DeltaIngestionSpec, PlacementStatus, pool_refusals
+from deltaflow_operator.decisions.placement import AUTO_PLACEMENT
 
 Where = Literal["pooled", "dedicated"]
 Requested = Literal["auto", "dedicated", "pooled"]
@@ -95,6 +101,62 @@ def choose(load: Load, previous: Placement | None, now: float) -> Placement:
         reason=f"it used {cores:.2f} cores (under {RETURN_BELOW_CORES}) for "
         f"{RETURN_AFTER_SECONDS / 60:.0f} min",
     )
+
+
+def _wanted(placement: PlacementStatus) -> Where:
+    return placement.wanted or ("pooled" if placement.mode == "pooled" else "dedicated")
+
+
+def _refusals(spec: DeltaIngestionSpec) -> tuple[str, ...]:
+    return tuple(pool_refusals(spec.model_dump(by_alias=True, exclude_none=True)))
+
+
+def wants_pool(spec: DeltaIngestionSpec, placement: PlacementStatus | None) -> bool:
+    """Whether the stream should run in a pool now: the routing of its reconcile, and which
+    streams the pool keeper packs (with ``placement.mode`` pooled: its driver is gone)."""
+    if spec.suspend or spec.placement == "dedicated":
+        return False
+    if spec.placement == "pooled":
+        return True
+    if _refusals(spec):
+        return False
+    # A new stream starts in a pool (choose's rule); else where the last decision wants it.
+    return placement is None or _wanted(placement) == "pooled"
+
+
+def auto_placement(
+    spec: DeltaIngestionSpec,
+    placement: PlacementStatus,
+    cores: float | None,
+    behind: bool,
+    now: datetime,
+) -> PlacementStatus:
+    """``placement`` with this round's decision of spec.placement auto stamped on it (``wanted``,
+    ``pendingSince``; when ``wanted`` changes, the reason and what was measured), from the
+    cores its tasks kept busy (None: not measured this round) and whether it is behind its
+    freshness target. Other placements carry no decision."""
+    if spec.placement != "auto":
+        if placement.wanted is None and placement.pending_since is None:
+            return placement
+        return placement.model_copy(update={"wanted": None, "pending_since": None})
+    previous = Placement(
+        _wanted(placement),
+        (placement.since or now).timestamp(),
+        placement.message,
+        None if placement.pending_since is None else placement.pending_since.timestamp(),
+    )
+    load = Load("auto", cores, behind, _refusals(spec))
+    decided = choose(load, previous, now.timestamp())
+    update: dict[str, object] = {
+        "wanted": decided.where,
+        "pending_since": None
+        if decided.pending_since is None
+        else datetime.fromtimestamp(decided.pending_since, UTC),
+    }
+    # Said once per decision (the message says what was measured), and why a pool cannot run it.
+    if decided.where != previous.where or (load.conflicts and decided.reason != previous.reason):
+        update |= {"reason": AUTO_PLACEMENT, "message": decided.reason}
+    return placement.model_copy(update=update)
 
 
 def _at(where: Where, previous: Placement | None, now: float, reason: str) -> Placement:
