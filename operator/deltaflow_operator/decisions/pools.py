@@ -76,9 +76,11 @@ def choose(load: Load, previous: Placement | None, now: float) -> Placement:
         if load.behind or (load.cores is not None and load.cores > MEMBER_MAX_CORES):
             return Placement("dedicated", now, "measured too busy for a pool at its start")
         return Placement("pooled", now, "a new stream starts in a pool until it is measured")
-    if load.cores is None:
+    if load.cores is None and not load.behind:
         return previous  # nothing measured this round (a move's new driver): no clock moves
-    cores = load.cores
+    # Behind its target, it wants out of a pool and not into one, whatever its cores (a new
+    # driver catching up has no reading yet, and must not keep a return clock running).
+    cores = 0.0 if load.cores is None else load.cores
     if previous.where == "pooled":
         wants_out = cores > MEMBER_MAX_CORES or load.behind
         return _after(
