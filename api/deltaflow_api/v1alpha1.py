@@ -1414,6 +1414,11 @@ class PlacementStatus(StatusModel):
         description="Since when the measured load has asked for the other place (auto): the "
         "move comes once it has asked for long enough.",
     )
+    decision: str | None = Field(
+        default=None,
+        description="Why spec.placement auto wants it where it is wanted: what was measured, "
+        "or why a pool cannot run it.",
+    )
 
 
 class DeltaIngestionStatus(StatusModel):

@@ -319,6 +319,7 @@ class Reconciler:
                     # Where auto wants it stays decided (a suspended member rejoins on resume).
                     wanted=None if placement is None else placement.wanted,
                     pending_since=None if placement is None else placement.pending_since,
+                    decision=None if placement is None else placement.decision,
                 )  # fmt: skip
                 self.kube.patch_status(
                     ns, name, {"placement": left.model_dump(by_alias=True, mode="json")}
@@ -377,7 +378,7 @@ class Reconciler:
             placement = auto_placement(
                 ingestion.spec, placement,
                 None if report is None or not reporting else report.busy_cores,
-                behind(fresh), now,
+                behind(fresh) and _settled(placement, report, now), now,
             )  # fmt: skip
         lag = LagStatus()
         if report is not None and report.lag_records is not None and report.lag_at is not None:
@@ -405,11 +406,7 @@ class Reconciler:
 
     def _write_status(self, body: dict[str, Any], status: DeltaIngestionStatus) -> None:
         """Patch the status when it differs from the stored one."""
-        document = status.model_dump(by_alias=True, mode="json", exclude_none=True)
-        # Measured figures that became unknown must go, not linger as if current: a null
-        # deletes a field in a merge patch.
-        for key in ("driver", "lag", "executors", "autoscaler", "cost"):
-            document[key] = getattr(status, key).model_dump(by_alias=True, mode="json")
+        document = status_document(status)
         if strip_nones(document) != (body.get("status") or {}):
             meta = body["metadata"]
             self.kube.patch_status(meta["namespace"], meta["name"], document)
@@ -774,6 +771,25 @@ class Reconciler:
         metrics.forget_resource(namespace, name)
 
 
+def status_document(status: DeltaIngestionStatus) -> dict[str, Any]:
+    """The status as a merge patch: what became unknown or was cleared (a measured figure, a
+    placement's pool, auto's pending move) is an explicit null, which deletes the stored field;
+    left out, it would linger as if current."""
+    document = status.model_dump(by_alias=True, mode="json", exclude_none=True)
+    for key in ("driver", "lag", "executors", "autoscaler", "cost", "placement"):
+        part = getattr(status, key)
+        if part is not None:
+            document[key] = part.model_dump(by_alias=True, mode="json")
+    return document
+
+
+def _settled(placement: PlacementStatus, report: MemberReport | None, now: datetime) -> bool:
+    """Whether a member's freshness window holds only records since it joined its pool: before,
+    the records that waited for the move itself would read as a pool falling behind."""
+    window = report.freshness.window_seconds if report and report.freshness else 0.0
+    return placement.since is None or (now - placement.since).total_seconds() >= window
+
+
 def _left_pool(ingestion: DeltaIngestion, placement: PlacementStatus | None) -> str:
     """What a stream that left its pool is told (its Event and status.placement)."""
     spec = ingestion.spec
@@ -784,10 +800,8 @@ def _left_pool(ingestion: DeltaIngestion, placement: PlacementStatus | None) -> 
             if rejoins
             else "(it gets a driver of its own once resumed)"
         )
-    decided = placement is not None and placement.reason == AUTO_PLACEMENT
-    return "no pool runs it any more: it gets a driver of its own" + (
-        f" ({placement.message})" if placement is not None and decided else ""
-    )
+    why = placement.decision if placement is not None and spec.placement == "auto" else None
+    return "no pool runs it any more: it gets a driver of its own" + (f" ({why})" if why else "")
 
 
 def _joined(
@@ -795,13 +809,12 @@ def _joined(
 ) -> PlacementStatus:
     """status.placement of a stream whose driver is gone as it joins a pool."""
     if ingestion.spec.placement == "auto":
-        decided = placement is not None and placement.reason == AUTO_PLACEMENT
+        why = (placement.decision if placement is not None else None) or (
+            "a new stream starts in a pool until its load is measured"
+        )
         return PlacementStatus(
             mode="pooled", since=now, reason=AUTO_PLACEMENT,
-            message=placement.message if placement is not None and decided
-            else "spec.placement is auto: a new stream starts in a pool until its load is measured",
-            wanted="pooled",
-            pending_since=None,
+            message=f"spec.placement is auto: {why}", wanted="pooled", decision=why,
         )  # fmt: skip
     return PlacementStatus(
         mode="pooled", since=now, reason=POOLED_BY_SPEC,

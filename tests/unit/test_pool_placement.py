@@ -9,8 +9,13 @@ from typing import Any
 import pytest
 
 from deltaflow_api import DeltaIngestion
-from deltaflow_api.v1alpha1 import DeltaIngestionSpec, PlacementStatus
-from deltaflow_operator.decisions.placement import AUTO_PLACEMENT, STARTED_LOCAL, place
+from deltaflow_api.v1alpha1 import DeltaIngestionSpec, DeltaIngestionStatus, PlacementStatus
+from deltaflow_operator.decisions.placement import (
+    AUTO_PLACEMENT,
+    LOCAL_DRIVER_FAILED,
+    STARTED_LOCAL,
+    place,
+)
 from deltaflow_operator.decisions.pools import (
     LEAVE_AFTER_SECONDS,
     RETURN_AFTER_SECONDS,
@@ -25,6 +30,7 @@ from deltaflow_operator.decisions.pools import (
     pack,
     wants_pool,
 )
+from deltaflow_operator.reconcile import status_document
 from support.manifests import valid_manifest
 
 POOLED = Placement("pooled", 0.0, "a new stream starts in a pool until it is measured")
@@ -191,23 +197,54 @@ def _spec(placement: str = "auto", **spec: Any) -> DeltaIngestionSpec:
     return DeltaIngestion.model_validate(manifest).spec
 
 
+def _merge(stored: Any, patch: Any) -> Any:
+    """A JSON merge patch (RFC 7386), as the API server applies the status write."""
+    if not isinstance(patch, dict):
+        return patch
+    merged = dict(stored) if isinstance(stored, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = _merge(merged.get(key), value)
+    return merged
+
+
+def _stored(before: PlacementStatus, after: PlacementStatus) -> PlacementStatus:
+    """``after`` as the next round reads it back: written over ``before`` as the reconcile
+    writes a status (reconcile.status_document, a merge patch)."""
+    document = status_document(DeltaIngestionStatus(placement=after))["placement"]
+    stored = _merge(before.model_dump(by_alias=True, mode="json", exclude_none=True), document)
+    return PlacementStatus.model_validate(stored)
+
+
 def _rounds(
     spec: DeltaIngestionSpec,
     start: PlacementStatus,
     rounds: list[tuple[float, float | None, bool]],
+    *,
+    desired: int | None = None,
+    failures: int = 0,
 ) -> list[PlacementStatus]:
-    """Feed (seconds after T0, busy cores, behind) rounds through the status, as the reconcile
-    does: each round's status.placement is the next one's input."""
+    """Feed (seconds after T0, busy cores, behind) rounds through the stored status as the
+    reconcile does: a driver's round (``start`` not pooled) places it first (local mode or
+    executors, from ``desired``), then stamps auto's decision; the next round reads it back."""
     seen, placement = [], start
     for at, cores, late in rounds:
-        placement = auto_placement(spec, placement, cores, late, T0 + timedelta(seconds=at))
+        now = T0 + timedelta(seconds=at)
+        placed = placement
+        if placement.mode != "pooled":
+            placed = place(spec, placement, desired, "the count", now, driver_failures=failures)
+        placement = _stored(placement, auto_placement(spec, placed, cores, late, now))
         seen.append(placement)
     return seen
 
 
 IN_POOL = PlacementStatus(mode="pooled", since=T0, reason=AUTO_PLACEMENT, message="new",
-                          wanted="pooled")  # fmt: skip
-ON_DRIVER = PlacementStatus(mode="local", since=T0, reason=STARTED_LOCAL, message="local")
+                          wanted="pooled", decision="new")  # fmt: skip
+LOCAL = {"minExecutors": 0, "maxExecutors": 4}
+ON_DRIVER = PlacementStatus(mode="local", since=T0, reason=STARTED_LOCAL, message="local",
+                            wanted="dedicated", decision="busy")  # fmt: skip
 
 
 def test_a_busy_member_is_wanted_on_a_driver_of_its_own_after_the_window_saying_what_it_used() -> (
@@ -215,36 +252,54 @@ def test_a_busy_member_is_wanted_on_a_driver_of_its_own_after_the_window_saying_
 ):
     seen = _rounds(_spec(), IN_POOL, [(0, 0.6, False), (L / 2, 0.6, False), (L, 0.6, False)])
     assert [p.wanted for p in seen] == ["pooled", "pooled", "dedicated"]
-    assert seen[0].pending_since == T0
-    assert seen[1].pending_since == T0
-    assert seen[2].pending_since is None
-    assert seen[2].reason == AUTO_PLACEMENT
-    assert "0.60 cores" in seen[2].message
-    assert seen[2].mode == "pooled"
+    assert seen[1].pending_since == T0  # the clock runs
+    assert seen[2].pending_since is None  # and is gone from the stored status once it moved
+    assert "0.60 cores" in (seen[2].decision or "")
+    assert (seen[2].mode, seen[2].reason) == ("pooled", AUTO_PLACEMENT)  # the move comes next
     # The keeper drops it from its pool; the reconcile routes it out.
     assert not wants_pool(_spec(), seen[2])
 
 
+def test_a_burst_shorter_than_the_window_leaves_no_clock_behind_in_the_stored_status() -> None:
+    # A clock that stopped must be gone from the stored status: left there, a later burst would
+    # be taken as one "in a row" with the first and move the stream at once.
+    seen = _rounds(_spec(), IN_POOL, [(0, 0.6, False), (L / 2, 0.01, False), (3 * L, 0.6, False),
+                                      (3 * L + L / 2, 0.6, False)])  # fmt: skip
+    later = T0 + timedelta(seconds=3 * L)
+    assert [p.pending_since for p in seen] == [T0, None, later, later]
+    assert [p.wanted for p in seen] == ["pooled"] * 4
+
+
 def test_a_quiet_dedicated_stream_is_wanted_back_in_a_pool_only_after_its_window() -> None:
-    spec = _spec()
-    seen = _rounds(spec, ON_DRIVER, [(0, 0.02, False), (R / 2, 0.02, False), (R, 0.02, False)])
+    spec = _spec(scaling=LOCAL)
+    rounds = [(0, 0.02, False), (R / 2, 0.02, False), (R, 0.02, False)]
+    seen = _rounds(spec, ON_DRIVER, rounds, desired=0)
     assert [p.wanted for p in seen] == ["dedicated", "dedicated", "pooled"]
     assert [wants_pool(spec, p) for p in seen] == [False, False, True]
-    assert "0.02 cores" in seen[2].message
+    assert "0.02 cores" in (seen[2].decision or "")
+
+
+def test_the_return_clock_survives_a_move_between_local_mode_and_executors() -> None:
+    spec = _spec(scaling=LOCAL)
+    seen = _rounds(spec, ON_DRIVER, [(0, 0.05, False)], desired=0)
+    moved = _rounds(spec, seen[0], [(R / 2, 0.05, False)], desired=2)[0]
+    assert moved.mode == "executors"
+    assert moved.pending_since == T0  # the move kept auto's clock
+    assert _rounds(spec, moved, [(R, 0.05, False)], desired=2)[0].wanted == "pooled"
 
 
 def test_behind_its_target_in_a_pool_it_leaves_and_an_unmeasured_round_moves_no_clock() -> None:
     seen = _rounds(_spec(), IN_POOL, [(0, 0.05, True), (L / 2, None, True), (L, 0.05, True)])
     assert [p.wanted for p in seen] == ["pooled", "pooled", "dedicated"]
-    assert "lag" in seen[2].message
-    unmeasured = _rounds(_spec(), IN_POOL, [(0, None, False)])[0]
-    assert unmeasured == IN_POOL.model_copy(update={"wanted": "pooled"})
+    assert "lag" in (seen[2].decision or "")
+    assert _rounds(_spec(), IN_POOL, [(0, None, False)])[0] == IN_POOL
 
 
-def test_an_unchanged_decision_leaves_the_status_as_it_was() -> None:
-    # The status is patched only when it differs: a steady stream writes nothing.
-    first = _rounds(_spec(), IN_POOL, [(0, 0.01, False)])[0]
-    assert _rounds(_spec(), first, [(60, 0.01, False)])[0] == first
+def test_a_steady_stream_writes_no_status() -> None:
+    # The status is patched only when it differs from the stored one.
+    for start, spec in ((IN_POOL, _spec()), (ON_DRIVER, _spec(scaling=LOCAL))):
+        first = _rounds(spec, start, [(0, 0.05, False)], desired=0)[0]
+        assert _rounds(spec, first, [(60, 0.05, False)], desired=0)[0] == first
 
 
 @pytest.mark.parametrize(
@@ -255,6 +310,8 @@ def test_an_unchanged_decision_leaves_the_status_as_it_was() -> None:
         ("pooled always", {"placement": "pooled"}, ON_DRIVER, True),
         ("suspended: out of its pool", {"suspend": True}, IN_POOL, False),
         ("auto where the decision wants it", {}, ON_DRIVER, False),
+        ("auto on a driver, no decision yet: its round decides first", {},
+         ON_DRIVER.model_copy(update={"wanted": None}), False),
         ("auto, a spec a pool cannot run", {"volumes": [{"name": "data", "mountPath": "/data",
          "claimName": "data"}]}, None, False),
     ],
@@ -265,23 +322,39 @@ def test_which_streams_run_in_a_pool(
     assert wants_pool(_spec(**{"placement": "auto", **spec}), placement) is pooled
 
 
+def test_a_stream_created_suspended_or_switched_to_auto_is_decided_afresh() -> None:
+    # Created suspended, its first placement is a driver's: auto still starts it in a pool.
+    suspended = _spec(suspend=True, scaling=LOCAL)
+    first = _rounds(suspended, PlacementStatus(mode="local", since=T0), [(0, None, False)])[0]
+    assert first.wanted == "pooled"
+    assert wants_pool(_spec(scaling=LOCAL), first)  # once resumed
+    # A busy dedicated stream switched to auto stays; a quiet one goes to a pool at once.
+    undecided = ON_DRIVER.model_copy(update={"wanted": None, "decision": None})
+    spec = _spec(scaling=LOCAL)
+    assert _rounds(spec, undecided, [(0, 0.6, False)], desired=0)[0].wanted == "dedicated"
+    assert _rounds(spec, undecided, [(0, 0.01, False)], desired=0)[0].wanted == "pooled"
+
+
 def test_auto_with_a_spec_a_pool_cannot_run_stays_dedicated_naming_the_field_once() -> None:
-    spec = _spec(
-        sparkConf={"spark.executor.memory": "4g"}, scaling={"minExecutors": 0, "maxExecutors": 4}
-    )
-    first = _rounds(spec, ON_DRIVER, [(0, 0.0, False)])[0]
+    spec = _spec(sparkConf={"spark.executor.memory": "4g"}, scaling=LOCAL)
+    first = _rounds(spec, ON_DRIVER, [(0, 0.0, False)], desired=0)[0]
     assert first.wanted == "dedicated"
-    assert first.reason == AUTO_PLACEMENT
-    assert "spec.sparkConf" in first.message
-    assert "cannot share a pool" in first.message
-    # Said once: the next rounds (and a move between local mode and executors) keep it.
-    assert _rounds(spec, first, [(R * 2, 0.0, False)])[0] == first
-    assert place(spec, first, 0, "", T0 + timedelta(seconds=10)) == first
+    assert "spec.sparkConf" in (first.decision or "")
+    assert "cannot share a pool" in (first.decision or "")
+    assert _rounds(spec, first, [(R * 2, 0.0, False)], desired=0)[0] == first
 
 
-def test_leaving_auto_clears_its_decision() -> None:
+def test_auto_keeps_the_hold_of_a_local_driver_that_kept_failing() -> None:
+    # Its reason (LocalDriverFailed, held an hour) is place()'s, never auto's to overwrite.
+    spec = _spec(sparkConf={"spark.executor.memory": "4g"}, scaling=LOCAL)
+    failed = _rounds(spec, ON_DRIVER, [(0, None, False)], desired=0, failures=2)[0]
+    assert (failed.mode, failed.reason) == ("executors", LOCAL_DRIVER_FAILED)
+    later = _rounds(spec, failed, [(60, 0.0, False), (120, 0.0, False)], desired=0)
+    assert [(p.mode, p.reason) for p in later] == [("executors", LOCAL_DRIVER_FAILED)] * 2
+
+
+def test_leaving_auto_clears_its_decision_from_the_stored_status() -> None:
     decided = _rounds(_spec(), IN_POOL, [(0, 0.6, False)])[0]
     assert decided.pending_since is not None
-    cleared = auto_placement(_spec("pooled"), decided, 0.6, False, T0)
-    assert cleared.wanted is None
-    assert cleared.pending_since is None
+    cleared = _rounds(_spec("pooled"), decided, [(1, 0.6, False)])[0]
+    assert (cleared.wanted, cleared.pending_since, cleared.decision) == (None, None, None)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-# Applied without touching the driver: scaling bounds, maintenance schedules, suspend.
-IN_PLACE_PREFIXES = ("spec.scaling", "spec.maintenance", "spec.suspend")
+# Applied without touching the driver: scaling bounds, maintenance schedules, suspend, placement
+# (a move between a pool and a driver of its own is the reconcile's routing, not a new driver).
+IN_PLACE_PREFIXES = ("spec.scaling", "spec.maintenance", "spec.suspend", "spec.placement")
 
 
 def changed_fields(old: Any, new: Any, path: str = "spec") -> list[str]:

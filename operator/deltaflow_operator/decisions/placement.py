@@ -40,7 +40,7 @@ LOCAL_FAILURE_HOLD_SECONDS = 3600.0
 _AUTOSCALED = {STARTED_LOCAL, DRIVER_KEEPS_UP, NEEDS_EXECUTORS}
 # Why it runs on a driver of its own at all: kept while the mode holds, not replaced by the
 # count's words (a move between local mode and executors says its own).
-_STICKY = _AUTOSCALED | {LEFT_POOL, AUTO_PLACEMENT}
+_STICKY = _AUTOSCALED | {LEFT_POOL}
 
 
 def _spec_count(spec: DeltaIngestionSpec) -> int:
@@ -76,6 +76,7 @@ def place(
     ``desired``: the autoscaler's count this round (None: it could not decide, e.g. the driver
     does not report during a move); ``why``: the autoscaler's words for it;
     ``driver_failures``: the driver's failures in a row (status.driver.consecutiveFailures)."""
+    stored = previous
     if previous is not None and previous.mode == "pooled":
         previous = None  # its driver of its own starts as a new stream's would
     held = (
@@ -140,7 +141,11 @@ def place(
             return previous  # no move: the count moved within the mode, nothing new to say
         # Same mode, another cause (the spec's bounds changed): say so, keep since.
         return previous.model_copy(update={"reason": reason, "message": message})
-    return PlacementStatus(mode=mode, since=now, reason=reason, message=message)
+    # A move between local mode and executors keeps spec.placement auto's decision and clock.
+    auto = {} if stored is None else {
+        "wanted": stored.wanted, "pending_since": stored.pending_since, "decision": stored.decision
+    }  # fmt: skip
+    return PlacementStatus(mode=mode, since=now, reason=reason, message=message, **auto)
 
 
 def moved(previous: PlacementStatus | None, current: PlacementStatus) -> bool:

@@ -28,7 +28,6 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from deltaflow_api.v1alpha1 import DeltaIngestionSpec, PlacementStatus, pool_refusals
-from deltaflow_operator.decisions.placement import AUTO_PLACEMENT
 
 Where = Literal["pooled", "dedicated"]
 Requested = Literal["auto", "dedicated", "pooled"]
@@ -122,7 +121,8 @@ def wants_pool(spec: DeltaIngestionSpec, placement: PlacementStatus | None) -> b
         return True
     if _refusals(spec):
         return False
-    # A new stream starts in a pool (choose's rule); else where the last decision wants it.
+    # A new stream starts in a pool (choose's rule); else where the last decision wants it (one
+    # running on a driver with no decision yet stays there until its round decides).
     return placement is None or _wanted(placement) == "pooled"
 
 
@@ -133,32 +133,39 @@ def auto_placement(
     behind: bool,
     now: datetime,
 ) -> PlacementStatus:
-    """``placement`` with this round's decision of spec.placement auto stamped on it (``wanted``,
-    ``pendingSince``; when ``wanted`` changes, the reason and what was measured), from the
-    cores its tasks kept busy (None: not measured this round) and whether it is behind its
-    freshness target. Other placements carry no decision."""
+    """``placement`` with this round's decision of spec.placement auto stamped on it
+    (``wanted``, ``pendingSince``, ``decision``: why), from the cores its tasks kept busy (None:
+    not measured this round) and whether it is behind its freshness target. Where it runs now
+    (``mode``, ``reason``, ``message``) is not this function's: the move comes after. Other
+    placements carry no decision."""
     if spec.placement != "auto":
-        if placement.wanted is None and placement.pending_since is None:
+        if placement.wanted is None and placement.pending_since is None and not placement.decision:
             return placement
-        return placement.model_copy(update={"wanted": None, "pending_since": None})
-    previous = Placement(
-        _wanted(placement),
-        (placement.since or now).timestamp(),
-        placement.message,
-        None if placement.pending_since is None else placement.pending_since.timestamp(),
+        return placement.model_copy(
+            update={"wanted": None, "pending_since": None, "decision": None}
+        )
+    # No decision yet (a new stream, or one just switched to auto): decided afresh from what is
+    # measured now, as a new stream's start is.
+    previous = (
+        None
+        if placement.wanted is None
+        else Placement(
+            placement.wanted,
+            (placement.since or now).timestamp(),
+            placement.decision or "",
+            None if placement.pending_since is None else placement.pending_since.timestamp(),
+        )
     )
-    load = Load("auto", cores, behind, _refusals(spec))
-    decided = choose(load, previous, now.timestamp())
-    update: dict[str, object] = {
-        "wanted": decided.where,
-        "pending_since": None
-        if decided.pending_since is None
-        else datetime.fromtimestamp(decided.pending_since, UTC),
-    }
-    # Said once per decision (the message says what was measured), and why a pool cannot run it.
-    if decided.where != previous.where or (load.conflicts and decided.reason != previous.reason):
-        update |= {"reason": AUTO_PLACEMENT, "message": decided.reason}
-    return placement.model_copy(update=update)
+    decided = choose(Load("auto", cores, behind, _refusals(spec)), previous, now.timestamp())
+    return placement.model_copy(
+        update={
+            "wanted": decided.where,
+            "pending_since": None
+            if decided.pending_since is None
+            else datetime.fromtimestamp(decided.pending_since, UTC),
+            "decision": decided.reason,
+        }
+    )
 
 
 def _at(where: Where, previous: Placement | None, now: float, reason: str) -> Placement:
