@@ -159,14 +159,15 @@ class LocalExecutors:
 
     def totals(self) -> ExecutorTotals:
         """No executors; the driver's task slots and the cumulative time of its tasks."""
-        summaries = self._sc.statusStore().executorList(False)
-        busy_ms = failed = 0
-        for i in range(summaries.size()):
-            summary = summaries.apply(i)
-            if summary.id() == "driver":  # in local mode the tasks run on the driver
-                busy_ms += int(summary.totalDuration())
-                failed += int(summary.failedTasks())
-        return ExecutorTotals([], self.slots, busy_ms / 1000, failed)
+        # The driver's summary as the listener stored it: executorList() replaces the driver's
+        # totalDuration with the application's uptime (for the UI's GC ratio), which made a
+        # local-mode driver look busy all the time (1 core in 1) and its capacity the arrival rate.
+        try:
+            summary = self._sc.statusStore().executorSummary("driver")
+        except Exception:  # py4j: not in the store yet (before the first task)
+            return ExecutorTotals([], self.slots, 0.0, 0)
+        busy_seconds = int(summary.totalDuration()) / 1000
+        return ExecutorTotals([], self.slots, busy_seconds, int(summary.failedTasks()))
 
     def started_at(self) -> float:
         """Wall time the SparkContext started."""

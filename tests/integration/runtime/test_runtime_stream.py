@@ -1163,5 +1163,8 @@ def test_a_local_mode_driver_reports_its_task_threads_and_their_busy_time(
     after = control.totals()
     assert (after.registered, after.cores) == ([], runtime_spark.sparkContext.defaultParallelism)
     assert after.busy_core_seconds > before.busy_core_seconds
+    # Idle, no task: no busy time (Spark's executorList() counts the driver's uptime instead).
+    time.sleep(2)
+    assert control.totals().busy_core_seconds == after.busy_core_seconds
     assert control.set_target(3) == []
     assert (control.target, control.released) == (0, 0)
