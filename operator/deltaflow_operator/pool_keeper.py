@@ -38,6 +38,7 @@ from deltaflow_operator.builders import pool as builders
 from deltaflow_operator.builders.common import MANAGED_BY
 from deltaflow_operator.builders.driver import pipeline_document
 from deltaflow_operator.decisions.ownership import read_claim
+from deltaflow_operator.decisions.pooled import pool_behind
 from deltaflow_operator.decisions.pools import Member, PoolLimits, pack, wants_pool
 from deltaflow_operator.kube import Kube
 from deltaflow_operator.settings import Settings
@@ -77,6 +78,7 @@ class MemberView:
     pool: str | None  # the pool pod it is assigned to (None: not yet)
     report: MemberReport | None  # None: the pool has not reported it (yet)
     reported_at: float | None  # when the pool made the report read
+    pool_behind: bool = False  # most of its pool's other members miss their targets too
 
 
 def _ever_ran(pod: dict[str, Any]) -> bool:
@@ -128,7 +130,9 @@ class PoolKeeper:
             report = self._reports.get(f"{namespace}/{pool.name}")
             if report is None:
                 return MemberView(pool.name, None, None)
-            return MemberView(pool.name, report.members.get(key), report.at)
+            return MemberView(
+                pool.name, report.members.get(key), report.at, pool_behind(report, key)
+            )
 
     def released(self, namespace: str, name: str) -> str | None:
         """None once no pool can be running the stream; else why it may still be."""

@@ -29,6 +29,7 @@ from deltaflow_api.identity import identity
 from deltaflow_api.reasons import ConditionType, EventReason, Reason
 from deltaflow_api.v1alpha1 import (
     AutoscalerStatus,
+    Condition,
     CostStatus,
     DeltaIngestionStatus,
     DriverStatus,
@@ -270,6 +271,7 @@ class Reconciler:
         now = datetime.now(UTC)
         report: MemberReport | None = None
         reported_at: float | None = None
+        crowded = False
         requeue = POOL_WAIT_SECONDS
         if wants_pool(ingestion.spec, placement):
             if pod is None and (placement is None or placement.mode != "pooled"):
@@ -297,6 +299,7 @@ class Reconciler:
                 if placement.pool != view.pool:
                     placement = placement.model_copy(update={"pool": view.pool})
                 report, reported_at = view.report, view.reported_at
+                crowded = view.pool_behind
                 verdict = member_verdict(
                     view.pool, report, reported_at, time.time(),
                     self.settings.degraded_after_failures,
@@ -330,8 +333,9 @@ class Reconciler:
                 f"leaving its pool before a driver of its own starts: {why}",
             )  # fmt: skip
         self._write_pooled_status(
-            body, ingestion, placement, verdict=verdict, report=report, reported_at=reported_at
-        )
+            body, ingestion, placement, verdict=verdict, report=report, reported_at=reported_at,
+            crowded=crowded,
+        )  # fmt: skip
         return requeue
 
     def _write_pooled_status(
@@ -343,7 +347,10 @@ class Reconciler:
         verdict: MemberVerdict,
         report: MemberReport | None,
         reported_at: float | None,
+        crowded: bool = False,
     ) -> None:
+        """``crowded``: most of its pool's members miss their targets (the pool is short, not
+        this member: being behind moves it nowhere)."""
         now = datetime.now(UTC)
         generation = ingestion.metadata.get("generation")
         previous = ingestion.status or DeltaIngestionStatus()
@@ -378,7 +385,7 @@ class Reconciler:
             placement = auto_placement(
                 ingestion.spec, placement,
                 None if report is None or not reporting else report.busy_cores,
-                behind(fresh) and _settled(placement, report, now), now,
+                behind(fresh) and _settled(placement, report, now) and not crowded, now,
             )  # fmt: skip
         lag = LagStatus()
         if report is not None and report.lag_records is not None and report.lag_at is not None:
@@ -526,6 +533,8 @@ class Reconciler:
                     None if report is None or not reporting else report.busy_cores,
                     behind(fresh),
                     datetime.now(UTC),
+                    unplaceable=_reason(status.conditions, ConditionType.READY)
+                    == Reason.UNSCHEDULABLE,
                 ),
             }
         )
@@ -781,6 +790,11 @@ def status_document(status: DeltaIngestionStatus) -> dict[str, Any]:
         if part is not None:
             document[key] = part.model_dump(by_alias=True, mode="json")
     return document
+
+
+def _reason(conditions: list[Condition], type_: ConditionType) -> str | None:
+    found = condition(conditions, type_)
+    return None if found is None else found.reason
 
 
 def _settled(placement: PlacementStatus, report: MemberReport | None, now: datetime) -> bool:

@@ -3,6 +3,7 @@ and the packing of pooled streams into pools."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -10,16 +11,20 @@ import pytest
 
 from deltaflow_api import DeltaIngestion
 from deltaflow_api.v1alpha1 import DeltaIngestionSpec, DeltaIngestionStatus, PlacementStatus
+from deltaflow_operator.autoscaler.observe import PoolReport, parse_pool_report
 from deltaflow_operator.decisions.placement import (
     AUTO_PLACEMENT,
     LOCAL_DRIVER_FAILED,
     STARTED_LOCAL,
     place,
 )
+from deltaflow_operator.decisions.pooled import pool_behind
 from deltaflow_operator.decisions.pools import (
     LEAVE_AFTER_SECONDS,
     RETURN_AFTER_SECONDS,
     STAY_TOLERANCE,
+    UNPLACEABLE,
+    UNPLACEABLE_HOLD_SECONDS,
     Load,
     Member,
     Placement,
@@ -358,3 +363,52 @@ def test_leaving_auto_clears_its_decision_from_the_stored_status() -> None:
     assert decided.pending_since is not None
     cleared = _rounds(_spec("pooled"), decided, [(1, 0.6, False)])[0]
     assert (cleared.wanted, cleared.pending_since, cleared.decision) == (None, None, None)
+
+
+def test_a_stream_whose_own_driver_cannot_be_scheduled_goes_back_to_a_pool_and_stays() -> None:
+    spec = _spec(scaling=LOCAL)
+    back = auto_placement(spec, ON_DRIVER, None, True, T0, unplaceable=True)
+    assert back.wanted == "pooled"
+    assert back.decision == UNPLACEABLE
+    # In the pool, behind or busy, it stays for the hold (a full node would bounce it back).
+    pooled = back.model_copy(update={"mode": "pooled"})
+    held = _rounds(spec, pooled, [(0, 0.6, True), (L, 0.6, True), (2 * L, 0.6, True)])
+    assert [p.wanted for p in held] == ["pooled"] * 3
+    # After the hold, its load decides again.
+    later = UNPLACEABLE_HOLD_SECONDS
+    free = _rounds(spec, held[-1], [(later, 0.6, True), (later + L, 0.6, True)])
+    assert [p.wanted for p in free] == ["pooled", "dedicated"]
+
+
+def _pool_report(p99s: dict[str, float | None]) -> PoolReport:
+    members = {}
+    for key, p99 in p99s.items():
+        fresh = json.dumps({"windowSeconds": 180, "batches": 3, "records": 30,
+                            "triggerSeconds": 46, "targetSeconds": 60,
+                            **({} if p99 is None else {"p99Seconds": p99})})  # fmt: skip
+        members[key] = f'{{"phase": "Running", "failures": 0, "freshness": {fresh}}}'
+    text = (
+        '{"at": 1, "revision": "1", "members": {'
+        + ", ".join(f'"{k}": {v}' for k, v in members.items())
+        + "}}"
+    )
+    report = parse_pool_report(text, "data")
+    assert report is not None
+    return report
+
+
+@pytest.mark.parametrize(
+    ("case", "others", "crowded"),
+    [
+        ("the others on target: the member itself is behind", [30.0, 40.0, 50.0], False),
+        ("most of the others behind too: the pool is short", [70.0, 80.0, 50.0], True),
+        ("half behind is no majority", [70.0, 50.0], False),
+        ("unmeasured members do not count", [70.0, None, None], True),
+        ("alone in its pool", [], False),
+    ],
+)
+def test_a_pool_falling_behind_as_a_whole_is_the_pools_trouble_not_its_members(
+    case: str, others: list[float | None], crowded: bool
+) -> None:
+    report = _pool_report({"data/me": 90.0, **{f"data/o{i}": p for i, p in enumerate(others)}})
+    assert pool_behind(report, "data/me") is crowded

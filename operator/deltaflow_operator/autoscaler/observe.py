@@ -68,6 +68,7 @@ class FreshnessReport:
     plan: str
     p50_seconds: float | None = None
     p99_seconds: float | None = None
+    target_seconds: float | None = None  # spec.freshness.targetSeconds, as the driver read it
     batch_seconds: float | None = None
 
 
@@ -290,6 +291,7 @@ def _freshness(raw: object) -> FreshnessReport | None:
         plan=str(raw.get("plan") or "")[:MAX_TEXT_CHARS],
         p50_seconds=age("p50Seconds"),
         p99_seconds=age("p99Seconds"),
+        target_seconds=age("targetSeconds"),
         batch_seconds=age("batchSeconds", MAX_SECONDS),
     )
 

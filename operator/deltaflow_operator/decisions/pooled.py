@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 from deltaflow_api.failures import FailureReason
 from deltaflow_api.reasons import Reason
-from deltaflow_operator.autoscaler.observe import MemberReport
+from deltaflow_operator.autoscaler.observe import MemberReport, PoolReport
 
 # A pool reports every 5 s: a report this old says the pool stopped reporting.
 POOL_REPORT_STALE_SECONDS = 60.0
@@ -89,3 +89,21 @@ def member_verdict(
             "when its spec changes.",
         )
     return MemberVerdict(False, False, Reason.LEAVING_POOL, f"stopping in pool {pool}")
+
+
+def pool_behind(report: PoolReport | None, member: str) -> bool:
+    """Whether most of the pool's other members miss their freshness targets too: then the pool
+    (its share of the node) is short, not the member, and a driver of its own for each would
+    ask the node for still more (forty trickles leaving a starved pool at once found no room).
+    Only members with a measured p99 and target count."""
+    if report is None:
+        return False
+    judged = [
+        fresh.p99_seconds > fresh.target_seconds
+        for key, said in report.members.items()
+        if key != member
+        and (fresh := said.freshness) is not None
+        and fresh.p99_seconds is not None
+        and fresh.target_seconds is not None
+    ]
+    return bool(judged) and sum(judged) * 2 > len(judged)

@@ -40,6 +40,10 @@ RETURN_BELOW_CORES = 0.1
 RETURN_AFTER_SECONDS = 900.0
 # What an unmeasured stream is taken to use until its first cost window (a new stream).
 UNMEASURED_CORES = 0.02
+# A stream whose own driver could not be scheduled goes back to a pool (running slowly beats not
+# running) and stays there this long whatever it measures, so it does not bounce off a full node.
+UNPLACEABLE = "its driver of its own could not be scheduled: back to a pool"
+UNPLACEABLE_HOLD_SECONDS = 3600.0
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,7 @@ class Load:
     cores: float | None
     behind: bool = False  # its lag is over its target (status.lag against the spec's target)
     conflicts: tuple[str, ...] = ()  # why a pool cannot run it (runtime pool.pool_conflicts)
+    unplaceable: bool = False  # its own driver cannot be scheduled (it runs nowhere)
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,8 @@ def choose(load: Load, previous: Placement | None, now: float) -> Placement:
         return _at("dedicated", previous, now, "cannot share a pool: " + "; ".join(load.conflicts))
     if load.requested != "auto":
         return _at(load.requested, previous, now, f"spec.placement is {load.requested}")
+    if load.unplaceable and (previous is None or previous.where == "dedicated"):
+        return Placement("pooled", now, UNPLACEABLE)
     if previous is None:  # a new stream starts small, in a pool, unless measured otherwise
         if load.behind or (load.cores is not None and load.cores > MEMBER_MAX_CORES):
             return Placement("dedicated", now, "measured too busy for a pool at its start")
@@ -81,7 +88,8 @@ def choose(load: Load, previous: Placement | None, now: float) -> Placement:
     # driver catching up has no reading yet, and must not keep a return clock running).
     cores = 0.0 if load.cores is None else load.cores
     if previous.where == "pooled":
-        wants_out = cores > MEMBER_MAX_CORES or load.behind
+        held = previous.reason == UNPLACEABLE and now - previous.since < UNPLACEABLE_HOLD_SECONDS
+        wants_out = (cores > MEMBER_MAX_CORES or load.behind) and not held
         return _after(
             previous,
             now,
@@ -132,6 +140,8 @@ def auto_placement(
     cores: float | None,
     behind: bool,
     now: datetime,
+    *,
+    unplaceable: bool = False,
 ) -> PlacementStatus:
     """``placement`` with this round's decision of spec.placement auto stamped on it
     (``wanted``, ``pendingSince``, ``decision``: why), from the cores its tasks kept busy (None:
@@ -156,7 +166,8 @@ def auto_placement(
             None if placement.pending_since is None else placement.pending_since.timestamp(),
         )
     )
-    decided = choose(Load("auto", cores, behind, _refusals(spec)), previous, now.timestamp())
+    load = Load("auto", cores, behind, _refusals(spec), unplaceable)
+    decided = choose(load, previous, now.timestamp())
     return placement.model_copy(
         update={
             "wanted": decided.where,
