@@ -231,11 +231,9 @@ class Meter:
             members += len(json.loads(report).get("members", {})) if report else 0
         self.pool_rss.append(sum(rss))
         self.pool_members.append(members)
-        others = [
-            p
-            for p in self.pods("app.kubernetes.io/managed-by=deltaflow")
-            if (p["metadata"].get("labels") or {}).get("app.kubernetes.io/component") != "pool"
-        ]
+        # Every other pod of the namespace: the streams' own drivers and their executors.
+        pool_uids = {p["metadata"]["uid"] for p in pools}
+        others = [p for p in self.pods("") if p["metadata"]["uid"] not in pool_uids]
         parts["own drivers and executors"] = {
             p["metadata"]["uid"]: pod_cpu_seconds(p["metadata"]["uid"]) or 0.0 for p in others
         }
