@@ -533,8 +533,9 @@ class Reconciler:
                     None if report is None or not reporting else report.busy_cores,
                     behind(fresh),
                     datetime.now(UTC),
-                    unplaceable=_reason(status.conditions, ConditionType.READY)
-                    == Reason.UNSCHEDULABLE,
+                    # Stuck past the pending deadline (Degraded), not a moment's wait for a
+                    # node a cluster autoscaler is adding.
+                    unplaceable=_degraded_by(status.conditions, Reason.UNSCHEDULABLE),
                 ),
             }
         )
@@ -792,9 +793,9 @@ def status_document(status: DeltaIngestionStatus) -> dict[str, Any]:
     return document
 
 
-def _reason(conditions: list[Condition], type_: ConditionType) -> str | None:
-    found = condition(conditions, type_)
-    return None if found is None else found.reason
+def _degraded_by(conditions: list[Condition], reason: Reason) -> bool:
+    found = condition(conditions, ConditionType.DEGRADED)
+    return found is not None and found.status == "True" and found.reason == reason
 
 
 def _settled(placement: PlacementStatus, report: MemberReport | None, now: datetime) -> bool:

@@ -156,18 +156,22 @@ class LocalExecutors:
         self.slots = int(spark.sparkContext.defaultParallelism)
         self.target = 0
         self.released = 0
+        self._last = ExecutorTotals([], self.slots, 0.0, 0)
 
     def totals(self) -> ExecutorTotals:
-        """No executors; the driver's task slots and the cumulative time of its tasks."""
+        """No executors; the driver's task slots and the cumulative time of its tasks (never
+        less than the last reading: the samples and the load meter take differences)."""
         # The driver's summary as the listener stored it: executorList() replaces the driver's
         # totalDuration with the application's uptime (for the UI's GC ratio), which made a
         # local-mode driver look busy all the time (1 core in 1) and its capacity the arrival rate.
         try:
             summary = self._sc.statusStore().executorSummary("driver")
-        except Exception:  # py4j: not in the store yet (before the first task)
-            return ExecutorTotals([], self.slots, 0.0, 0)
-        busy_seconds = int(summary.totalDuration()) / 1000
-        return ExecutorTotals([], self.slots, busy_seconds, int(summary.failedTasks()))
+            busy_seconds = int(summary.totalDuration()) / 1000
+            failed = int(summary.failedTasks())
+        except Exception:  # py4j: not in the store yet (before the first task), or a failed call
+            return self._last
+        self._last = ExecutorTotals([], self.slots, busy_seconds, failed)
+        return self._last
 
     def started_at(self) -> float:
         """Wall time the SparkContext started."""

@@ -403,7 +403,8 @@ def _pool_report(p99s: dict[str, float | None]) -> PoolReport:
         ("the others on target: the member itself is behind", [30.0, 40.0, 50.0], False),
         ("most of the others behind too: the pool is short", [70.0, 80.0, 50.0], True),
         ("half behind is no majority", [70.0, 50.0], False),
-        ("unmeasured members do not count", [70.0, None, None], True),
+        ("unmeasured members do not count", [70.0, 80.0, None], True),
+        ("one judged pool-mate is too few (a pool of two)", [70.0, None], False),
         ("alone in its pool", [], False),
     ],
 )

@@ -95,7 +95,8 @@ def pool_behind(report: PoolReport | None, member: str) -> bool:
     """Whether most of the pool's other members miss their freshness targets too: then the pool
     (its share of the node) is short, not the member, and a driver of its own for each would
     ask the node for still more (forty trickles leaving a starved pool at once found no room).
-    Only members with a measured p99 and target count."""
+    Only members with a measured p99 and target count, and at least two of them: in a pool of
+    two, one starving the other must not shield itself."""
     if report is None:
         return False
     judged = [
@@ -106,4 +107,4 @@ def pool_behind(report: PoolReport | None, member: str) -> bool:
         and fresh.p99_seconds is not None
         and fresh.target_seconds is not None
     ]
-    return bool(judged) and sum(judged) * 2 > len(judged)
+    return len(judged) >= 2 and sum(judged) * 2 > len(judged)
