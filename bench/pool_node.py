@@ -211,11 +211,23 @@ class Meter:
     clocks: dict[str, CpuClock] = field(default_factory=dict)
     pool_rss: list[int] = field(default_factory=list)  # all pools' rss, per sample
     pool_members: list[int] = field(default_factory=list)
+    # Why a fleet misses its freshness: pool pods restarted (and why), members started again
+    # inside their pool (each start time a member reported), members not Running.
+    pod_restarts: dict[str, tuple[int, str]] = field(default_factory=dict)
+    member_starts: dict[str, set[float]] = field(default_factory=dict)
+    member_phases: Counter[str] = field(default_factory=Counter)
 
     def pods(self, selector: str, namespace: str = NS) -> list[dict[str, Any]]:
         return list(
             self.api.get(f"/api/v1/namespaces/{namespace}/pods", labelSelector=selector)["items"]
         )
+
+    def troubles(self) -> str:
+        """Pool pod restarts (last reason), member starts after the first, phases not Running."""
+        restarts = {n: r for n, r in self.pod_restarts.items() if r[0]}
+        again = sum(len(starts) - 1 for starts in self.member_starts.values())
+        phases = {k: v for k, v in self.member_phases.items() if k != "Running"}
+        return f"pod restarts {restarts or 0}, member restarts {again}, not running {phases or 0}"
 
     def read(self) -> dict[str, float]:
         """CPU seconds so far of each part (pods by cgroup, host processes by pid)."""
@@ -226,9 +238,20 @@ class Meter:
         }
         rss = [pod_rss_bytes(p["metadata"]["uid"]) or 0 for p in pools if running(p)]
         members = 0
+        self.member_phases = Counter()
         for pod in pools:
             report = (pod["metadata"].get("annotations") or {}).get("deltaflow.io/pool-report")
-            members += len(json.loads(report).get("members", {})) if report else 0
+            for key, member in (json.loads(report).get("members", {}) if report else {}).items():
+                members += 1
+                self.member_phases[str(member.get("phase"))] += 1
+                if member.get("startedAt") is not None:
+                    self.member_starts.setdefault(key, set()).add(float(member["startedAt"]))
+            for c in (pod.get("status") or {}).get("containerStatuses") or []:
+                last = (c.get("lastState") or {}).get("terminated") or {}
+                self.pod_restarts[pod["metadata"]["name"]] = (
+                    int(c.get("restartCount", 0)),
+                    str(last.get("reason", "")),
+                )
         self.pool_rss.append(sum(rss))
         self.pool_members.append(members)
         # Every other pod of the namespace: the streams' own drivers and their executors.
@@ -554,9 +577,30 @@ class FleetRun:
     lags: list[float]  # the large stream's lag samples (seconds)
     pool_rss: list[int]
     landed: dict[str, tuple[int, int, int, int]]
+    troubles: str
 
 
 LARGE = "large"
+
+
+def trickles_view(api: Api) -> str:
+    """The trickles' own freshness reports in one line: how many pooled, their trigger
+    intervals and batch times (medians), their p99 ages (median, max)."""
+    items = api.get(f"/apis/deltaflow.io/v1alpha1/namespaces/{NS}/deltaingestions")["items"]
+    statuses = [i.get("status") or {} for i in items if i["metadata"]["name"].startswith("trickle")]
+    fresh = [s.get("freshness") or {} for s in statuses]
+    pooled = sum(1 for s in statuses if (s.get("placement") or {}).get("mode") == "pooled")
+
+    def med(key: str) -> str:
+        values = [float(f[key]) for f in fresh if f.get(key) is not None]
+        return f"{percentile(values, 50):.1f}" if values else "-"
+
+    p99s = [float(f["p99Seconds"]) for f in fresh if f.get("p99Seconds") is not None]
+    worst = f"{max(p99s):.0f}" if p99s else "-"
+    return (
+        f"{pooled}/{len(statuses)} pooled, trigger {med('triggerSeconds')} s, batch "
+        f"{med('batchSeconds')} s, p99 {med('p99Seconds')} s (max {worst})"
+    )
 
 
 def _run_fleet(stack: Stack, args: argparse.Namespace) -> FleetRun:
@@ -593,7 +637,7 @@ def _run_fleet(stack: Stack, args: argparse.Namespace) -> FleetRun:
             lags.append(float(lag))
         clock.say(
             f"pools: {meter.pool_members[-1]} members, rss {meter.pool_rss[-1] / 2**20:,.0f} "
-            f"MiB; {LARGE}: lag {lag} s"
+            f"MiB, {meter.troubles()}; trickles: {trickles_view(stack.api)}; {LARGE}: lag {lag} s"
         )
     seconds = time.monotonic() - t0
     cores = cores_between(first, meter.read(), seconds)
@@ -613,6 +657,7 @@ def _run_fleet(stack: Stack, args: argparse.Namespace) -> FleetRun:
         lags,
         meter.pool_rss,
         landed,
+        meter.troubles(),
     )
 
 
@@ -640,10 +685,15 @@ def fleet(stack: Stack, args: argparse.Namespace) -> bool:
         f"{run.requests_per_minute:.0f}/min for {members + 1} resources"
     )
     ok = per_small <= 0.03 and rss / members <= 160 and per_idle <= 0.002
-    p99s = []
+    p99s, worst = [], []
     for name in run.trickles:
         ages = commit_ages(stack.store, f"s3a://{BUCKET}/{name}", run.measured_from)
         p99s.append(percentile(ages, 99) if ages else float("inf"))
+        worst.append((p99s[-1], max(ages, default=float("inf")), name))
+    print(
+        "worst trickles (p99, max age): "
+        + ", ".join(f"{n} {p:.0f}/{m:.0f} s" for p, m, n in sorted(worst, reverse=True)[:5])
+    )
     print(
         f"trickles' freshness p99: max {max(p99s):.1f} s, median {percentile(p99s, 50):.1f} s "
         f"(target {TARGET_SECONDS})"
@@ -656,6 +706,7 @@ def fleet(stack: Stack, args: argparse.Namespace) -> bool:
     )
     bad = {n: r for n, r in run.landed.items() if r[1] or r[2] or r[3]}
     print(f"exactly once: {len(run.landed) - len(bad)} of {len(run.landed)} tables; off: {bad}")
+    print(f"pools: {run.troubles}")
     own = cores["own drivers and executors"]
     fixed = sum(cores.values()) - cores["pools"] - own
     fits = int(max(2.0 - fixed - own, 0.0) / per_small) if per_small > 0 else 0

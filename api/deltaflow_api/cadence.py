@@ -16,6 +16,7 @@ fresher than asked, at the price of more batches, while the writer already bound
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 
@@ -38,6 +39,13 @@ MIN_HEADROOM_SECONDS = 1.0
 # A running stream moves to a new interval only when it differs by more than this (relative)
 # from the one it runs: a move restarts the query (a second or two), so noise must not cause one.
 REPLAN_CHANGE = 0.25
+# Spark's processing-time trigger fires at whole multiples of its interval since the epoch, so
+# streams that plan the same interval start every batch at the same instant: a pool's members
+# queue for its task threads (and a node's drivers for its cores) together, and the last waits
+# for all the others, which its measured batch time then counts. Each stream runs its derived
+# interval shortened by its own share of this (never longer: the plan's bound still holds), so
+# intervals differ, streams drift through each other and batches start apart.
+STAGGER_SHARE = 0.1
 # Float noise in the arithmetic above (seconds): never the difference between two plans.
 _EPSILON = 1e-9
 
@@ -142,6 +150,18 @@ def plan_trigger(
         target_seconds,
         checkpoint,
     )
+
+
+def staggered_interval_ms(plan: TriggerPlan, stream_key: str) -> int:
+    """The interval the query runs (milliseconds): a derived plan's, less this stream's stable
+    offset of up to STAGGER_SHARE of it (``stream_key`` names the stream, e.g. its checkpoint);
+    a pinned interval exactly as pinned."""
+    planned = round(plan.interval_seconds * 1000)
+    if plan.pinned:
+        return planned
+    spread = int(planned * STAGGER_SHARE)
+    digest = hashlib.sha256(stream_key.encode()).digest()
+    return planned - int.from_bytes(digest[:8], "big") % (spread + 1)
 
 
 def needs_replan(running: TriggerPlan, fresh: TriggerPlan) -> bool:

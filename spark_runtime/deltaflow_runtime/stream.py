@@ -20,7 +20,13 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from deltaflow_api.cadence import TriggerPlan, judged, needs_replan, plan_trigger
+from deltaflow_api.cadence import (
+    TriggerPlan,
+    judged,
+    needs_replan,
+    plan_trigger,
+    staggered_interval_ms,
+)
 from deltaflow_runtime.checkpoint import Checkpoint, TopicOffsets, render_offsets
 from deltaflow_runtime.config import Pipeline
 from deltaflow_runtime.cost import (
@@ -346,7 +352,8 @@ class StreamRunner:
         )
         if self.options.available_now:
             return writer.trigger(availableNow=True).start()
-        return writer.trigger(processingTime=f"{self.plan.interval_seconds} seconds").start()
+        interval_ms = staggered_interval_ms(self.plan, self.pipeline.identity.checkpoint_path)
+        return writer.trigger(processingTime=f"{interval_ms} milliseconds").start()
 
     def _move_to(self, plan: TriggerPlan) -> None:
         """Restart the query, between batches, on a new trigger interval (Spark fixes a query's

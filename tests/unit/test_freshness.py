@@ -5,6 +5,7 @@ out), the measured ages (a window of batches in, percentiles out), and the Fresh
 from __future__ import annotations
 
 import json
+from bisect import bisect_right
 from typing import Any
 
 import pytest
@@ -16,11 +17,13 @@ from deltaflow_api.cadence import (
     BATCH_TAIL,
     DEFAULT_BATCH_SECONDS,
     MIN_INTERVAL_SECONDS,
+    STAGGER_SHARE,
     headroom_seconds,
     judged,
     minimum_target_seconds,
     needs_replan,
     plan_trigger,
+    staggered_interval_ms,
 )
 from deltaflow_api.reasons import Reason
 from deltaflow_operator.autoscaler.observe import FreshnessReport, parse_report
@@ -163,6 +166,53 @@ def test_a_running_stream_moves_only_for_a_change_that_matters(
     # A pinned interval is the user's: never moved.
     assert not needs_replan(plan(running, pinned=True), plan(fresh))
     assert not needs_replan(plan(running), plan(fresh, pinned=True))
+
+
+def spark_batch_starts(interval_ms: int, since_ms: int, until_ms: int) -> list[int]:
+    """When Spark's processing-time trigger starts batches: at whole multiples of the interval
+    since the epoch (ProcessingTimeExecutor.nextBatchTime)."""
+    first = (since_ms // interval_ms + 1) * interval_ms
+    return list(range(first, until_ms, interval_ms))
+
+
+@pytest.mark.parametrize("target", [15, 60, 300])
+def test_streams_with_the_same_plan_start_their_batches_apart(target: int) -> None:
+    """Twenty pool members planning the same interval: unstaggered, every batch starts with all
+    the others; staggered, a batch finds about as many others starting within 2 s as randomly
+    placed streams would (20 x 2 s / interval), over an hour that ends in 2027."""
+    plan = plan_trigger(target, 3.0)
+    members = [f"s3a://lake/_checkpoints/team/orders-{i}" for i in range(20)]
+    since = 1_800_000_000_000
+    until = since + 3_600_000
+
+    def crowding(intervals: list[int]) -> list[int]:
+        starts = sorted(t for ms in intervals for t in spark_batch_starts(ms, since, until))
+        # Others whose batch started in the 2 s up to this one's start, or with it.
+        return [bisect_right(starts, t) - bisect_right(starts, t - 2_000) - 1 for t in starts]
+
+    lockstep = crowding([round(plan.interval_seconds * 1000)] * len(members))
+    staggered = crowding([staggered_interval_ms(plan, key) for key in members])
+    assert set(lockstep) == {len(members) - 1}
+    random_like = len(members) * 2 / plan.interval_seconds
+    assert sum(staggered) / len(staggered) < 1.5 * random_like + 0.5
+    assert sorted(staggered)[int(0.99 * len(staggered))] <= 4 * random_like + 2
+
+
+@given(
+    interval=st.floats(min_value=MIN_INTERVAL_SECONDS, max_value=86_400),
+    key=st.text(min_size=1, max_size=60),
+)
+def test_a_staggered_interval_keeps_the_plans_bound_and_is_the_streams_own(
+    interval: float, key: str
+) -> None:
+    plan = plan_trigger(10 * interval, None).__class__(interval, False, 3.0, True, True, "")
+    ms = staggered_interval_ms(plan, key)
+    planned = round(interval * 1000)
+    assert planned * (1 - STAGGER_SHARE) - 1 <= ms <= planned
+    assert staggered_interval_ms(plan, key) == ms  # the same across restarts and processes
+    # A pinned interval is the user's, run exactly.
+    pinned = plan.__class__(interval, True, 3.0, True, True, "")
+    assert staggered_interval_ms(pinned, key) == planned
 
 
 def batch(committed_at: float, youngest: float, oldest: float, rows: int) -> BatchAges:
