@@ -33,6 +33,12 @@ DEFAULT_CHECKPOINT_BATCH_SECONDS = DEFAULT_BATCH_SECONDS
 BATCH_TAIL = 1.5
 # The shortest interval planned: below it the trigger's own polling of Kafka is most of the cost.
 MIN_INTERVAL_SECONDS = 1.0
+# Fitting the batch that checkpoints the Delta log (one in ten) may cost at most this many times
+# the batches the steady batch alone needs. Beyond it the plan gives up on that batch (it lands
+# late; the status says so and names a target that holds): a slow checkpoint is most often a
+# busy process, where more batches make every batch slower (measured: a pool's members planning
+# 1 s intervals for checkpoint batches that had waited for each other, FL2 in bench/README.md).
+CHECKPOINT_FIT_COST = 2.0
 # Headroom for the producer's clock against the driver's and for the commit after the batch.
 HEADROOM_SHARE = 0.1
 MIN_HEADROOM_SECONDS = 1.0
@@ -83,11 +89,21 @@ def headroom_seconds(target_seconds: float) -> float:
     return max(MIN_HEADROOM_SECONDS, HEADROOM_SHARE * target_seconds)
 
 
+def _least_room(batch_seconds: float, checkpoint_batch_seconds: float) -> float:
+    """What a target must leave after its headroom for a plan that holds: the shortest interval
+    and the tail, and an interval at least 1 / CHECKPOINT_FIT_COST of the steady one."""
+    tail = tail_seconds(batch_seconds, checkpoint_batch_seconds)
+    steady = BATCH_TAIL * batch_seconds
+    # (room - tail) >= (room - steady) / cost  <=>  room >= (cost * tail - steady) / (cost - 1)
+    fit = (CHECKPOINT_FIT_COST * tail - steady) / (CHECKPOINT_FIT_COST - 1)
+    return max(MIN_INTERVAL_SECONDS + tail, fit)
+
+
 def minimum_target_seconds(
     batch_seconds: float, checkpoint_batch_seconds: float = DEFAULT_CHECKPOINT_BATCH_SECONDS
 ) -> int:
-    """The smallest whole-second target that leaves the shortest interval at this batch time."""
-    need = MIN_INTERVAL_SECONDS + tail_seconds(batch_seconds, checkpoint_batch_seconds)
+    """The smallest whole-second target whose plan holds at these batch times."""
+    need = _least_room(batch_seconds, checkpoint_batch_seconds)
     # target - max(1, 0.1 target) >= need
     return math.ceil(max(need + MIN_HEADROOM_SECONDS, need / (1 - HEADROOM_SHARE)) - _EPSILON)
 
@@ -123,6 +139,24 @@ def plan_trigger(
         return TriggerPlan(
             pinned_seconds, True, batch, measured, reachable, reason, target_seconds, checkpoint
         )
+    steady_room = target_seconds - headroom_seconds(target_seconds) - BATCH_TAIL * batch
+    too_costly = room < steady_room / CHECKPOINT_FIT_COST - _EPSILON
+    if too_costly and steady_room >= MIN_INTERVAL_SECONDS - _EPSILON:
+        least = minimum_target_seconds(batch, checkpoint)
+        interval = _interval(steady_room)
+        return TriggerPlan(
+            interval,
+            False,
+            batch,
+            measured,
+            False,
+            f"a batch every {_s(interval)} s at most: {of_batch}; the log checkpoint's batch "
+            f"(one in ten) lands after the {_s(target_seconds)} s target: fitting it would take "
+            f"over {CHECKPOINT_FIT_COST:g}x the batches; set spec.freshness.targetSeconds to "
+            f"{least} or more, or make batches faster (more executors or cores)",
+            target_seconds,
+            checkpoint,
+        )
     if room < MIN_INTERVAL_SECONDS - _EPSILON:
         least = minimum_target_seconds(batch, checkpoint)
         return TriggerPlan(
@@ -137,10 +171,9 @@ def plan_trigger(
             target_seconds,
             checkpoint,
         )
-    room = max(room, MIN_INTERVAL_SECONDS)
-    interval = math.floor(room + _EPSILON) if room >= 2 else math.floor(room * 10 + _EPSILON) / 10
+    interval = _interval(room)
     return TriggerPlan(
-        float(interval),
+        interval,
         False,
         batch,
         measured,
@@ -150,6 +183,13 @@ def plan_trigger(
         target_seconds,
         checkpoint,
     )
+
+
+def _interval(room: float) -> float:
+    """The interval planned in ``room`` seconds: whole seconds, tenths below two."""
+    room = max(room, MIN_INTERVAL_SECONDS)
+    whole = math.floor(room + _EPSILON) if room >= 2 else math.floor(room * 10 + _EPSILON) / 10
+    return float(whole)
 
 
 def staggered_interval_ms(plan: TriggerPlan, stream_key: str) -> int:

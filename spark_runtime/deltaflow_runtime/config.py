@@ -68,18 +68,23 @@ def load_ingestion(path: Path) -> DeltaIngestion:
         text = path.read_text(encoding="utf-8")
     except OSError as error:
         raise ConfigError(str(path), [f"cannot read the file: {error.strerror}"]) from None
+    return ingestion_from_text(text, str(path))
+
+
+def ingestion_from_text(text: str, where: str) -> DeltaIngestion:
+    """The one DeltaIngestion in a manifest's text (``where`` names it in errors)."""
     try:
         documents = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as error:
-        raise ConfigError(str(path), [f"not valid YAML: {error}"]) from None
+        raise ConfigError(where, [f"not valid YAML: {error}"]) from None
     if not all(isinstance(d, Mapping) for d in documents):
-        raise ConfigError(str(path), ["every YAML document must be a mapping"])
+        raise ConfigError(where, ["every YAML document must be a mapping"])
     candidates = [d for d in documents if d.get("kind") in ("DeltaIngestion", "ConfigMap", None)]
     if len(candidates) != 1:
         raise ConfigError(
-            str(path), [f"expected exactly one DeltaIngestion, found {len(candidates)} documents"]
+            where, [f"expected exactly one DeltaIngestion, found {len(candidates)} documents"]
         )
-    return parse_ingestion(candidates[0], str(path))
+    return parse_ingestion(candidates[0], where)
 
 
 def local_path(uri: str, local_dir: Path) -> str:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from deltaflow_api.failures import FailureReason, restart_helps
 from deltaflow_api.v1alpha1 import POOL_MEMBER_CONF_PREFIXES, pool_member_conf_key
-from deltaflow_runtime.config import Pipeline, load_ingestion
+from deltaflow_runtime.config import ConfigError, Pipeline, ingestion_from_text
 from deltaflow_runtime.cost import LoadMeter, install_pool_task_time, pool_busy_seconds
 from deltaflow_runtime.errors import DeltaflowError, InvalidSpecError, failure_reason
 from deltaflow_runtime.jvm import scala_context
@@ -401,23 +401,41 @@ def read_revision(folder: Path) -> str | None:
         return None
 
 
-def read_members(folder: Path, namespace: str, storage: Storage | None) -> dict[str, Manifest]:
+# A file's parse by (file name, content digest): a pool rescans every few seconds, and parsing
+# YAML in Python costs milliseconds a file, which twenty idle members would pay every rescan.
+Parsed = dict[tuple[str, str], "DeltaIngestion | DeltaflowError"]
+
+
+def read_members(
+    folder: Path, namespace: str, storage: Storage | None, parsed: Parsed | None = None
+) -> dict[str, Manifest]:
     """The member manifests in ``folder`` (``*.yaml``, the ConfigMap's keys), by member key
     (by file name for one that cannot be read as a member, names another namespace, or names a
     member an earlier file already does). Hidden files (a mounted ConfigMap's ``..data``
     links) are not members. A file that cannot be read fails the whole read (OSError): the
-    members stay as they are."""
+    members stay as they are. ``parsed`` keeps the last read's parses (files unchanged since
+    are not parsed again); it is left holding this read's only."""
     found: dict[str, Manifest] = {}
+    cache: Parsed = {} if parsed is None else parsed
+    seen: Parsed = {}
     for path in sorted(folder.glob("*.yaml")):
         if path.name.startswith("."):
             continue
         raw = path.read_bytes()
         digest = hashlib.sha256(raw).hexdigest()
-        try:
-            ingestion = load_ingestion(path)
-        except DeltaflowError as error:
-            found[path.name] = Manifest(path, digest, None, (error.reason, error.message))
+        known = cache.get((path.name, digest))
+        if known is None:
+            try:
+                known = ingestion_from_text(raw.decode("utf-8"), str(path))
+            except UnicodeDecodeError as error:
+                known = ConfigError(str(path), [f"not UTF-8 text: {error.reason}"])
+            except DeltaflowError as error:
+                known = error
+        seen[(path.name, digest)] = known
+        if isinstance(known, DeltaflowError):
+            found[path.name] = Manifest(path, digest, None, (known.reason, known.message))
             continue
+        ingestion = known
         # Another namespace's stream is never this pool's member: it is reported by its file.
         key = member_key(ingestion) if ingestion.namespace == namespace else path.name
         if key in found:
@@ -429,6 +447,8 @@ def read_members(folder: Path, namespace: str, storage: Storage | None) -> dict[
         if conflicts:
             problem = (FailureReason.INVALID_SPEC, "; ".join(conflicts))
         found[key] = Manifest(path, digest, Pipeline.of(capped(ingestion)), problem)
+    cache.clear()
+    cache.update(seen)
     return found
 
 
@@ -444,6 +464,7 @@ class StreamPool:
     ) -> None:
         self.spark = spark
         self.folder = folder
+        self._parsed: Parsed = {}  # the last rescan's parses (read_members)
         self.options = options
         self.storage = storage
         self.members: dict[str, Member] = {}
@@ -497,7 +518,7 @@ class StreamPool:
         # Read before the members: a change between the two reads reports an older revision
         # than was acted on (the operator waits a round longer), never a newer one.
         revision = read_revision(self.folder)
-        wanted = read_members(self.folder, self.options.namespace, self.storage)
+        wanted = read_members(self.folder, self.options.namespace, self.storage, self._parsed)
         self._reap()
         invalid: dict[str, MemberStatus] = {}
         with self._lock:

@@ -18,6 +18,7 @@ from deltaflow_runtime.pool import (
     MAX_REPORT_BYTES,
     REPORT_MESSAGE_CHARS,
     STABLE_RUN_SECONDS,
+    Parsed,
     backoff_seconds,
     capped,
     failures_in_a_row,
@@ -185,6 +186,33 @@ def test_a_folder_of_manifests_is_the_pools_members(tmp_path: Path) -> None:
         yaml.safe_dump({**good, "spec": {**good["spec"], "trigger": {"interval": "20s"}}})
     )
     assert read_members(tmp_path, "data", None)["data/good"].digest != members["data/good"].digest
+
+
+def test_a_rescan_parses_only_the_files_that_changed(tmp_path: Path) -> None:
+    """The pool rescans every few seconds: unchanged files keep their parse, a changed one is
+    read anew, a removed one is forgotten, and a file that is not text is reported."""
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(valid_manifest(name)))
+    parsed: Parsed = {}
+    first = read_members(tmp_path, "data", None, parsed)
+    kept = dict(parsed)
+    second = read_members(tmp_path, "data", None, parsed)
+    assert second == first
+    assert all(parsed[k] is kept[k] for k in kept)  # the same parse, not a new one
+    changed = valid_manifest("a")
+    changed["spec"]["trigger"] = {"interval": "20s"}
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump(changed))
+    (tmp_path / "b.yaml").unlink()
+    (tmp_path / "c.yaml").write_bytes(b"\xff\xfe not text")
+    third = read_members(tmp_path, "data", None, parsed)
+    pipeline = third["data/a"].pipeline
+    assert pipeline is not None
+    assert pipeline.ingestion.spec.trigger.pinned_seconds == 20
+    assert sorted(third) == ["c.yaml", "data/a"]
+    problem = third["c.yaml"].problem
+    assert problem is not None
+    assert "not UTF-8" in problem[1]
+    assert sorted(name for name, _ in parsed) == ["a.yaml", "c.yaml"]
 
 
 def test_a_pool_report_always_fits_a_pod_annotation() -> None:
