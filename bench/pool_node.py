@@ -613,7 +613,10 @@ def _run_fleet(stack: Stack, args: argparse.Namespace) -> FleetRun:
     )
     for name in small:
         wait_for(clock, f"{name} Ready in a pool", partial(in_pool, stack, name), 900, 3)
-    clock.say(f"{len(small)} members in pools, no record: measuring {args.idle_minutes:g} min")
+    # An idle member's steady cost: its start (session, first reads, the JIT) is paid once.
+    clock.say(f"{len(small)} members in pools, no record: settling {args.settle_minutes:g} min")
+    time.sleep(args.settle_minutes * 60)
+    clock.say(f"measuring idle members for {args.idle_minutes:g} min")
     first, t0 = meter.read(), time.monotonic()
     time.sleep(args.idle_minutes * 60)
     idle_cores = cores_between(first, meter.read(), time.monotonic() - t0)
@@ -729,6 +732,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--large-rate", type=float, default=5000)
     ap.add_argument("--minutes", type=float, default=30)
     ap.add_argument("--idle-minutes", type=float, default=5)
+    ap.add_argument("--settle-minutes", type=float, default=2)
     ap.add_argument("--warmup-minutes", type=float, default=5)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)

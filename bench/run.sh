@@ -29,7 +29,7 @@
 #                                 pool and back; root, the node to itself, ~40 min)
 #   bash bench/run.sh pool-fleet [--trickles 40] [--idle 20] [--large-rate 5000] [--minutes 30]
 #                                (61 streams on the node: pools' cost per member, freshness,
-#                                 exactly once; root, the node to itself, ~55 min)
+#                                 exactly once; root, the node to itself, ~60 min)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:?usage: bash bench/run.sh throughput|freshness|trickle|crash|pool-crash|pool-fairness|start|json-check|plan-cost|commit-cost|autoscale|autoscale-node|control-plane|pool-rate|pool-fleet [args...]}

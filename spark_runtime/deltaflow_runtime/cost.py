@@ -197,13 +197,18 @@ def install_pool_task_time(spark: Any) -> bool:
         return False
 
 
-def pool_busy_seconds(spark: Any, pool: str) -> float | None:
-    """Task seconds the jobs of scheduler pool ``pool`` ran so far; None if the JVM cannot
-    say (a py4j failure is no reading, never a 0)."""
+def pool_busy_seconds(spark: Any) -> dict[str, float] | None:
+    """Task seconds the jobs of each scheduler pool ran so far (a pool not in it ran none);
+    None if the JVM cannot say (a py4j failure is no reading, never a 0)."""
     from deltaflow_runtime.jvm import jvm
 
     try:
-        return float(jvm(spark).io.deltaflow.cost.PoolTaskTime.busySeconds(pool))
+        lines = str(jvm(spark).io.deltaflow.cost.PoolTaskTime.busySeconds())
+        busy: dict[str, float] = {}
+        for line in lines.splitlines():
+            pool, _, seconds = line.rpartition("\t")
+            busy[pool] = float(seconds)
+        return busy
     except Exception:
         return None
 

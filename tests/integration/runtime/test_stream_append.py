@@ -146,14 +146,24 @@ def test_the_log_checkpoint_a_commit_makes_due_is_written_after_the_commit_retur
     _rows(spark, -1).limit(0).write.format("delta").option("delta.checkpointInterval", "3").save(
         str(path)
     )  # version 0: a checkpoint every 3 commits
-    due = []
+    due, jobs = [], []
+    context = spark.sparkContext
     for batch in range(4):  # versions 1 to 4
         append = _start(spark, str(path), batch)
-        assert append.commit()
+        group = f"commit-{batch}-{tmp_path.name}"
+        context.setJobGroup(group, group)
+        try:
+            assert append.commit()
+        finally:
+            context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
         due.append(append.checkpointDue())
+        jobs.append(len(context.statusTracker().getJobIdsForGroup(group)))
     # Only version 3's commit made one due, and it returned without it (a replay of the
-    # table's state and a Parquet write, seconds on a small driver, not the batch's to pay).
+    # table's state and a Parquet write, seconds on a small driver, not the batch's to pay):
+    # its commit ran the Spark jobs of any other (Delta's commit statistics of a checkpoint
+    # version would replay the state: three jobs more).
     assert due == [-1, -1, 3, -1]
+    assert jobs[2] == jobs[1] == jobs[3], jobs
     assert jvm(spark).io.deltaflow.delta.StreamAppend.awaitCheckpoints(60_000)
     assert (log / f"{3:020d}.checkpoint.parquet").exists()
     assert json.loads((log / "_last_checkpoint").read_text())["version"] == 3

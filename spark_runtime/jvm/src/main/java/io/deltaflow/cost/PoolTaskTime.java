@@ -34,10 +34,17 @@ public final class PoolTaskTime extends SparkListener {
     }
   }
 
-  /** Seconds of task time the jobs of scheduler pool {@code pool} ran so far. */
-  public static double busySeconds(String pool) {
-    LongAdder millis = BUSY_MILLIS.get(pool);
-    return millis == null ? 0.0 : millis.sum() / 1000.0;
+  /**
+   * Seconds of task time the jobs of each scheduler pool ran so far, a {@code pool<TAB>seconds}
+   * line each (a pool whose jobs ran no task yet has none): one py4j call a report round for
+   * all the members, where a call each cost a quarter of an idle pool's Python time.
+   */
+  public static String busySeconds() {
+    StringBuilder lines = new StringBuilder();
+    BUSY_MILLIS.forEach(
+        (pool, millis) ->
+            lines.append(pool).append('\t').append(millis.sum() / 1000.0).append('\n'));
+    return lines.toString();
   }
 
   @Override

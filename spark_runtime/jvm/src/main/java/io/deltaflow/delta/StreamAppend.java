@@ -62,7 +62,13 @@ import scala.jdk.javaapi.CollectionConverters;
  * default) is written after the commit returns, on a thread of its own: it is a replay of the
  * table's state plus a Parquet write, seconds on a small driver, and inside the batch it made one
  * batch in ten that much later (a freshness target's p99 pays for it). A checkpoint only speeds
- * up reading the log: one not written (the process died first) is covered by the next.
+ * up reading the log: one not written (the process died first) is covered by the next. Deferring
+ * the hook is not enough: a commit Delta finds a checkpoint due at also reads the new snapshot's
+ * file count and size for its commit statistics (TransactionHelper, "force an expensive snapshot
+ * state reconstruction"), so the transaction is told no checkpoint is due ({@link
+ * DeferredCheckpointTransaction}) and this class decides it, by Delta's own rule. In a pool of
+ * twenty members on one task thread, those replays, all at once, had made such batches take
+ * 67-478 s (FL2, bench/README.md).
  */
 public final class StreamAppend {
   /**
@@ -83,11 +89,14 @@ public final class StreamAppend {
             return thread;
           });
 
+  /** The FAIR scheduler pool the deferred checkpoints' jobs run in (ignored under FIFO). */
+  static final String CHECKPOINT_SCHEDULER_POOL = "deltaflow-log-checkpoints";
+
   /** Deferred checkpoints not finished yet (queued or running). */
   private static final AtomicInteger CHECKPOINTS_WAITING = new AtomicInteger();
 
   private final SparkSession spark;
-  private final OptimisticTransaction txn;
+  private final DeferredCheckpointTransaction txn;
   private final WriteIntoDelta write;
   private final DeltaOptions options;
   private final long version;
@@ -97,7 +106,7 @@ public final class StreamAppend {
 
   private StreamAppend(
       SparkSession spark,
-      OptimisticTransaction txn,
+      DeferredCheckpointTransaction txn,
       WriteIntoDelta write,
       DeltaOptions options,
       long version,
@@ -149,7 +158,8 @@ public final class StreamAppend {
             Option.empty(),
             Option.empty(),
             false);
-    OptimisticTransaction txn = log.startTransaction(Option.empty(), Option.empty());
+    // As log.startTransaction, whose only other step is a test observer's hook.
+    DeferredCheckpointTransaction txn = new DeferredCheckpointTransaction(log);
     Option<Long> known = checksumTxnVersion(txn.snapshot(), appId);
     long committed;
     if (known.isDefined()) {
@@ -191,6 +201,7 @@ public final class StreamAppend {
         !txn.snapshot().protocol().isFeatureSupported(AdaptiveMetadataTableFeature$.MODULE$);
     if (defer) {
       txn.postCommitHooks().subtractOne(CheckpointHook$.MODULE$);
+      txn.deferCheckpoint = true;
     }
     try {
       DMLUtils.TaggedCommitData<Action> data =
@@ -208,7 +219,7 @@ public final class StreamAppend {
               Option.empty());
       txn.commitIfNeeded(data.actions(), operation, data.stringTags());
       Option<CommittedTransaction> done = txn.getCommitted();
-      if (defer && done.isDefined() && done.get().maintenanceOperation().shouldCheckpoint()) {
+      if (defer && done.isDefined() && txn.checkpointDueAt(done.get().committedVersion())) {
         checkpointDue = done.get().committedVersion();
         checkpointLater(spark, done.get().deltaLog(), checkpointDue);
       }
@@ -244,8 +255,12 @@ public final class StreamAppend {
         () -> {
           try {
             // Not the batch's: a stopped query cancels its job group, and its SQL execution id
-            // would nest this checkpoint's jobs under a finished batch.
-            spark.sparkContext().setLocalProperties(new Properties());
+            // would nest this checkpoint's jobs under a finished batch. A FAIR scheduler pool of
+            // its own (a stream pool's scheduler): the state replay shares the task threads
+            // with the members' batches as one more member, never ahead of them all.
+            Properties properties = new Properties();
+            properties.setProperty("spark.scheduler.pool", CHECKPOINT_SCHEDULER_POOL);
+            spark.sparkContext().setLocalProperties(properties);
             long started = System.nanoTime();
             withActive(
                 spark,
@@ -365,5 +380,30 @@ public final class StreamAppend {
   private static scala.collection.immutable.Map<String, String> immutableMap(
       Map<String, String> map) {
     return scala.collection.immutable.Map$.MODULE$.from(CollectionConverters.asScala(map));
+  }
+
+  /**
+   * A transaction that, once told to, reports no checkpoint due after its commit: Delta then
+   * neither runs its checkpoint hook nor replays the new snapshot's state for the commit
+   * statistics of a checkpoint version (their file count and size are telemetry). {@link
+   * #checkpointDueAt} is Delta's own rule for the checkpoint StreamAppend writes later.
+   */
+  static final class DeferredCheckpointTransaction extends OptimisticTransaction {
+    boolean deferCheckpoint;
+
+    DeferredCheckpointTransaction(DeltaLog log) {
+      super(log, Option.empty(), Option.<Snapshot>empty());
+    }
+
+    @Override
+    public boolean isCheckpointNeeded(long committedVersion, Snapshot postCommitSnapshot) {
+      return !deferCheckpoint && super.isCheckpointNeeded(committedVersion, postCommitSnapshot);
+    }
+
+    /** Delta's rule (TransactionHelper.isCheckpointNeeded) at the metadata this commit wrote. */
+    boolean checkpointDueAt(long committedVersion) {
+      return committedVersion != 0
+          && committedVersion % deltaLog().checkpointInterval(metadata()) == 0;
+    }
   }
 }
