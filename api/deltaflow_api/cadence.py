@@ -186,6 +186,13 @@ def plan_trigger(
     )
 
 
+def window_seconds(target_seconds: float) -> float:
+    """The window a stream's freshness percentiles cover (the driver's status, the placement's
+    reading of it): three targets (a few batches, so a catch-up leaves it soon after the stream
+    caught up), at least a minute, at most a day."""
+    return max(60.0, min(3.0 * target_seconds, 86_400.0))
+
+
 def _interval(room: float) -> float:
     """The interval planned in ``room`` seconds: whole seconds, tenths below two."""
     room = max(room, MIN_INTERVAL_SECONDS)

@@ -28,12 +28,6 @@ MIN_BATCHES_FOR_TIME = 5
 CHECKPOINT_BATCHES = 3
 
 
-def window_seconds(target_seconds: float) -> float:
-    """The window the status's percentiles cover: three targets (a few batches, so a catch-up
-    leaves it soon after the stream caught up), at least a minute, at most a day."""
-    return max(60.0, min(3.0 * target_seconds, 86_400.0))
-
-
 @dataclass(frozen=True)
 class BatchAges:
     """One committed batch: when, its records' ages then (seconds), how many, how long it ran."""

@@ -26,6 +26,7 @@ from deltaflow_api.cadence import (
     needs_replan,
     plan_trigger,
     staggered_interval_ms,
+    window_seconds,
 )
 from deltaflow_runtime.checkpoint import Checkpoint, TopicOffsets, render_offsets
 from deltaflow_runtime.config import Pipeline
@@ -38,7 +39,7 @@ from deltaflow_runtime.cost import (
 )
 from deltaflow_runtime.errors import DeltaflowError, ExitCode
 from deltaflow_runtime.executors import ExecutorControl, Executors, LocalExecutors
-from deltaflow_runtime.freshness import FreshnessWindow, ages_at_commit, window_seconds
+from deltaflow_runtime.freshness import FreshnessWindow, ages_at_commit
 from deltaflow_runtime.guard import StreamFacts, check_checkpoint, check_kafka_identity
 from deltaflow_runtime.jvm import jvm
 from deltaflow_runtime.kafka_admin import KafkaIdentity

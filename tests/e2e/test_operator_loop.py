@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from deltaflow_api.cadence import plan_trigger
+from deltaflow_api.cadence import plan_trigger, window_seconds
 from deltaflow_runtime.cli import failed_with
 from deltaflow_runtime.errors import DeltaflowError
 from deltaflow_runtime.executors import ExecutorTotals
-from deltaflow_runtime.freshness import BatchAges, FreshnessWindow, window_seconds
+from deltaflow_runtime.freshness import BatchAges, FreshnessWindow
 from deltaflow_runtime.guard import CheckpointMismatchError
 from deltaflow_runtime.maintenance import ENV_TERMINATION_LOG
 from deltaflow_runtime.scaling_agent import driver_report

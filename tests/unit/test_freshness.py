@@ -25,6 +25,7 @@ from deltaflow_api.cadence import (
     needs_replan,
     plan_trigger,
     staggered_interval_ms,
+    window_seconds,
 )
 from deltaflow_api.reasons import Reason
 from deltaflow_operator.autoscaler.observe import FreshnessReport, parse_report
@@ -37,7 +38,6 @@ from deltaflow_runtime.freshness import (
     checkpoint_batch_seconds,
     share_younger,
     steady_batch_seconds,
-    window_seconds,
 )
 from support.manifests import valid_manifest
 

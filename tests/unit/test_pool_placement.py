@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from deltaflow_api import DeltaIngestion
+from deltaflow_api.cadence import window_seconds
 from deltaflow_api.v1alpha1 import DeltaIngestionSpec, DeltaIngestionStatus, PlacementStatus
 from deltaflow_operator.autoscaler.observe import PoolReport, parse_pool_report
 from deltaflow_operator.decisions.placement import (
@@ -294,10 +295,29 @@ def test_the_return_clock_survives_a_move_between_local_mode_and_executors() -> 
 
 
 def test_behind_its_target_in_a_pool_it_leaves_and_an_unmeasured_round_moves_no_clock() -> None:
-    seen = _rounds(_spec(), IN_POOL, [(0, 0.05, True), (L / 2, None, True), (L, 0.05, True)])
-    assert [p.wanted for p in seen] == ["pooled", "pooled", "dedicated"]
-    assert "lag" in (seen[2].decision or "")
-    assert _rounds(_spec(), IN_POOL, [(0, None, False)])[0] == IN_POOL
+    # Behind reads the p99 of a freshness window: it must last LEAVE_AFTER beyond that window.
+    spec = _spec()
+    window = window_seconds(spec.freshness.target_seconds)
+    rounds = [(0, 0.05, True), (L / 2, None, True), (L, 0.05, True), (L + window, 0.05, True)]
+    seen = _rounds(spec, IN_POOL, rounds)
+    assert [p.wanted for p in seen] == ["pooled", "pooled", "pooled", "dedicated"]
+    assert "lag" in (seen[3].decision or "")
+    assert _rounds(spec, IN_POOL, [(0, None, False)])[0] == IN_POOL
+
+
+def test_one_late_window_in_a_pool_is_no_move() -> None:
+    """A slow moment (a pool's log checkpoints all at once) reads as behind for as long as its
+    late batch stays in the freshness window: no move, whose own wait would cost minutes."""
+    spec = _spec()
+    window = window_seconds(spec.freshness.target_seconds)
+    late = [(t, 0.05, True) for t in (0, window / 2, window)] + [(window + 30, 0.05, False)]
+    seen = _rounds(spec, IN_POOL, [*late, (window + L + 60, 0.05, True)])
+    assert {p.wanted for p in seen} == {"pooled"}
+    # The clock started again at the second late spell.
+    assert seen[-1].pending_since == T0 + timedelta(seconds=window + L + 60)
+    # Busy is no slow moment: over MEMBER_MAX_CORES it leaves after LEAVE_AFTER alone.
+    busy = _rounds(spec, IN_POOL, [(0, 0.5, False), (L, 0.5, False)])
+    assert busy[-1].wanted == "dedicated"
 
 
 def test_a_steady_stream_writes_no_status() -> None:

@@ -4,10 +4,11 @@ Two decisions, both explained and both stable:
 
 - ``choose``: whether a stream runs in a pool or on a driver of its own. ``dedicated`` and
   ``pooled`` are the user's; ``auto`` follows the stream's measured CPU with hysteresis: it
-  leaves the pool once it has used more than ``MEMBER_MAX_CORES`` (or missed its lag target) for
-  ``LEAVE_AFTER_SECONDS``, and returns only once it has used less than ``RETURN_BELOW_CORES`` for
-  ``RETURN_AFTER_SECONDS`` (a band and two clocks: it never flaps on a burst). A stream a pool
-  cannot run (its own JVM settings, another object store: ``conflicts``) stays dedicated.
+  leaves the pool once it has used more than ``MEMBER_MAX_CORES`` for ``LEAVE_AFTER_SECONDS``
+  (or missed its freshness target that long beyond its freshness window), and returns only once
+  it has used less than ``RETURN_BELOW_CORES`` for ``RETURN_AFTER_SECONDS`` (a band and two
+  clocks: it never flaps on a burst). A stream a pool cannot run (its own JVM settings, another
+  object store: ``conflicts``) stays dedicated.
 - ``pack``: which pool each pooled stream runs in. Members stay where they are while their pool
   holds them, with a tolerance (a move is a stop and a start: never for tidiness or a wobble);
   a pool outgrown lets its largest members go. The others go, largest first, into the first
@@ -27,6 +28,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Literal
 
+from deltaflow_api.cadence import window_seconds
 from deltaflow_api.v1alpha1 import DeltaIngestionSpec, PlacementStatus, pool_refusals
 
 Where = Literal["pooled", "dedicated"]
@@ -56,6 +58,10 @@ class Load:
     # process CPU, most of which is a driver's fixed cost). None: not measured yet.
     cores: float | None
     behind: bool = False  # its lag is over its target (status.lag against the spec's target)
+    # How long one late batch reads as behind (the freshness window its p99 covers): being
+    # behind moves a stream only once it has lasted LEAVE_AFTER_SECONDS beyond it, so a slow
+    # moment (a pool's log checkpoints, a GC) is no move, whose own wait costs minutes.
+    behind_window_seconds: float = 0.0
     conflicts: tuple[str, ...] = ()  # why a pool cannot run it (runtime pool.pool_conflicts)
     unplaceable: bool = False  # its own driver cannot be scheduled (it runs nowhere)
 
@@ -89,12 +95,13 @@ def choose(load: Load, previous: Placement | None, now: float) -> Placement:
     cores = 0.0 if load.cores is None else load.cores
     if previous.where == "pooled":
         held = previous.reason == UNPLACEABLE and now - previous.since < UNPLACEABLE_HOLD_SECONDS
-        wants_out = (cores > MEMBER_MAX_CORES or load.behind) and not held
+        busy = cores > MEMBER_MAX_CORES
+        wants_out = (busy or load.behind) and not held
         return _after(
             previous,
             now,
             wants_out,
-            seconds=LEAVE_AFTER_SECONDS,
+            seconds=LEAVE_AFTER_SECONDS + (0.0 if busy else load.behind_window_seconds),
             to="dedicated",
             reason=f"it used {cores:.2f} cores (a pool member may use {MEMBER_MAX_CORES})"
             if cores > MEMBER_MAX_CORES
@@ -166,7 +173,14 @@ def auto_placement(
             None if placement.pending_since is None else placement.pending_since.timestamp(),
         )
     )
-    load = Load("auto", cores, behind, _refusals(spec), unplaceable)
+    load = Load(
+        "auto",
+        cores,
+        behind,
+        behind_window_seconds=window_seconds(spec.freshness.target_seconds),
+        conflicts=_refusals(spec),
+        unplaceable=unplaceable,
+    )
     decided = choose(load, previous, now.timestamp())
     return placement.model_copy(
         update={
