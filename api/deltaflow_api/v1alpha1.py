@@ -1090,8 +1090,9 @@ class DeltaIngestionSpec(ApiModel):
             "one JVM for many; its own checkpoint, dead letters, status and metrics; "
             "spec.scaling, spec.driver and spec.executor do not apply there) or auto (starts in "
             "a pool and moves by its measured task time: to a driver of its own after 2 min "
-            "busier than a pool member may be or behind its freshness target, back after 15 "
-            "min quiet; a spec a pool cannot run stays dedicated, status.placement says why). "
+            "busier than a pool member may be, or behind its freshness target for 2 min beyond "
+            "its freshness window, back after 15 min quiet; a spec a pool cannot run stays "
+            "dedicated, status.placement says why). "
             "A move stops the stream in one place after its batch, then starts it in the other.",
         ),
     ] = "dedicated"
