@@ -70,6 +70,9 @@ class TriggerPlan:
     target_seconds: float = 0.0
     # The slowest recurring batch planned for: the log checkpoint's (measured, or the default).
     checkpoint_batch_seconds: float = DEFAULT_CHECKPOINT_BATCH_SECONDS
+    # False: the plan gave up on fitting the log checkpoint's batch (CHECKPOINT_FIT_COST); it
+    # is judged by the steady batch, so batch-time noise does not restart its query.
+    fits_checkpoint: bool = True
 
     @property
     def worst_age_seconds(self) -> float:
@@ -90,10 +93,18 @@ def headroom_seconds(target_seconds: float) -> float:
     return max(MIN_HEADROOM_SECONDS, HEADROOM_SHARE * target_seconds)
 
 
-def _least_room(batch_seconds: float, checkpoint_batch_seconds: float) -> float:
+def _least_room(batch_seconds: float, checkpoint_batch_seconds: float | None) -> float:
     """What a target must leave after its headroom for a plan that holds: the shortest interval
-    and the tail, and an interval at least 1 / CHECKPOINT_FIT_COST of the steady one."""
-    tail = tail_seconds(batch_seconds, checkpoint_batch_seconds)
+    and the tail, and, for a measured checkpoint batch, an interval at least
+    1 / CHECKPOINT_FIT_COST of the steady one."""
+    checkpoint = (
+        DEFAULT_CHECKPOINT_BATCH_SECONDS
+        if checkpoint_batch_seconds is None
+        else checkpoint_batch_seconds
+    )
+    tail = tail_seconds(batch_seconds, checkpoint)
+    if checkpoint_batch_seconds is None:
+        return MIN_INTERVAL_SECONDS + tail
     steady = BATCH_TAIL * batch_seconds
     # (room - tail) >= (room - steady) / cost  <=>  room >= (cost * tail - steady) / (cost - 1)
     fit = (CHECKPOINT_FIT_COST * tail - steady) / (CHECKPOINT_FIT_COST - 1)
@@ -101,9 +112,10 @@ def _least_room(batch_seconds: float, checkpoint_batch_seconds: float) -> float:
 
 
 def minimum_target_seconds(
-    batch_seconds: float, checkpoint_batch_seconds: float = DEFAULT_CHECKPOINT_BATCH_SECONDS
+    batch_seconds: float, checkpoint_batch_seconds: float | None = None
 ) -> int:
-    """The smallest whole-second target whose plan holds at these batch times."""
+    """The smallest whole-second target whose plan holds at these batch times (the log
+    checkpoint's: None before one was measured)."""
     need = _least_room(batch_seconds, checkpoint_batch_seconds)
     # target - max(1, 0.1 target) >= need
     return math.ceil(max(need + MIN_HEADROOM_SECONDS, need / (1 - HEADROOM_SHARE)) - _EPSILON)
@@ -141,9 +153,13 @@ def plan_trigger(
             pinned_seconds, True, batch, measured, reachable, reason, target_seconds, checkpoint
         )
     steady_room = target_seconds - headroom_seconds(target_seconds) - BATCH_TAIL * batch
-    too_costly = room < steady_room / CHECKPOINT_FIT_COST - _EPSILON
+    # Only a measured checkpoint batch is given up on: the default is a guess, and a fast steady
+    # batch would otherwise read its guess as too costly to fit.
+    too_costly = (
+        checkpoint_batch_seconds is not None and room < steady_room / CHECKPOINT_FIT_COST - _EPSILON
+    )
     if too_costly and steady_room >= MIN_INTERVAL_SECONDS - _EPSILON:
-        least = minimum_target_seconds(batch, checkpoint)
+        least = minimum_target_seconds(batch, checkpoint_batch_seconds)
         interval = _interval(steady_room)
         return TriggerPlan(
             interval,
@@ -152,14 +168,15 @@ def plan_trigger(
             measured,
             False,
             f"a batch every {_s(interval)} s at most: {of_batch}; the log checkpoint's batch "
-            f"(one in ten) lands after the {_s(target_seconds)} s target: fitting it would take "
-            f"over {CHECKPOINT_FIT_COST:g}x the batches; set spec.freshness.targetSeconds to "
-            f"{least} or more, or make batches faster (more executors or cores)",
+            f"(one in delta.checkpointInterval) lands after the {_s(target_seconds)} s target: "
+            f"fitting it would take over {CHECKPOINT_FIT_COST:g}x the batches; set "
+            f"spec.freshness.targetSeconds to {least} or more",
             target_seconds,
             checkpoint,
+            fits_checkpoint=False,
         )
     if room < MIN_INTERVAL_SECONDS - _EPSILON:
-        least = minimum_target_seconds(batch, checkpoint)
+        least = minimum_target_seconds(batch, checkpoint_batch_seconds)
         return TriggerPlan(
             MIN_INTERVAL_SECONDS,
             False,
@@ -219,7 +236,8 @@ def needs_replan(running: TriggerPlan, fresh: TriggerPlan) -> bool:
     if running.pinned or fresh.pinned:
         return False
     old, new = running.interval_seconds, fresh.interval_seconds
-    if old > new + _EPSILON and not _fits(old, fresh):
+    # A plan that gave up on the checkpoint's batch never fits it: judged by the steady batch.
+    if old > new + _EPSILON and not _fits(old, fresh, checkpoint=fresh.fits_checkpoint):
         return True
     return abs(new - old) > REPLAN_CHANGE * old
 
@@ -245,16 +263,17 @@ def judged(running: TriggerPlan, fresh: TriggerPlan) -> TriggerPlan:
         reason,
         fresh.target_seconds,
         fresh.checkpoint_batch_seconds,
+        fits_checkpoint=fits or fresh.fits_checkpoint,
     )
 
 
-def _fits(interval: float, plan: TriggerPlan) -> bool:
+def _fits(interval: float, plan: TriggerPlan, *, checkpoint: bool = True) -> bool:
     """Whether a record waiting ``interval`` and then a batch of ``plan``'s measured time still
     lands within its target (the headroom kept; the 1.5x tail is the plan's margin, not this
     test's, so that batch-time noise does not restart the query), the log checkpoint's batch
-    too."""
+    too unless ``checkpoint`` is False."""
     target = plan.target_seconds
-    slowest = max(plan.batch_seconds, plan.checkpoint_batch_seconds)
+    slowest = max(plan.batch_seconds, plan.checkpoint_batch_seconds if checkpoint else 0.0)
     return interval + slowest + headroom_seconds(target) <= target + _EPSILON
 
 

@@ -178,7 +178,8 @@ class PoolOptions:
     stop_grace_seconds: float = 45.0
     # Kafka poll of each member (lag, retention headroom): three requests a member a round, at
     # 5 s 40% of an idle 20-member pool's Python time (py-spy). A member's lag feeds only its
-    # status and the placement's minutes-long windows, not an executor count.
+    # status and the placement's minutes-long windows, not an executor count. It also paces a
+    # member's dead-letter flushes and recovery (up to this much later).
     poll_seconds: float = 15.0
     backoff_base_seconds: float = BACKOFF_BASE_SECONDS
     # The pool's report to its pod, all members at once: one request per pool per round, and

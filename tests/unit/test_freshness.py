@@ -100,6 +100,10 @@ CHECKPOINT_PLANS = [
     (10, 1.2, 9.5, 7.0, False),
     # The steady batch itself leaves no room: the shortest interval, unreachable.
     (10, 6.0, 9.5, MIN_INTERVAL_SECONDS, False),
+    # Not measured yet: the default is a guess, never given up on (a fast steady batch must not
+    # read it as too costly).
+    (10, 0.4, None, 4.0, True),
+    (8, 1.0, None, 2.0, True),
 ]
 
 
@@ -117,7 +121,7 @@ def test_the_interval_leaves_room_for_the_batch_that_checkpoints_the_delta_log(
         slowest = DEFAULT_BATCH_SECONDS if checkpoint is None else checkpoint
         assert plan.interval_seconds + slowest + headroom_seconds(target) <= target + 1e-9
     else:
-        least = minimum_target_seconds(batch, checkpoint or DEFAULT_BATCH_SECONDS)
+        least = minimum_target_seconds(batch, checkpoint)
         assert f"targetSeconds to {least} or more" in plan.reason
         assert plan_trigger(least, batch, None, checkpoint).reachable
     if checkpoint is not None and checkpoint > BATCH_TAIL * batch:
@@ -171,6 +175,23 @@ REPLANS = [
     (10.0, 12.5, False),
     (10.0, 12.6, True),
 ]
+
+
+def test_a_plan_that_gave_up_on_the_checkpoints_batch_moves_only_for_a_change_that_matters() -> (
+    None
+):
+    """It never fits that batch: judged by the steady batch, noise restarts nothing."""
+    running, fresh = plan_trigger(60, 3.0, None, 30.0), plan_trigger(60, 3.4, None, 30.0)
+    assert not running.reachable
+    assert (running.interval_seconds, fresh.interval_seconds) == (49.0, 48.0)
+    assert not needs_replan(running, fresh)
+    kept = judged(running, fresh)
+    assert kept.interval_seconds == 49.0
+    assert not kept.reachable
+    assert "lands after the 60 s target" in kept.reason
+    # A running interval that fits the checkpoint's batch after all is judged reachable.
+    shorter = running.__class__(20.0, False, 3.0, True, True, "", 60, 30.0)
+    assert judged(shorter, fresh).reachable
 
 
 @pytest.mark.parametrize(("running", "fresh", "move"), REPLANS)

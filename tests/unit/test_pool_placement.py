@@ -21,6 +21,7 @@ from deltaflow_operator.decisions.placement import (
 )
 from deltaflow_operator.decisions.pooled import pool_behind
 from deltaflow_operator.decisions.pools import (
+    BEHIND_WINDOW_CAP_SECONDS,
     LEAVE_AFTER_SECONDS,
     RETURN_AFTER_SECONDS,
     STAY_TOLERANCE,
@@ -318,6 +319,14 @@ def test_one_late_window_in_a_pool_is_no_move() -> None:
     # Busy is no slow moment: over MEMBER_MAX_CORES it leaves after LEAVE_AFTER alone.
     busy = _rounds(spec, IN_POOL, [(0, 0.5, False), (L, 0.5, False)])
     assert busy[-1].wanted == "dedicated"
+    # A long target's window (three hours for one hour) holds a stream that is really behind
+    # for at most BEHIND_WINDOW_CAP_SECONDS more.
+    hourly = _spec(freshness={"targetSeconds": 3600})
+    cap = BEHIND_WINDOW_CAP_SECONDS
+    late = _rounds(
+        hourly, IN_POOL, [(0, 0.05, True), (L + cap - 1, 0.05, True), (L + cap, 0.05, True)]
+    )
+    assert [p.wanted for p in late] == ["pooled", "pooled", "dedicated"]
 
 
 def test_a_steady_stream_writes_no_status() -> None:

@@ -39,6 +39,10 @@ Requested = Literal["auto", "dedicated", "pooled"]
 MEMBER_MAX_CORES = 0.25
 LEAVE_AFTER_SECONDS = 120.0
 RETURN_BELOW_CORES = 0.1
+# The most of a freshness window that being behind must outlast: a long target's window (three
+# targets) would keep a stream that is really behind in its pool for hours, while against such
+# a target a move's own wait (minutes) is small.
+BEHIND_WINDOW_CAP_SECONDS = 600.0
 RETURN_AFTER_SECONDS = 900.0
 # What an unmeasured stream is taken to use until its first cost window (a new stream).
 UNMEASURED_CORES = 0.02
@@ -101,7 +105,10 @@ def choose(load: Load, previous: Placement | None, now: float) -> Placement:
             previous,
             now,
             wants_out,
-            seconds=LEAVE_AFTER_SECONDS + (0.0 if busy else load.behind_window_seconds),
+            # One clock for both wants: a stream behind for a while that then reads busy (a
+            # five-minute average already) leaves at the shorter threshold.
+            seconds=LEAVE_AFTER_SECONDS
+            + (0.0 if busy else min(load.behind_window_seconds, BEHIND_WINDOW_CAP_SECONDS)),
             to="dedicated",
             reason=f"it used {cores:.2f} cores (a pool member may use {MEMBER_MAX_CORES})"
             if cores > MEMBER_MAX_CORES
