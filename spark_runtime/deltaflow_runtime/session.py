@@ -49,6 +49,7 @@ JAR_PREFIXES = (
 
 # What the data plane's correctness rests on; spec.sparkConf cannot turn these off.
 PLUGINS = "spark.plugins"
+CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
 PINNED_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
@@ -57,6 +58,13 @@ PINNED_CONF = {
     # Delta 4.x ignores VACUUM's retention argument (other than 0) by default and applies the
     # table's deletedFileRetentionDuration instead: the spec's retentionHours must count.
     "spark.databricks.delta.vacuum.retentionWindowIgnore.enabled": "false",
+    # The streaming checkpoint's files go through the cached FileSystem. Spark's default
+    # (FileContext-based) builds an uncached S3A instance for each query start (offset and commit
+    # logs: 10 AWS SDK threads a start, never closed), so every trigger re-plan, pool member
+    # restart and move leaked threads until a pool was OOM-killed (FL4, bench/README.md). On S3
+    # neither manager renames atomically; exactly once rests on the Delta txn, not on a rename.
+    CHECKPOINT_FILE_MANAGER: "org.apache.spark.sql.execution.streaming.checkpointing."
+    "FileSystemBasedCheckpointFileManager",
 }
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 # A driver pod in local mode (the operator placed it there: its measured work fits the driver

@@ -33,10 +33,12 @@ from runtime_kit import (
     run_cli,
     tpos,
     unique,
+    wait_for,
 )
 
 from deltaflow_api.failures import FailureReason
 from deltaflow_runtime.maintenance import ENV_TERMINATION_LOG
+from deltaflow_runtime.session import CHECKPOINT_FILE_MANAGER, PINNED_CONF
 from devstack.demo import BROKEN
 from devstack.kafka import KafkaBroker
 from devstack.minio import REGION, ObjectStore, start_s3proxy
@@ -126,6 +128,46 @@ def test_the_logstore_lets_exactly_one_of_many_writers_create_a_version(
     assert said == [None] * 24, said
     left = [str(s.getPath().getName()) for s in fs.listStatus(table)] if fs.exists(table) else []
     assert [name for name in left if name.startswith("_deltaflow_probe")] == [], left
+
+
+def test_restarting_a_stream_on_the_object_store_leaves_no_threads_behind(
+    object_store: ObjectStore, runtime_spark: SparkSession
+) -> None:
+    """A query's start (a trigger re-plan, a pool member's restart, a move) must not leave AWS
+    SDK threads behind: with Spark's default checkpoint file manager each start built two
+    uncached S3A instances (ten sdk-ScheduledExecutor threads), and a pool JVM was OOM-killed
+    holding 300 of them."""
+    sc = runtime_spark.sparkContext
+    jvm: Any = sc._jvm
+    bucket = unique("restarts")
+    object_store.create_bucket(bucket)
+    hadoop = sc._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    for key, value in _s3a_conf(object_store).items():  # this bucket's only
+        hadoop.set(key.replace("fs.s3a.", f"fs.s3a.bucket.{bucket}.", 1), value)
+    runtime_spark.conf.set(CHECKPOINT_FILE_MANAGER, PINNED_CONF[CHECKPOINT_FILE_MANAGER])
+
+    def sdk_threads() -> int:
+        threads = jvm.java.lang.Thread.getAllStackTraces().keySet().toArray()
+        return sum(1 for t in threads if str(t.getName()).startswith("sdk-ScheduledExecutor"))
+
+    def run_once() -> None:
+        query = (
+            runtime_spark.readStream.format("rate").option("rowsPerSecond", 5).load()
+            .writeStream.format("delta")
+            .option("checkpointLocation", f"s3a://{bucket}/_checkpoints/rate")
+            .trigger(processingTime="1 second")
+            .start(f"s3a://{bucket}/rate")
+        )  # fmt: skip
+        try:
+            wait_for(lambda: query.lastProgress, 60, "a batch of the query")
+        finally:
+            query.stop()
+
+    run_once()
+    after_first = sdk_threads()
+    for _ in range(3):
+        run_once()
+    assert sdk_threads() == after_first
 
 
 def test_four_writer_processes_race_for_one_version_and_exactly_one_creates_it(
