@@ -21,6 +21,7 @@ import argparse
 import itertools
 import json
 import os
+import re
 import signal
 import statistics
 import sys
@@ -58,8 +59,10 @@ class Steady:
         return sum(self.requests.values()) * 60 / self.seconds
 
 
-def request_counts(api: Api) -> dict[str, float]:
-    """apiserver_request_total summed per verb, watches left out (they are long-lived)."""
+def request_counts(api: Api, by: tuple[str, ...] = ("verb",)) -> dict[str, float]:
+    """apiserver_request_total summed per the labels ``by`` (joined by spaces, empty ones left
+    out: ``("verb", "resource", "subresource")`` gives "PATCH deltaingestions status"), watches
+    left out (they are long-lived)."""
     request = urllib.request.Request(
         api.server + "/metrics", headers={"Authorization": f"Bearer {api.token}"}
     )
@@ -70,9 +73,11 @@ def request_counts(api: Api) -> dict[str, float]:
         if not line.startswith("apiserver_request_total{"):
             continue
         labels, value = line.rsplit(" ", 1)
-        verb = labels.split('verb="', 1)[1].split('"', 1)[0]
-        if verb not in ("WATCH", "WATCHLIST"):
-            counts[verb] = counts.get(verb, 0.0) + float(value)
+        named = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+        if named.get("verb") in ("WATCH", "WATCHLIST"):
+            continue
+        key = " ".join(v for v in (named.get(label, "") for label in by) if v)
+        counts[key] = counts.get(key, 0.0) + float(value)
     return counts
 
 

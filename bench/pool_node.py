@@ -574,6 +574,7 @@ class FleetRun:
     seconds: float
     measured_from: float  # wall clock
     requests_per_minute: float
+    requests_by_kind: dict[str, float]  # "VERB resource [subresource]" -> per minute
     lags: list[float]  # the large stream's lag samples (seconds)
     pool_rss: list[int]
     landed: dict[str, tuple[int, int, int, int]]
@@ -630,7 +631,8 @@ def _run_fleet(stack: Stack, args: argparse.Namespace) -> FleetRun:
     time.sleep(args.warmup_minutes * 60)
     measured_from = time.time()
     first, t0 = meter.read(), time.monotonic()
-    requests0 = sum(request_counts(stack.api).values())
+    by_kind = ("verb", "resource", "subresource")
+    requests0 = request_counts(stack.api, by_kind)
     lags: list[float] = []
     while time.monotonic() < t0 + args.minutes * 60:
         time.sleep(SAMPLE_SECONDS)
@@ -644,7 +646,9 @@ def _run_fleet(stack: Stack, args: argparse.Namespace) -> FleetRun:
         )
     seconds = time.monotonic() - t0
     cores = cores_between(first, meter.read(), seconds)
-    requests = (sum(request_counts(stack.api).values()) - requests0) / (seconds / 60)
+    requests1 = request_counts(stack.api, by_kind)
+    by_minute = {k: (n - requests0.get(k, 0.0)) / (seconds / 60) for k, n in requests1.items()}
+    requests = sum(by_minute.values())
     for name in [*trickles, LARGE]:
         stack.producers.set_rate(name, 0)
     time.sleep(5)
@@ -657,6 +661,7 @@ def _run_fleet(stack: Stack, args: argparse.Namespace) -> FleetRun:
         seconds,
         measured_from,
         requests,
+        by_minute,
         lags,
         meter.pool_rss,
         landed,
@@ -687,6 +692,8 @@ def fleet(stack: Stack, args: argparse.Namespace) -> bool:
         f"operator: {cores['operator']:.3f} cores; API requests (all clients): "
         f"{run.requests_per_minute:.0f}/min for {members + 1} resources"
     )
+    kinds = sorted(run.requests_by_kind.items(), key=lambda kv: -kv[1])
+    print("  by kind: " + ", ".join(f"{k} {n:.1f}" for k, n in kinds if n >= 0.5))
     ok = per_small <= 0.03 and rss / members <= 160 and per_idle <= 0.002
     p99s, worst = [], []
     for name in run.trickles:

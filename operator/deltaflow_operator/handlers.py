@@ -5,7 +5,8 @@ for what the reconcile asked (``requeue_after``: 1 s while a driver is replaced)
 reconcile interval, whichever is shorter, or until something wakes it: a change of the
 resource's spec (kopf's update handler), or a change of its driver pod (a driver that crashed
 is seen in a second, not at the next poll). The driver pods come from a kopf index over the pod
-watch, read by the daemon before each round: no GET per round.
+watch, read by the daemon before each round, and the resource from kopf's body (current with
+the watch; the reconciler reads the API server when it is not provably so): no GET per round.
 
 State lives in kopf's memo (one :class:`Loop` per operator), not in module globals.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 import threading
 import time
@@ -27,9 +29,10 @@ import kopf
 from deltaflow_api import GROUP, PLURAL, VERSION
 from deltaflow_operator import metrics
 from deltaflow_operator.builders.common import MANAGED_BY
+from deltaflow_operator.builders.pool import POOL_COMPONENT
 from deltaflow_operator.decisions.pod import Pod
 from deltaflow_operator.kube import Kube
-from deltaflow_operator.pool_keeper import SYNC_SECONDS
+from deltaflow_operator.pool_keeper import SETTLED_SYNC_SECONDS, SYNC_SECONDS, pool_pod_signal
 from deltaflow_operator.reconcile import UNSEEN, Reconciler
 from deltaflow_operator.settings import Settings
 
@@ -61,15 +64,25 @@ class Loop:
     running: dict[str, float] = field(default_factory=dict)
     pool_wake: asyncio.Event = field(default_factory=asyncio.Event)
     pool_task: asyncio.Task[None] | None = None  # held so the task is not garbage-collected
+    pool_signals: dict[str, str] = field(default_factory=dict)  # pool pod key -> its last word
 
-    def reconcile(self, namespace: str, name: str, driver_pod: Pod | None = UNSEEN) -> float | None:
+    def reconcile(
+        self,
+        namespace: str,
+        name: str,
+        driver_pod: Pod | None = UNSEEN,
+        body: dict[str, Any] | None = None,
+    ) -> float | None:
         """One reconciliation of one resource; seconds until it wants another look.
-        ``driver_pod``: its driver pod as the pod index holds it (None: there is none)."""
+        ``driver_pod``: its driver pod as the pod index holds it (None: there is none);
+        ``body``: the resource as the watch delivered it last (a copy of kopf's)."""
         key = f"{namespace}/{name}"
         with self.locks[key]:
             self.running[key] = time.monotonic()
             try:
-                requeue = self.reconciler.reconcile(namespace, name, watched_pod=driver_pod)
+                requeue = self.reconciler.reconcile(
+                    namespace, name, watched_pod=driver_pod, watched_body=body
+                )
             finally:
                 self.running.pop(key, None)
         if self.reconciler.serves(namespace, name):
@@ -98,9 +111,12 @@ class Loop:
             self.last_beat = time.monotonic()
             await asyncio.sleep(period)
 
-    async def keep_pools(self, every: float = SYNC_SECONDS) -> None:
-        """The stream pools' rounds (pool_keeper), every ``every`` s and when a resource
-        changes; the members whose pool or phase changed reconcile at once."""
+    async def keep_pools(
+        self, every: float = SYNC_SECONDS, settled_every: float = SETTLED_SYNC_SECONDS
+    ) -> None:
+        """The stream pools' rounds (pool_keeper): every ``every`` s while something is in
+        motion, every ``settled_every`` s once settled, and when a resource or a pool pod's
+        word changes; the members whose pool or phase changed reconcile at once."""
         running = asyncio.get_running_loop()
         while True:
             self.pool_wake.clear()
@@ -111,8 +127,19 @@ class Loop:
                 changed = set()
             for key in changed:
                 self.wake(*key.split("/", 1))
+            wait = settled_every if self.reconciler.pools.settled else every
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.pool_wake.wait(), timeout=every)
+                await asyncio.wait_for(self.pool_wake.wait(), timeout=wait)
+
+    def pool_pod_seen(self, key: str, signal: str | None) -> None:
+        """A pool pod's event (``signal``: pool_keeper.pool_pod_signal; None: deleted): a
+        round now if its word changed (call from the event loop)."""
+        if self.pool_signals.get(key) != signal:
+            if signal is None:
+                self.pool_signals.pop(key, None)
+            else:
+                self.pool_signals[key] = signal
+            self.pool_wake.set()
 
     def wake(self, namespace: str, name: str) -> None:
         """Make the resource's daemon reconcile now (call from the event loop)."""
@@ -184,6 +211,13 @@ def install(stop_flag: threading.Event | None = None) -> None:
     drivers = {"app.kubernetes.io/managed-by": MANAGED_BY, "app.kubernetes.io/component": "driver"}
     kopf.index("", "v1", "pods", labels=drivers)(driver_pods)
     kopf.on.event("", "v1", "pods", labels=drivers)(_on_pod_event)
+    # Pool pods (the same pod watch): a change of a pool's word (a member failing or started,
+    # the revision acknowledged) starts a pools round at once, not at the next settled one.
+    pools = {
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        "app.kubernetes.io/component": POOL_COMPONENT,
+    }
+    kopf.on.event("", "v1", "pods", labels=pools)(_on_pool_pod_event)
 
 
 def driver_pods(
@@ -210,6 +244,7 @@ async def _stream_daemon(
     name: str,
     stopped: kopf.DaemonStopped,
     memo: kopf.Memo,
+    body: kopf.Body,
     **indexes: Any,
 ) -> None:
     # Async, so that a daemon per resource holds no thread while it waits; the reconcile itself
@@ -223,8 +258,10 @@ async def _stream_daemon(
     while not stopped:
         wake.clear()
         pod = _indexed_pod(pods, ns, name)
+        # kopf keeps a daemon's body current with the watch; the round gets a copy of it now.
+        watched = copy.deepcopy(dict(body))
         try:
-            requeue = await running.run_in_executor(None, loop.reconcile, ns, name, pod)
+            requeue = await running.run_in_executor(None, loop.reconcile, ns, name, pod, watched)
         except Exception:  # reported in the status by the reconciler; try again later
             log.exception("reconciling %s/%s failed", ns, name)
             requeue = None
@@ -242,6 +279,19 @@ async def _on_pod_event(
     instance = labels.get("app.kubernetes.io/instance")
     if instance:
         memo.loop.wake(str(namespace), instance)
+
+
+async def _on_pool_pod_event(
+    type: str | None,
+    namespace: str | None,
+    name: str | None,
+    body: kopf.Body,
+    memo: kopf.Memo,
+    **_: Any,
+) -> None:
+    memo.loop.pool_pod_seen(
+        f"{namespace}/{name}", None if type == "DELETED" else pool_pod_signal(body)
+    )
 
 
 def _on_delete(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:

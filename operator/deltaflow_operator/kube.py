@@ -96,15 +96,18 @@ class Kube:
             items += cast(dict[str, Any], listed)["items"]
         return items
 
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        """Merge-patch the status subresource (lists such as conditions are replaced whole)."""
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> str | None:
+        """Merge-patch the status subresource (lists such as conditions are replaced whole);
+        the resource's version after it (None: gone)."""
         try:
-            self.custom.patch_namespaced_custom_object_status(
+            stored = self.custom.patch_namespaced_custom_object_status(
                 GROUP, VERSION, namespace, PLURAL, name, {"status": status}
             )
         except ApiException as e:
             if e.status != 404:  # deleted meanwhile: nothing to report on
                 raise
+            return None
+        return str(cast(dict[str, Any], stored)["metadata"]["resourceVersion"])
 
     def claim(
         self, namespace: str, name: str, resource_version: str, operator: dict[str, Any]

@@ -1,7 +1,7 @@
 """The operator's stream pools: which pooled stream runs in which pool, and the pools' objects.
 
-One round (``sync``, every few seconds and when a resource changes) lists the DeltaIngestions
-and the pool pods (two requests whatever the fleet's size), packs the pooled streams into pools
+One round (``sync``) lists the DeltaIngestions, the pools' ConfigMaps and their pods (three
+requests whatever the fleet's size), packs the pooled streams into pools
 (``decisions.pools.pack``, by the task time each uses there), and writes what changed: a pool's
 ConfigMap (its members and revision), its companions, its pod (created when missing, replaced
 when its spec changed, touched with the new revision so the kubelet brings the change at once).
@@ -16,6 +16,11 @@ never overlaps; the runtime's duplicate-writer check stays the backstop.
 
 The reconciles read what the pools reported about their member from here (``view``): no request
 per stream.
+
+Rounds come every SYNC_SECONDS while something is in motion (a stream waiting to join or leave,
+a pool that has not acknowledged its revision), every SETTLED_SYNC_SECONDS once all is settled,
+and at once when a resource's spec changes or a pool pod's word does (``pool_pod_signal``, from
+the operator's pod watch: a member failing is acted on in a second, not at the next round).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +64,10 @@ def pool_selector(settings: Settings) -> str:
 # Of a pool's task threads, what its members may use in all: the rest is headroom for bursts.
 POOL_CORE_SHARE = 0.8
 SYNC_SECONDS = 5.0
+# A round with nothing in motion: a pool pod's change of word wakes one anyway (pool_pod_signal).
+# At 5 s, three LISTs and every DeltaIngestion validated were 36 API requests a minute and most
+# of an idle fleet's operator CPU (FL5).
+SETTLED_SYNC_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -101,6 +111,59 @@ def _digest(document: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _text_digest(text: str) -> str:
+    """The digest of a member file as this operator writes it ("": not a document, e.g.
+    someone else's edit, rewritten with the next round's)."""
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return ""
+    return _digest(document) if isinstance(document, dict) else ""
+
+
+def settled_after(pools: dict[str, KnownPool], reports: dict[str, PoolReport]) -> bool:
+    """Whether every pool runs what its ConfigMap says: it reported the current revision with
+    exactly its members, none starting or stopping, and no other pool pod still reports."""
+    if set(reports) - set(pools):
+        return False  # a pod of a pool gone or replaced, still running what it had
+    for key, pool in pools.items():
+        report = reports.get(key)
+        if report is None or report.revision is None or report.revision < pool.revision:
+            return False
+        if set(report.members) != set(pool.members):
+            return False
+        if any(m.phase in ("Starting", "Stopping") for m in report.members.values()):
+            return False
+    return True
+
+
+def pool_pod_signal(pod: Mapping[str, Any]) -> str:
+    """What of a pool pod's change calls for a round now: its container's state and restarts,
+    its deletion, and its report's word (revision, members, each one's phase and failures);
+    not the figures a report refreshes every heartbeat."""
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    containers = [
+        [c.get("restartCount"), sorted((c.get("state") or {}).keys())]
+        for c in status.get("containerStatuses") or []
+    ]
+    text = (meta.get("annotations") or {}).get(POOL_REPORT_ANNOTATION) or ""
+    try:
+        raw = json.loads(text) if text else {}
+        listed = raw.get("members") if isinstance(raw, dict) else None
+        said: object = [
+            raw.get("revision"),
+            {
+                k: [m.get("phase"), m.get("failures"), m.get("reason")]
+                for k, m in (listed or {}).items()
+                if isinstance(m, dict)
+            },
+        ]
+    except (ValueError, AttributeError, RecursionError):
+        said = text  # not sound: any change of it is news
+    signal = [bool(meta.get("deletionTimestamp")), status.get("phase"), containers, said]
+    return json.dumps(signal, sort_keys=True, default=str)
+
+
 class PoolKeeper:
     """Keeps the pools in line with the pooled streams; answers the reconciles' questions."""
 
@@ -119,6 +182,10 @@ class PoolKeeper:
         # Each member's last measured load: a report missing for a round (its pool's pod
         # replaced) must not make it look unmeasured and move it (decisions.pools.pack).
         self._loads: dict[str, float] = {}
+        # Document text -> digest: a ConfigMap's members are parsed only when they changed.
+        self._digests: dict[str, str] = {}
+        # Whether the last round found nothing in motion (see settled_after).
+        self.settled = False
 
     # --- the reconciles' questions (no API request) -----------------------------------------
     def view(self, namespace: str, name: str) -> MemberView:
@@ -230,20 +297,26 @@ class PoolKeeper:
         placed = pack(
             [Member(key, groups[key], loads.get(key)) for key in sorted(members)], current, limits
         )
+        held = False
         with self._lock:
             for key in [k for k, pool in placed.items() if current.get(k) != pool]:
                 # Joining, or moving to another pool (its old one outgrown): it leaves the old
                 # pool this round and joins the new one only once no pool can be running it.
                 if self._still_running(key) is not None:
                     del placed[key]
+                    held = True
         by_pool: dict[str, list[DeltaIngestion]] = {}
         for key, pool_key in placed.items():
             by_pool.setdefault(pool_key, []).append(members[key])
+        acted = False
         for pool_key in sorted(set(by_pool) | set(self._pools)):
             try:
-                self._sync_pool(pool_key, by_pool.get(pool_key, []))
+                acted |= self._sync_pool(pool_key, by_pool.get(pool_key, []))
             except Exception:  # one pool's trouble (a quota, say) must not hold up the others
                 log.exception("pool %s: could not bring it in line", pool_key)
+                acted = True
+        with self._lock:
+            self.settled = not held and not acted and settled_after(self._pools, self._reports)
 
     def _members(self, bodies: list[dict[str, Any]]) -> dict[str, DeltaIngestion]:
         """The streams this release serves that should run in a pool (spec.placement pooled, or
@@ -272,6 +345,7 @@ class PoolKeeper:
         """The pools as the cluster holds them: their ConfigMaps, pods and reports (three
         requests a round with the DeltaIngestions', whatever the fleet's size)."""
         pools: dict[str, KnownPool] = {}
+        digests: dict[str, str] = {}
         for config_map in self.kube.list_config_maps(namespaces, pool_selector(self.settings)):
             meta, data = config_map["metadata"], config_map.get("data") or {}
             if meta.get("deletionTimestamp"):
@@ -279,12 +353,8 @@ class PoolKeeper:
             members = {}
             for file, text in data.items():
                 if file.endswith(".yaml"):
-                    try:
-                        document = yaml.safe_load(text)
-                    except yaml.YAMLError:
-                        document = None  # someone else's edit: rewritten with this round's
                     key = f"{meta['namespace']}/{file.removesuffix('.yaml')}"
-                    members[key] = _digest(document) if isinstance(document, dict) else ""
+                    members[key] = digests[text] = self._digests.get(text) or _text_digest(text)
             revision = str(data.get(builders.REVISION_KEY, "0"))
             pools[f"{meta['namespace']}/{meta['name']}"] = KnownPool(
                 meta["namespace"],
@@ -305,9 +375,11 @@ class PoolKeeper:
                 reports[key] = report
         with self._lock:
             self._pools, self._pods, self._reports = pools, pods, reports
+            self._digests = digests
             self._loaded = True
 
-    def _sync_pool(self, pool_key: str, members: list[DeltaIngestion]) -> None:
+    def _sync_pool(self, pool_key: str, members: list[DeltaIngestion]) -> bool:
+        """Write what the pool's objects lack; whether anything was written."""
         namespace, name = pool_key.split("/", 1)
         known = self._pools.get(pool_key)
         if not members:
@@ -316,7 +388,8 @@ class PoolKeeper:
                 self.kube.delete_config_map(namespace, name)  # its pod and the rest follow
                 with self._lock:
                     del self._pools[pool_key]
-            return
+                return True
+            return False
         members.sort(key=lambda m: m.name)
         docs = {f"{m.namespace}/{m.name}": _digest(pipeline_document(m)) for m in members}
         changed = known is None or known.members != docs
@@ -343,30 +416,33 @@ class PoolKeeper:
             )  # fmt: skip
         with self._lock:
             self._pools[pool_key] = KnownPool(namespace, name, docs, revision, uid)
-        self._keep_pod(pool, uid)
+        return self._keep_pod(pool, uid) or changed
 
-    def _keep_pod(self, pool: builders.Pool, config_map_uid: str) -> None:
+    def _keep_pod(self, pool: builders.Pool, config_map_uid: str) -> bool:
         """The pool's pod as it should be: created, replaced when its spec changed, touched
-        when its members changed."""
+        when its members changed. Whether it wrote (or waits for a replaced pod to go)."""
         pod = self._pods.get(pool.key)
         wanted = builders.pod_spec_hash(pool, self.settings)
         if pod is None:
             if self.kube.create_pod(builders.pod(pool, self.settings, config_map_uid)):
                 log.info("pool %s: created its pod", pool.key)
-            return
+            return True
         annotations = pod["metadata"].get("annotations") or {}
         if pod["metadata"].get("deletionTimestamp"):
-            return  # being replaced: created anew once gone
+            return True  # being replaced: created anew once gone
         if _owner_uid(pod) != config_map_uid:
             # An earlier ConfigMap's pod (garbage collection had not come yet): it goes first.
             log.info("pool %s: its pod belongs to an earlier ConfigMap, replacing it", pool.key)
             self.kube.delete_pod(pool.namespace, pool.name, uid=pod["metadata"]["uid"])
-            return
+            return True
         if annotations.get(builders.POOL_SPEC_HASH_ANNOTATION) != wanted:
             log.info("pool %s: its pod's spec changed, replacing it", pool.key)
             self.kube.delete_pod(pool.namespace, pool.name, uid=pod["metadata"]["uid"])
-        elif annotations.get(builders.REVISION_ANNOTATION) != str(pool.revision):
+            return True
+        if annotations.get(builders.REVISION_ANNOTATION) != str(pool.revision):
             # A pod's update makes the kubelet sync its volumes now, not within its next minute.
             self.kube.annotate_pod(
                 pool.namespace, pool.name, {builders.REVISION_ANNOTATION: str(pool.revision)}
             )
+            return True
+        return False

@@ -76,6 +76,7 @@ from deltaflow_operator.decisions.pooled import (
 )
 from deltaflow_operator.decisions.pools import auto_placement, wants_pool
 from deltaflow_operator.decisions.progress import stream_progress
+from deltaflow_operator.decisions.status import status_write_due
 from deltaflow_operator.kube import Kube
 from deltaflow_operator.pool_keeper import PoolKeeper
 from deltaflow_operator.settings import Settings
@@ -84,6 +85,10 @@ log = logging.getLogger(__name__)
 
 # Children are re-applied at least this often even when nothing changed: drift repair.
 CHILDREN_RESYNC_SECONDS = 600.0
+# A round reads the resource from the operator's watch (kopf's body) when that holds the version
+# this operator last read or wrote; from the API server after any other write, and at least this
+# often. A GET per round had been a third of the operator's requests (FL5).
+BODY_RESYNC_SECONDS = 600.0
 # Another release serves a resource being deleted: how long this one waits for it to stop the
 # driver before doing so itself.
 FINALIZE_WAIT_SECONDS = 60.0
@@ -144,17 +149,24 @@ class Reconciler:
         # process stands back from, as last seen, and what it told about each.
         self._sightings: dict[str, Sighting] = {}
         self._told: dict[str, tuple[str, str]] = {}
+        # Per resource: the version this process last read or wrote, and when it last read it.
+        self._versions: dict[str, tuple[str, float]] = {}
 
     def reconcile(
-        self, namespace: str, name: str, watched_pod: Pod | None = UNSEEN
+        self,
+        namespace: str,
+        name: str,
+        watched_pod: Pod | None = UNSEEN,
+        watched_body: dict[str, Any] | None = None,
     ) -> float | None:
         """Bring one DeltaIngestion's children in line with its spec; seconds until next look.
 
         ``watched_pod``: its driver pod as the pod watch last delivered it (None: deleted),
-        or ``UNSEEN`` to read it from the API server."""
+        or ``UNSEEN`` to read it from the API server. ``watched_body``: the resource as the
+        watch last delivered it (a copy), used when it is current (see ``_read``)."""
         started = time.monotonic()
         try:
-            body = self._serving(namespace, name)
+            body = self._serving(namespace, name, watched_body)
             if body is None:
                 return None  # gone, being deleted, or served by another operator release
             try:
@@ -165,13 +177,15 @@ class Reconciler:
         finally:
             metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
 
-    def _serving(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def _serving(
+        self, namespace: str, name: str, watched: dict[str, Any] | None = None
+    ) -> dict[str, Any] | None:
         """The resource as stored if this operator serves it (claiming or renewing its claim in
         ``status.operator`` when due, see :mod:`~deltaflow_operator.decisions.ownership`);
         None if it is gone, being deleted, or another release serves it."""
         key = f"{namespace}/{name}"
-        for _ in range(3):  # a claim lost to a concurrent write is decided again on fresh data
-            body = self.kube.get_ingestion(namespace, name)
+        for attempt in range(3):  # a claim lost to a concurrent write is decided again anew
+            body = self._read(namespace, name, watched if attempt == 0 else None)
             if body is None or body["metadata"].get("deletionTimestamp"):
                 return None  # no series for a resource being deleted (finalize removed them)
             decision = self._ownership(key, body)
@@ -187,6 +201,7 @@ class Reconciler:
             stored = self.kube.claim(namespace, name, body["metadata"]["resourceVersion"], record)
             if stored is None:
                 continue
+            self._wrote(key, str(stored["metadata"]["resourceVersion"]))
             if decision.action == "claim" and read_claim(body.get("status")) is not None:
                 log.warning("%s: %s", key, decision.message)
                 self.kube.post_event(
@@ -196,6 +211,39 @@ class Reconciler:
                 log.info("%s: serving it (status.operator: %s)", key, self.settings.identity)
             return stored
         return None
+
+    def _read(
+        self, namespace: str, name: str, watched: dict[str, Any] | None
+    ) -> dict[str, Any] | None:
+        """The resource: ``watched`` when it is at the version this process last read or wrote
+        (the watch delivered that write, nothing came after it) and the last read is under
+        BODY_RESYNC_SECONDS old; else from the API server."""
+        key = f"{namespace}/{name}"
+        known = self._versions.get(key)
+        if (
+            watched is not None
+            and known is not None
+            and watched.get("metadata", {}).get("resourceVersion") == known[0]
+            and time.monotonic() - known[1] < BODY_RESYNC_SECONDS
+        ):
+            return watched
+        body = self.kube.get_ingestion(namespace, name)
+        if body is None:
+            self._versions.pop(key, None)
+        else:
+            self._versions[key] = (str(body["metadata"]["resourceVersion"]), time.monotonic())
+        return body
+
+    def _wrote(self, key: str, version: str | None) -> None:
+        """This process's write left the resource at ``version`` (None: it is gone)."""
+        known = self._versions.get(key)
+        if version is None or known is None:
+            self._versions.pop(key, None)
+        else:
+            self._versions[key] = (version, known[1])
+
+    def _patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        self._wrote(f"{namespace}/{name}", self.kube.patch_status(namespace, name, status))
 
     def _ownership(self, key: str, body: dict[str, Any]) -> Ownership:
         return decide_ownership(
@@ -324,7 +372,7 @@ class Reconciler:
                     pending_since=None if placement is None else placement.pending_since,
                     decision=None if placement is None else placement.decision,
                 )  # fmt: skip
-                self.kube.patch_status(
+                self._patch_status(
                     ns, name, {"placement": left.model_dump(by_alias=True, mode="json")}
                 )
                 return POOL_WAIT_SECONDS
@@ -412,11 +460,12 @@ class Reconciler:
         self._write_status(body, status)
 
     def _write_status(self, body: dict[str, Any], status: DeltaIngestionStatus) -> None:
-        """Patch the status when it differs from the stored one."""
+        """Patch the status when it differs from the stored one beyond its figures' stamps
+        (``decisions.status``)."""
         document = status_document(status)
-        if strip_nones(document) != (body.get("status") or {}):
+        if status_write_due(strip_nones(document), body.get("status") or {}, datetime.now(UTC)):
             meta = body["metadata"]
-            self.kube.patch_status(meta["namespace"], meta["name"], document)
+            self._patch_status(meta["namespace"], meta["name"], document)
 
     def _observe(self, body: dict[str, Any], watched_pod: Pod | None) -> Seen | None:
         """Everything this round decides on, read once (None: nothing to reconcile)."""
@@ -699,7 +748,7 @@ class Reconciler:
             conditions = set_condition(
                 conditions, ConditionType.PROGRESSING, True, failed, message, generation, now
             )
-            self.kube.patch_status(
+            self._patch_status(
                 namespace,
                 name,
                 {
@@ -735,7 +784,7 @@ class Reconciler:
             ],
         }
         meta = body["metadata"]
-        self.kube.patch_status(meta["namespace"], meta["name"], status)
+        self._patch_status(meta["namespace"], meta["name"], status)
         self.kube.post_event(body, "Warning", EventReason.INVALID_SPEC, message)
 
     def finalize(self, namespace: str, name: str) -> None:
@@ -777,6 +826,7 @@ class Reconciler:
         self._applied.pop(key, None)
         self._sightings.pop(key, None)
         self._told.pop(key, None)
+        self._versions.pop(key, None)
         metrics.STANDING_BACK.set(len(self._sightings))
         metrics.forget_resource(namespace, name)
 

@@ -14,6 +14,7 @@ from deltaflow_operator.decisions.changes import changed_fields, needs_driver_re
 from deltaflow_operator.decisions.conditions import set_condition
 from deltaflow_operator.decisions.driver import Observed, backoff_seconds, decide_driver
 from deltaflow_operator.decisions.pod import Pod
+from deltaflow_operator.decisions.status import status_write_due
 from deltaflow_operator.settings import Settings
 from support.manifests import valid_manifest
 
@@ -378,3 +379,44 @@ def test_every_plan_sets_every_driver_condition(situation: str, observed: Observ
     for c in plan.conditions:
         assert c.reason, (situation, c.type)
         assert c.status in ("True", "False", "Unknown")
+
+
+def _stamped(minutes_ago: float, records: int = 0, **more: Any) -> dict[str, Any]:
+    at = (NOW - timedelta(minutes=minutes_ago)).isoformat().replace("+00:00", "Z")
+    return {
+        "freshness": {"measuredAt": at, "records": records, "p99Seconds": 40},
+        "lag": {"measuredAt": at, "records": 0, "worstPartitions": []},
+        "observedGeneration": 2,
+        **more,
+    }
+
+
+@pytest.mark.parametrize(
+    ("wanted", "stored", "due"),
+    [
+        (_stamped(0), _stamped(0), False),  # the same, stamps and all
+        (_stamped(0), _stamped(1), False),  # only the stamps moved: a heartbeat, not written
+        (_stamped(0), _stamped(4.9), False),
+        (_stamped(0), _stamped(5), True),  # ... until the stored stamps are 5 min old
+        (_stamped(0, records=600), _stamped(1), True),  # a figure changed
+        (_stamped(0, observedGeneration=3), _stamped(1), True),
+        (_stamped(0, placement={"mode": "pooled"}), _stamped(1), True),  # a field appeared
+        (_stamped(0), {**_stamped(1), "cost": {"cores": 0.1}}, True),  # ... or went
+        ({**_stamped(0), "lag": {"records": 0}}, _stamped(1), True),  # a stamp dropped
+        (
+            _stamped(0),
+            {**_stamped(1), "lag": {**_stamped(1)["lag"], "measuredAt": "yesterday"}},
+            True,
+        ),
+        (
+            _stamped(0),
+            {**_stamped(1), "lag": {**_stamped(1)["lag"], "measuredAt": "2026-11-22T11:59:00"}},
+            True,
+        ),
+        (_stamped(0), {}, True),  # nothing stored yet
+    ],
+)
+def test_a_status_is_written_when_more_than_its_stamps_changed_or_they_grew_old(
+    wanted: dict[str, Any], stored: dict[str, Any], due: bool
+) -> None:
+    assert status_write_due(wanted, stored, NOW) is due

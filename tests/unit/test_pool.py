@@ -19,6 +19,7 @@ from deltaflow_runtime.pool import (
     REPORT_MESSAGE_CHARS,
     STABLE_RUN_SECONDS,
     Parsed,
+    ReportPacer,
     backoff_seconds,
     capped,
     failures_in_a_row,
@@ -238,3 +239,36 @@ def test_a_pool_report_always_fits_a_pod_annotation() -> None:
         "phase": "BackingOff", "failures": 3, "reason": "Failed", "lastBatch": 7,
         "lag": {"at": 1.0, "records": 5, "partitions": 3},
     }  # fmt: skip
+
+
+def _pool_report(revision: str = "7", **member: Any) -> dict[str, Any]:
+    running = {"phase": "Running", "failures": 0, "reason": None, "message": None,
+               "retryAt": None, "startedAt": 100.0, "lastBatch": 4, "busyCores": 0.01,
+               "lag": {"records": 3, "at": 1.0}, "freshness": {"p99Seconds": 40.0}}  # fmt: skip
+    return {"at": 1.0, "revision": revision,
+            "members": {"data/a": {**running, **member}, "data/b": dict(running)}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("later", "seconds_after", "published"),
+    [
+        # Figures alone wait for the heartbeat...
+        (_pool_report(lastBatch=9, busyCores=0.5, lag={"records": 900, "at": 5.0}), 5, False),
+        (_pool_report(freshness={"p99Seconds": 99.0}), 29, False),
+        (_pool_report(lastBatch=9), 30, True),
+        # ... what the operator acts on goes at once.
+        (_pool_report(phase="BackingOff", failures=1, reason="StreamFailed"), 5, True),
+        (_pool_report(message="Kafka unreachable"), 5, True),
+        (_pool_report(startedAt=200.0), 5, True),
+        (_pool_report(revision="8"), 5, True),
+        ({**_pool_report(), "members": {"data/a": _pool_report()["members"]["data/a"]}}, 5, True),
+    ],
+)
+def test_a_pool_publishes_its_report_at_once_when_its_word_changes_else_at_the_heartbeat(
+    later: dict[str, Any], seconds_after: float, published: bool
+) -> None:
+    pacer = ReportPacer(heartbeat_seconds=30)
+    assert pacer.due(_pool_report(), now=1000)  # the first report always goes
+    pacer.said(_pool_report(), now=1000)
+    assert pacer.due(_pool_report(), now=1000 + seconds_after) is (seconds_after >= 30)
+    assert pacer.due(later, now=1000 + seconds_after) is published

@@ -9,10 +9,12 @@ from typing import Any
 import pytest
 
 from deltaflow_api import DeltaIngestion
+from deltaflow_api.channel import POOL_REPORT_ANNOTATION
 from deltaflow_api.reasons import Reason
-from deltaflow_operator.autoscaler.observe import MemberReport, parse_pool_report
+from deltaflow_operator.autoscaler.observe import MemberReport, PoolReport, parse_pool_report
 from deltaflow_operator.builders import pool as builders
 from deltaflow_operator.decisions.pooled import member_verdict
+from deltaflow_operator.pool_keeper import KnownPool, pool_pod_signal, settled_after
 from deltaflow_operator.settings import Settings
 from support.manifests import valid_manifest
 
@@ -190,3 +192,69 @@ def test_what_a_pools_word_means_for_its_member(
     assert (verdict.ready, verdict.degraded, verdict.reason) == (ready, degraded, reason)
     if pool is not None:
         assert pool in verdict.message  # says which pool, to look at its pod
+
+
+def _pool_said(revision: int | None, **phases: str) -> PoolReport:
+    def said(phase: str) -> MemberReport:
+        return MemberReport(phase, 0, "", "", None, None, None, None, None, None)
+
+    members = {f"data/{k}": said(p) for k, p in phases.items()}
+    return PoolReport(at=NOW, revision=revision, members=members)
+
+
+def _known(revision: int, *names: str) -> KnownPool:
+    return KnownPool("data", "pool-0", {f"data/{n}": "digest" for n in names}, revision, "cm-uid")
+
+
+@pytest.mark.parametrize(
+    ("reports", "settled"),
+    [
+        ({"data/pool-0": _pool_said(7, a="Running", b="BackingOff")}, True),
+        ({}, False),  # not reported yet
+        ({"data/pool-0": _pool_said(6, a="Running", b="Running")}, False),  # revision not read yet
+        ({"data/pool-0": _pool_said(None, a="Running", b="Running")}, False),
+        ({"data/pool-0": _pool_said(7, a="Running")}, False),  # b not started yet
+        ({"data/pool-0": _pool_said(7, a="Running", b="Running", c="Stopping")}, False),
+        ({"data/pool-0": _pool_said(7, a="Running", b="Starting")}, False),
+        # A pod of a pool gone (or of an earlier ConfigMap) still runs what it had.
+        (
+            {"data/pool-0": _pool_said(7, a="Running", b="Running"), "data/pool-1": _pool_said(3)},
+            False,
+        ),
+    ],
+)
+def test_the_pools_are_settled_once_each_runs_exactly_its_revisions_members(
+    reports: dict[str, PoolReport], settled: bool
+) -> None:
+    assert settled_after({"data/pool-0": _known(7, "a", "b")}, reports) is settled
+
+
+def _pool_pod(report: dict[str, Any] | None, restarts: int = 0, **meta: Any) -> dict[str, Any]:
+    annotations = {} if report is None else {POOL_REPORT_ANNOTATION: json.dumps(report)}
+    return {
+        "metadata": {"name": "pool-0", "annotations": annotations, **meta},
+        "status": {"phase": "Running", "containerStatuses": [
+            {"restartCount": restarts, "state": {"running": {"startedAt": "2026-11-29T10:00:00Z"}}}
+        ]},
+    }  # fmt: skip
+
+
+def test_a_pool_pods_change_calls_for_a_round_only_when_its_word_changes() -> None:
+    member = {"phase": "Running", "failures": 0, "reason": None, "lastBatch": 3, "busyCores": 0.01}
+    base = {"at": NOW, "revision": "7", "members": {"data/a": member}}
+    signal = pool_pod_signal(_pool_pod(base))
+    # A heartbeat's new figures: no round.
+    figures = {**base, "at": NOW + 30, "members": {"data/a": {**member, "lastBatch": 9}}}
+    assert pool_pod_signal(_pool_pod(figures)) == signal
+    # Anything the keeper or a member's conditions act on: a round.
+    for changed in (
+        _pool_pod({**base, "revision": "8"}),
+        _pool_pod({**base, "members": {"data/a": {**member, "phase": "BackingOff"}}}),
+        _pool_pod({**base, "members": {"data/a": {**member, "failures": 1}}}),
+        _pool_pod({**base, "members": {}}),
+        _pool_pod(base, restarts=1),
+        _pool_pod(base, deletionTimestamp="2026-11-29T10:05:00Z"),
+        _pool_pod(None),
+        {**_pool_pod(None), "metadata": {"annotations": {POOL_REPORT_ANNOTATION: "{not json"}}},
+    ):
+        assert pool_pod_signal(changed) != signal

@@ -14,7 +14,8 @@ from deltaflow_api.failures import FailureReason
 from deltaflow_api.reasons import Reason
 from deltaflow_operator.autoscaler.observe import MemberReport, PoolReport
 
-# A pool reports every 5 s: a report this old says the pool stopped reporting.
+# A pool publishes its report at least every 30 s (its heartbeat, at once on a change of
+# word): a report this old says the pool stopped reporting.
 POOL_REPORT_STALE_SECONDS = 60.0
 
 
