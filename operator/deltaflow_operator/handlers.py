@@ -118,16 +118,23 @@ class Loop:
         motion, every ``settled_every`` s once settled, and when a resource or a pool pod's
         word changes; the members whose pool or phase changed reconcile at once."""
         running = asyncio.get_running_loop()
+        pools = self.reconciler.pools
+
+        def nudge() -> None:  # from any thread
+            running.call_soon_threadsafe(self.pool_wake.set)
+
+        pools.on_nudge = nudge
         while True:
             self.pool_wake.clear()
             try:
-                changed = await running.run_in_executor(None, self.reconciler.pools.sync)
+                changed = await running.run_in_executor(None, pools.sync)
             except Exception:  # the next round tries again; the members keep their state
                 log.exception("a stream pools round failed")
+                pools.settled = False
                 changed = set()
             for key in changed:
                 self.wake(*key.split("/", 1))
-            wait = settled_every if self.reconciler.pools.settled else every
+            wait = settled_every if pools.settled else every
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.pool_wake.wait(), timeout=wait)
 
@@ -289,9 +296,10 @@ async def _on_pool_pod_event(
     memo: kopf.Memo,
     **_: Any,
 ) -> None:
-    memo.loop.pool_pod_seen(
-        f"{namespace}/{name}", None if type == "DELETED" else pool_pod_signal(body)
-    )
+    loop: Loop = memo.loop
+    if type != "DELETED":
+        loop.reconciler.pools.heard(str(namespace), body)
+    loop.pool_pod_seen(f"{namespace}/{name}", None if type == "DELETED" else pool_pod_signal(body))
 
 
 def _on_delete(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
@@ -299,3 +307,4 @@ def _on_delete(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> N
     with loop.locks[f"{namespace}/{name}"]:
         loop.reconciler.finalize(str(namespace), name)
     loop.forget(str(namespace), name)
+    loop.reconciler.pools.nudge()  # a pooled one leaves its pool now, not at a settled round

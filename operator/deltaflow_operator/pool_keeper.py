@@ -30,7 +30,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,6 +121,10 @@ def _text_digest(text: str) -> str:
     return _digest(document) if isinstance(document, dict) else ""
 
 
+def _newer(report: PoolReport, than: PoolReport) -> bool:
+    return report.at > than.at
+
+
 def settled_after(pools: dict[str, KnownPool], reports: dict[str, PoolReport]) -> bool:
     """Whether every pool runs what its ConfigMap says: it reported the current revision with
     exactly its members, none starting or stopping, and no other pool pod still reports."""
@@ -186,6 +190,31 @@ class PoolKeeper:
         self._digests: dict[str, str] = {}
         # Whether the last round found nothing in motion (see settled_after).
         self.settled = False
+        # Streams of the last listing moving between a pool and a driver of their own.
+        self._moving = 0
+        # Set by the operator's loop: asks for a round now, from any thread (nudge).
+        self.on_nudge: Callable[[], None] | None = None
+
+    def nudge(self) -> None:
+        """A round now, not at the settled pace: a stream's placement changed (it joins or
+        leaves a pool, auto decided a move) or a stream was deleted."""
+        if self.on_nudge is not None:
+            self.on_nudge()
+
+    def heard(self, namespace: str, pod: Mapping[str, Any]) -> None:
+        """A pool pod as the watch delivered it: its report, if newer than the one held, is
+        what the members' reconciles read from now (a heartbeat keeps them under the
+        staleness limit between settled rounds)."""
+        meta = pod.get("metadata") or {}
+        text = (meta.get("annotations") or {}).get(POOL_REPORT_ANNOTATION)
+        report = parse_pool_report(text, namespace)
+        if report is None:
+            return
+        key = f"{namespace}/{meta.get('name')}"
+        with self._lock:
+            held = self._reports.get(key)
+            if key in self._pods and (held is None or _newer(report, held)):
+                self._reports[key] = report
 
     # --- the reconciles' questions (no API request) -----------------------------------------
     def view(self, namespace: str, name: str) -> MemberView:
@@ -316,12 +345,18 @@ class PoolKeeper:
                 log.exception("pool %s: could not bring it in line", pool_key)
                 acted = True
         with self._lock:
-            self.settled = not held and not acted and settled_after(self._pools, self._reports)
+            self.settled = (
+                not held
+                and not acted
+                and not self._moving
+                and settled_after(self._pools, self._reports)
+            )
 
     def _members(self, bodies: list[dict[str, Any]]) -> dict[str, DeltaIngestion]:
         """The streams this release serves that should run in a pool (spec.placement pooled, or
         auto deciding so) and whose own driver is gone (their status says so), by key."""
         found: dict[str, DeltaIngestion] = {}
+        self._moving = 0
         for body in bodies:
             if body["metadata"].get("deletionTimestamp"):
                 continue
@@ -333,12 +368,12 @@ class PoolKeeper:
             except ValidationError:
                 continue  # its reconcile reports it
             placement = ingestion.status.placement if ingestion.status else None
-            if (
-                wants_pool(ingestion.spec, placement)
-                and placement is not None
-                and placement.mode == "pooled"
-            ):
+            wanted = wants_pool(ingestion.spec, placement)
+            pooled = placement is not None and placement.mode == "pooled"
+            if wanted and pooled:
                 found[f"{ingestion.namespace}/{ingestion.name}"] = ingestion
+            elif wanted or pooled:
+                self._moving += 1  # its driver going before it joins, or leaving its pool
         return found
 
     def _load(self, namespaces: tuple[str, ...]) -> None:
@@ -374,6 +409,10 @@ class PoolKeeper:
             if report is not None:
                 reports[key] = report
         with self._lock:
+            for key, report in reports.items():  # the watch may have brought a newer one
+                held = self._reports.get(key)
+                if held is not None and _newer(held, report):
+                    reports[key] = held
             self._pools, self._pods, self._reports = pools, pods, reports
             self._digests = digests
             self._loaded = True

@@ -375,6 +375,7 @@ class Reconciler:
                 self._patch_status(
                     ns, name, {"placement": left.model_dump(by_alias=True, mode="json")}
                 )
+                self.pools.nudge()
                 return POOL_WAIT_SECONDS
             verdict = MemberVerdict(
                 False, False, Reason.LEAVING_POOL,
@@ -463,9 +464,12 @@ class Reconciler:
         """Patch the status when it differs from the stored one beyond its figures' stamps
         (``decisions.status``)."""
         document = status_document(status)
-        if status_write_due(strip_nones(document), body.get("status") or {}, datetime.now(UTC)):
+        stored = body.get("status") or {}
+        if status_write_due(strip_nones(document), stored, datetime.now(UTC)):
             meta = body["metadata"]
             self._patch_status(meta["namespace"], meta["name"], document)
+            if _placement_moves(stored.get("placement"), document.get("placement")):
+                self.pools.nudge()  # the pool keeper acts on a stream's placement
 
     def _observe(self, body: dict[str, Any], watched_pod: Pod | None) -> Seen | None:
         """Everything this round decides on, read once (None: nothing to reconcile)."""
@@ -841,6 +845,13 @@ def status_document(status: DeltaIngestionStatus) -> dict[str, Any]:
         if part is not None:
             document[key] = part.model_dump(by_alias=True, mode="json")
     return document
+
+
+def _placement_moves(stored: Any, written: Any) -> bool:
+    """Whether a status write changed where the stream runs or where auto wants it."""
+    before = stored if isinstance(stored, dict) else {}
+    after = written if isinstance(written, dict) else {}
+    return any(before.get(k) != after.get(k) for k in ("mode", "wanted"))
 
 
 def _degraded_by(conditions: list[Condition], reason: Reason) -> bool:

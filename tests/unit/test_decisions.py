@@ -402,7 +402,7 @@ def _stamped(minutes_ago: float, records: int = 0, **more: Any) -> dict[str, Any
         (_stamped(0, observedGeneration=3), _stamped(1), True),
         (_stamped(0, placement={"mode": "pooled"}), _stamped(1), True),  # a field appeared
         (_stamped(0), {**_stamped(1), "cost": {"cores": 0.1}}, True),  # ... or went
-        ({**_stamped(0), "lag": {"records": 0}}, _stamped(1), True),  # a stamp dropped
+        ({**_stamped(0), "lag": {"records": 0, "worstPartitions": []}}, _stamped(1), True),
         (
             _stamped(0),
             {**_stamped(1), "lag": {**_stamped(1)["lag"], "measuredAt": "yesterday"}},

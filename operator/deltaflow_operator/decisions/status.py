@@ -18,8 +18,9 @@ STAMP_REFRESH_SECONDS = 300.0
 
 
 def _unstamped(value: Any) -> Any:
+    """``value`` with each stamp's time left out (a stamp appearing or going still shows)."""
     if isinstance(value, dict):
-        return {k: _unstamped(v) for k, v in value.items() if k != STAMP}
+        return {k: True if k == STAMP else _unstamped(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_unstamped(v) for v in value]
     return value

@@ -148,8 +148,9 @@ def _check_report(pool: Pool, path: Path, since: float) -> None:
         # c has run long enough for its load (two report rounds); a was just restarted
         return dict(members) if caught_up and running[1].get("busyCores") else None
 
+    # Figures alone are published at the report's 30 s heartbeat (ReportPacer): two of them.
     members: dict[str, Any] = wait_for(
-        settled, 60, "a report with both members caught up and measured"
+        settled, 75, "a report with both members caught up and measured"
     )
     assert pool.key("b") not in members, members
     assert json.loads(path.read_text())["revision"] == "7"  # the folder's, as it acted on it
