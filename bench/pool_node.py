@@ -582,6 +582,8 @@ class FleetRun:
 
 
 LARGE = "large"
+OPERATOR_CORES_PER_50 = 0.018  # CP1, bench/README
+OPERATOR_REQUESTS_PER_RESOURCE = 1.0  # a minute: the issue's "about one"
 
 
 def trickles_view(api: Api) -> str:
@@ -601,6 +603,19 @@ def trickles_view(api: Api) -> str:
     return (
         f"{pooled}/{len(statuses)} pooled, trigger {med('triggerSeconds')} s, batch "
         f"{med('batchSeconds')} s, p99 {med('p99Seconds')} s (max {worst})"
+    )
+
+
+def operator_requests(by_kind: dict[str, float]) -> float:
+    """Requests per minute of the kinds only the operator sends here: every request on
+    DeltaIngestions, ConfigMaps (the pools') and Events, and pod LISTs (the pool keeper). Its
+    leader Lease (a fixed 40/min, CP1's baseline) and its pod writes (rare; the pools' and
+    drivers' reports are pod PATCHes too) are left out."""
+    return sum(
+        n
+        for kind, n in by_kind.items()
+        if kind.split(" ")[1:2] in (["deltaingestions"], ["configmaps"], ["events"])
+        or kind == "LIST pods"
     )
 
 
@@ -688,13 +703,25 @@ def fleet(stack: Stack, args: argparse.Namespace) -> bool:
         f"(target 160; the pools' rss p50 {rss:,.0f} MiB / {members} members)"
     )
     print(f"per idle member (all idle, {args.idle_minutes:g} min): {per_idle:.4f} cores (0.002)")
+    # The issue's control-plane target: what the operator took at 50 resources without pools
+    # (CP1: 0.018 cores, 0.7 requests per resource a minute over its fixed Lease traffic),
+    # scaled to this fleet's count.
+    operator_target = OPERATOR_CORES_PER_50 * (members + 1) / 50
     print(
-        f"operator: {cores['operator']:.3f} cores; API requests (all clients): "
-        f"{run.requests_per_minute:.0f}/min for {members + 1} resources"
+        f"operator: {cores['operator']:.3f} cores (target {operator_target:.3f}); API requests "
+        f"(all clients): {run.requests_per_minute:.0f}/min for {members + 1} resources"
     )
     kinds = sorted(run.requests_by_kind.items(), key=lambda kv: -kv[1])
     print("  by kind: " + ", ".join(f"{k} {n:.1f}" for k, n in kinds if n >= 0.5))
+    mine = operator_requests(run.requests_by_kind)
+    print(
+        f"  the operator's kinds (its resources, pool ConfigMaps, Events, pod LISTs; not its "
+        f"Lease): {mine:.0f}/min, {mine / (members + 1):.2f} per resource (target "
+        f"{OPERATOR_REQUESTS_PER_RESOURCE})"
+    )
     ok = per_small <= 0.03 and rss / members <= 160 and per_idle <= 0.002
+    ok = ok and cores["operator"] <= operator_target
+    ok = ok and mine / (members + 1) <= OPERATOR_REQUESTS_PER_RESOURCE
     p99s, worst = [], []
     for name in run.trickles:
         ages = commit_ages(stack.store, f"s3a://{BUCKET}/{name}", run.measured_from)
