@@ -72,9 +72,10 @@ esac
 # Every process the benchmark starts is recorded here and stopped by pid at the end.
 pidfile=$(mktemp "${TMPDIR:-/tmp}/deltaflow-bench-pids.XXXXXX")
 cleanup() {
-  while read -r pid; do
-    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && kill -9 -- "-$pid" 2>/dev/null || true
-  done <"$pidfile"
+  # By pid and start time: a pid the system handed to another process since is not ours.
+  for pid in $(PYTHONPATH=stack .venv/bin/python -m devstack.process alive "$pidfile" | cut -d'(' -f1); do
+    kill -9 -- "-$pid" 2>/dev/null || true
+  done
   rm -f "$pidfile"
 }
 trap cleanup EXIT

@@ -31,13 +31,11 @@ rc=0
 DELTAFLOW_PIDFILE="$pidfile" .venv/bin/pytest "$@" || rc=$?
 
 step "checking that no process of the stack is left"
-left=""
-while read -r pid; do
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && left+=" $pid($(cat "/proc/$pid/comm" 2>/dev/null))"
-done <"$pidfile"
+# By pid and start time: a pid the system handed to another process since is not ours.
+left=$(PYTHONPATH=stack .venv/bin/python -m devstack.process alive "$pidfile" | tr '\n' ' ')
 started=$(grep -c . "$pidfile" || true)
 if [ -n "$left" ]; then
-  echo "FAILED: stack processes still running after the run:$left"
+  echo "FAILED: stack processes still running after the run: $left"
   rc=1
 else
   echo "all $started processes the stack started are gone"

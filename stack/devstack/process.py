@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -39,12 +40,35 @@ def free_port() -> int:
                 return port
 
 
+def start_time(pid: int) -> str | None:
+    """When the process started (clock ticks since boot, /proc/<pid>/stat field 22): with the
+    pid, names one process, never a later one the pid was reused for. None once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
 def record_pid(pid: int) -> None:
-    """Append a pid to the run's pid file, if the test command asked for one."""
+    """Append a pid and its start time to the run's pid file, if the test command asked for one
+    (a process already gone is not recorded: nothing of it can be left)."""
     pidfile = os.environ.get(PIDFILE_ENV)
-    if pidfile:
+    started = start_time(pid)
+    if pidfile and started is not None:
         with open(pidfile, "a", encoding="utf-8") as f:
-            f.write(f"{pid}\n")
+            f.write(f"{pid} {started}\n")
+
+
+def recorded_alive(pidfile: Path) -> list[int]:
+    """The recorded processes still running: the same pid and start time. A pid the system
+    handed to another process since (a reused pid) is not one of them."""
+    alive = []
+    for line in pidfile.read_text().splitlines():
+        pid, _, started = line.partition(" ")
+        if pid.isdigit() and start_time(int(pid)) == started:
+            alive.append(int(pid))
+    return alive
 
 
 def tail(path: Path, lines: int = 60) -> str:
@@ -147,3 +171,21 @@ def tcp_open(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(0.5)
         return s.connect_ex((host, port)) == 0
+
+
+def main(argv: list[str]) -> int:
+    """``python -m devstack.process alive PIDFILE``: print "pid(name)" of each recorded process
+    still running, one per line."""
+    if len(argv) != 2 or argv[0] != "alive":
+        print("usage: python -m devstack.process alive PIDFILE", file=sys.stderr)
+        return 2
+    for pid in recorded_alive(Path(argv[1])):
+        name = (
+            Path(f"/proc/{pid}/comm").read_text().strip() if Path(f"/proc/{pid}").exists() else ""
+        )
+        print(f"{pid}({name})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
