@@ -608,13 +608,15 @@ def trickles_view(api: Api) -> str:
 
 def operator_requests(by_kind: dict[str, float]) -> float:
     """Requests per minute of the kinds only the operator sends here: every request on
-    DeltaIngestions, ConfigMaps (the pools') and Events, and pod LISTs (the pool keeper). Its
-    leader Lease (a fixed 40/min, CP1's baseline) and its pod writes (rare; the pools' and
-    drivers' reports are pod PATCHes too) are left out."""
+    DeltaIngestions, ConfigMaps (the pools') and Events, every server-side APPLY (its
+    children), and pod LISTs (the pool keeper). Its leader Lease (a fixed 40/min, CP1's
+    baseline) and its pod writes (rare; the pools' and drivers' reports are pod PATCHes too)
+    are left out."""
     return sum(
         n
         for kind, n in by_kind.items()
         if kind.split(" ")[1:2] in (["deltaingestions"], ["configmaps"], ["events"])
+        or kind.startswith("APPLY ")
         or kind == "LIST pods"
     )
 
@@ -715,8 +717,8 @@ def fleet(stack: Stack, args: argparse.Namespace) -> bool:
     print("  by kind: " + ", ".join(f"{k} {n:.1f}" for k, n in kinds if n >= 0.5))
     mine = operator_requests(run.requests_by_kind)
     print(
-        f"  the operator's kinds (its resources, pool ConfigMaps, Events, pod LISTs; not its "
-        f"Lease): {mine:.0f}/min, {mine / (members + 1):.2f} per resource (target "
+        f"  the operator's kinds (its resources, ConfigMaps, Events, APPLYs, pod LISTs; not "
+        f"its Lease): {mine:.0f}/min, {mine / (members + 1):.2f} per resource (target "
         f"{OPERATOR_REQUESTS_PER_RESOURCE})"
     )
     ok = per_small <= 0.03 and rss / members <= 160 and per_idle <= 0.002

@@ -1,8 +1,9 @@
 """One reconciliation of a DeltaIngestion: observe, decide (pure), act, report.
 
 Observes once per round (the resource, its driver pod; the stored pipeline config only when
-the generation moved) and reads the resource fresh from the API server every time, so a
-restarted operator resumes from what the cluster holds. Memory only saves requests: children
+the generation moved): the resource from the operator's watch when that provably holds what
+this process last read or wrote, else from the API server, so a restarted operator resumes from
+what the cluster holds. Memory only saves requests: children
 are re-applied when what they should be changed (or every ``CHILDREN_RESYNC_SECONDS``, to put
 back what someone edited), and the status is written only when it differs from the stored one.
 A new leader starts with no memory and so applies everything once.
