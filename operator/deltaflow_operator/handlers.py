@@ -32,7 +32,12 @@ from deltaflow_operator.builders.common import MANAGED_BY
 from deltaflow_operator.builders.pool import POOL_COMPONENT
 from deltaflow_operator.decisions.pod import Pod
 from deltaflow_operator.kube import Kube
-from deltaflow_operator.pool_keeper import SETTLED_SYNC_SECONDS, SYNC_SECONDS, pool_pod_signal
+from deltaflow_operator.pool_keeper import (
+    SETTLED_SYNC_SECONDS,
+    SYNC_SECONDS,
+    pool_pod_signal,
+    pool_report_of,
+)
 from deltaflow_operator.reconcile import UNSEEN, Reconciler
 from deltaflow_operator.settings import Settings
 
@@ -297,9 +302,13 @@ async def _on_pool_pod_event(
     **_: Any,
 ) -> None:
     loop: Loop = memo.loop
-    if type != "DELETED":
-        loop.reconciler.pools.heard(str(namespace), body)
-    loop.pool_pod_seen(f"{namespace}/{name}", None if type == "DELETED" else pool_pod_signal(body))
+    key = f"{namespace}/{name}"
+    if type == "DELETED":
+        loop.pool_pod_seen(key, None)
+        return
+    report = pool_report_of(body, str(namespace))
+    loop.reconciler.pools.heard(key, report)
+    loop.pool_pod_seen(key, pool_pod_signal(body, report))
 
 
 def _on_delete(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:

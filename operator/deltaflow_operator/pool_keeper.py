@@ -141,29 +141,29 @@ def settled_after(pools: dict[str, KnownPool], reports: dict[str, PoolReport]) -
     return True
 
 
-def pool_pod_signal(pod: Mapping[str, Any]) -> str:
+def pool_report_of(pod: Mapping[str, Any], namespace: str) -> PoolReport | None:
+    """The report on a pool pod (None: none, or not sound)."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    return parse_pool_report(annotations.get(POOL_REPORT_ANNOTATION), namespace)
+
+
+def pool_pod_signal(pod: Mapping[str, Any], report: PoolReport | None) -> str:
     """What of a pool pod's change calls for a round now: its container's state and restarts,
-    its deletion, and its report's word (revision, members, each one's phase and failures);
+    its deletion, and its ``report``'s word (revision, members, each one's phase and failures);
     not the figures a report refreshes every heartbeat."""
     meta, status = pod.get("metadata") or {}, pod.get("status") or {}
     containers = [
         [c.get("restartCount"), sorted((c.get("state") or {}).keys())]
         for c in status.get("containerStatuses") or []
     ]
-    text = (meta.get("annotations") or {}).get(POOL_REPORT_ANNOTATION) or ""
-    try:
-        raw = json.loads(text) if text else {}
-        listed = raw.get("members") if isinstance(raw, dict) else None
-        said: object = [
-            raw.get("revision"),
-            {
-                k: [m.get("phase"), m.get("failures"), m.get("reason")]
-                for k, m in (listed or {}).items()
-                if isinstance(m, dict)
-            },
+    said: object = (
+        (meta.get("annotations") or {}).get(POOL_REPORT_ANNOTATION)  # none, or not sound
+        if report is None
+        else [
+            report.revision,
+            {k: [m.phase, m.failures, m.reason] for k, m in report.members.items()},
         ]
-    except (ValueError, AttributeError, RecursionError):
-        said = text  # not sound: any change of it is news
+    )
     signal = [bool(meta.get("deletionTimestamp")), status.get("phase"), containers, said]
     return json.dumps(signal, sort_keys=True, default=str)
 
@@ -190,8 +190,6 @@ class PoolKeeper:
         self._digests: dict[str, str] = {}
         # Whether the last round found nothing in motion (see settled_after).
         self.settled = False
-        # Streams of the last listing moving between a pool and a driver of their own.
-        self._moving = 0
         # Set by the operator's loop: asks for a round now, from any thread (nudge).
         self.on_nudge: Callable[[], None] | None = None
 
@@ -201,16 +199,12 @@ class PoolKeeper:
         if self.on_nudge is not None:
             self.on_nudge()
 
-    def heard(self, namespace: str, pod: Mapping[str, Any]) -> None:
-        """A pool pod as the watch delivered it: its report, if newer than the one held, is
+    def heard(self, key: str, report: PoolReport | None) -> None:
+        """A pool pod's report as the watch delivered it: if newer than the one held, it is
         what the members' reconciles read from now (a heartbeat keeps them under the
         staleness limit between settled rounds)."""
-        meta = pod.get("metadata") or {}
-        text = (meta.get("annotations") or {}).get(POOL_REPORT_ANNOTATION)
-        report = parse_pool_report(text, namespace)
         if report is None:
             return
-        key = f"{namespace}/{meta.get('name')}"
         with self._lock:
             held = self._reports.get(key)
             if key in self._pods and (held is None or _newer(report, held)):
@@ -310,7 +304,7 @@ class PoolKeeper:
     def _sync(self) -> None:
         namespaces = self.settings.watch_namespaces
         self._load(namespaces)  # the cluster's word each round, not this process's memory
-        members = self._members(self.kube.list_ingestions(namespaces))
+        members, moving = self._members(self.kube.list_ingestions(namespaces))
         groups = {key: builders.group_of(i, self.settings) for key, i in members.items()}
         with self._lock:
             current = {
@@ -346,17 +340,15 @@ class PoolKeeper:
                 acted = True
         with self._lock:
             self.settled = (
-                not held
-                and not acted
-                and not self._moving
-                and settled_after(self._pools, self._reports)
+                not held and not acted and not moving and settled_after(self._pools, self._reports)
             )
 
-    def _members(self, bodies: list[dict[str, Any]]) -> dict[str, DeltaIngestion]:
+    def _members(self, bodies: list[dict[str, Any]]) -> tuple[dict[str, DeltaIngestion], int]:
         """The streams this release serves that should run in a pool (spec.placement pooled, or
-        auto deciding so) and whose own driver is gone (their status says so), by key."""
+        auto deciding so) and whose own driver is gone (their status says so), by key; and how
+        many others are between a pool and a driver of their own."""
         found: dict[str, DeltaIngestion] = {}
-        self._moving = 0
+        moving = 0
         for body in bodies:
             if body["metadata"].get("deletionTimestamp"):
                 continue
@@ -373,8 +365,8 @@ class PoolKeeper:
             if wanted and pooled:
                 found[f"{ingestion.namespace}/{ingestion.name}"] = ingestion
             elif wanted or pooled:
-                self._moving += 1  # its driver going before it joins, or leaving its pool
-        return found
+                moving += 1  # its driver going before it joins, or leaving its pool
+        return found, moving
 
     def _load(self, namespaces: tuple[str, ...]) -> None:
         """The pools as the cluster holds them: their ConfigMaps, pods and reports (three
@@ -404,8 +396,7 @@ class PoolKeeper:
             meta = pod["metadata"]
             key = f"{meta['namespace']}/{meta['name']}"
             pods[key] = pod
-            text = (meta.get("annotations") or {}).get(POOL_REPORT_ANNOTATION)
-            report = parse_pool_report(text, meta["namespace"])
+            report = pool_report_of(pod, meta["namespace"])
             if report is not None:
                 reports[key] = report
         with self._lock:

@@ -14,7 +14,12 @@ from deltaflow_api.reasons import Reason
 from deltaflow_operator.autoscaler.observe import MemberReport, PoolReport, parse_pool_report
 from deltaflow_operator.builders import pool as builders
 from deltaflow_operator.decisions.pooled import member_verdict
-from deltaflow_operator.pool_keeper import KnownPool, pool_pod_signal, settled_after
+from deltaflow_operator.pool_keeper import (
+    KnownPool,
+    pool_pod_signal,
+    pool_report_of,
+    settled_after,
+)
 from deltaflow_operator.settings import Settings
 from support.manifests import valid_manifest
 
@@ -240,12 +245,15 @@ def _pool_pod(report: dict[str, Any] | None, restarts: int = 0, **meta: Any) -> 
 
 
 def test_a_pool_pods_change_calls_for_a_round_only_when_its_word_changes() -> None:
+    def signal_of(pod: dict[str, Any]) -> str:
+        return pool_pod_signal(pod, pool_report_of(pod, "data"))
+
     member = {"phase": "Running", "failures": 0, "reason": None, "lastBatch": 3, "busyCores": 0.01}
     base = {"at": NOW, "revision": "7", "members": {"data/a": member}}
-    signal = pool_pod_signal(_pool_pod(base))
+    signal = signal_of(_pool_pod(base))
     # A heartbeat's new figures: no round.
     figures = {**base, "at": NOW + 30, "members": {"data/a": {**member, "lastBatch": 9}}}
-    assert pool_pod_signal(_pool_pod(figures)) == signal
+    assert signal_of(_pool_pod(figures)) == signal
     # Anything the keeper or a member's conditions act on: a round.
     for changed in (
         _pool_pod({**base, "revision": "8"}),
@@ -257,4 +265,4 @@ def test_a_pool_pods_change_calls_for_a_round_only_when_its_word_changes() -> No
         _pool_pod(None),
         {**_pool_pod(None), "metadata": {"annotations": {POOL_REPORT_ANNOTATION: "{not json"}}},
     ):
-        assert pool_pod_signal(changed) != signal
+        assert signal_of(changed) != signal
