@@ -609,16 +609,23 @@ def trickles_view(api: Api) -> str:
 def operator_requests(by_kind: dict[str, float]) -> float:
     """Requests per minute of the kinds only the operator sends here: every request on
     DeltaIngestions, ConfigMaps (the pools') and Events, every server-side APPLY (its
-    children), and pod LISTs (the pool keeper). Its leader Lease (a fixed 40/min, CP1's
-    baseline) and its pod writes (rare; the pools' and drivers' reports are pod PATCHes too)
-    are left out."""
-    return sum(
-        n
-        for kind, n in by_kind.items()
-        if kind.split(" ")[1:2] in (["deltaingestions"], ["configmaps"], ["events"])
-        or kind.startswith("APPLY ")
-        or kind == "LIST pods"
-    )
+    children), the LISTs of its children's other kinds (its drift repair's watches start with
+    one; watches themselves are long-lived and not counted, as in CP1), and pod LISTs (the
+    pool keeper). Its leader Lease (a fixed 40/min, CP1's baseline) and its pod
+    writes (rare; the pools' and drivers' reports are pod PATCHes too) are left out."""
+    watched = ("networkpolicies", "serviceaccounts", "services", "cronjobs", "rolebindings")
+    total = 0.0
+    for kind, n in by_kind.items():
+        verb, _, rest = kind.partition(" ")
+        resource = rest.split(" ")[0]
+        if (
+            resource in ("deltaingestions", "configmaps", "events")
+            or verb == "APPLY"
+            or kind == "LIST pods"
+            or (verb == "LIST" and resource in watched)
+        ):
+            total += n
+    return total
 
 
 def _run_fleet(stack: Stack, args: argparse.Namespace) -> FleetRun:

@@ -137,6 +137,8 @@ class EventReason(StrEnum):
     RESOURCES_CREATED = "ResourcesCreated"
     # A spec change applied in place, without a new driver.
     CONFIG_UPDATED = "ConfigUpdated"
+    # A child (NetworkPolicy, CronJob, ...) edited or deleted by someone else, applied again.
+    CHILD_RESTORED = "ChildRestored"
     RECONCILE_FAILED = "ReconcileFailed"
     # Another operator release serves the resource (status.operator): this one does nothing.
     OPERATOR_STANDING_BACK = "OperatorStandingBack"

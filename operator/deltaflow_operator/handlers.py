@@ -3,10 +3,12 @@
 Each DeltaIngestion has a daemon, the one place that reconciles it: it reconciles, then waits
 for what the reconcile asked (``requeue_after``: 1 s while a driver is replaced) or the
 reconcile interval, whichever is shorter, or until something wakes it: a change of the
-resource's spec (kopf's update handler), or a change of its driver pod (a driver that crashed
-is seen in a second, not at the next poll). The driver pods come from a kopf index over the pod
-watch, read by the daemon before each round, and the resource from kopf's body (current with
-the watch; the reconciler reads the API server when it is not provably so): no GET per round.
+resource's spec (kopf's update handler), a change of its driver pod (a driver that crashed
+is seen in a second, not at the next poll), or an edit or delete of one of its children by
+someone else (put back at once, with no periodic re-apply of every child). The driver pods
+come from a kopf index over the pod watch, read by the daemon before each round, and the
+resource from kopf's body (current with the watch; the reconciler reads the API server when it
+is not provably so): no GET per round.
 
 State lives in kopf's memo (one :class:`Loop` per operator), not in module globals.
 """
@@ -26,7 +28,7 @@ from typing import Any
 
 import kopf
 
-from deltaflow_api import GROUP, PLURAL, VERSION
+from deltaflow_api import GROUP, KIND, PLURAL, VERSION
 from deltaflow_operator import metrics
 from deltaflow_operator.builders.common import MANAGED_BY
 from deltaflow_operator.builders.pool import POOL_COMPONENT
@@ -47,6 +49,19 @@ HUNG_RECONCILE = 300.0
 # An event loop that has not run for this long is wedged (see Loop.wedged).
 LOOP_SILENT = 60.0
 log = logging.getLogger(__name__)
+# The kinds of what the operator applies (reconcile.children and the pools' companions, as
+# tests/unit/test_rbac.py checks): watched so that an edit or a delete by someone else is put
+# back within seconds. Every watch the operator holds asks the API server for its own objects
+# only (its managed-by label): an unfiltered watch of ConfigMaps or pods carries the cluster's.
+CHILD_RESOURCES = (
+    ("", "v1", "configmaps"),
+    ("", "v1", "serviceaccounts"),
+    ("", "v1", "services"),
+    ("batch", "v1", "cronjobs"),
+    ("networking.k8s.io", "v1", "networkpolicies"),
+    ("rbac.authorization.k8s.io", "v1", "rolebindings"),
+)
+MANAGED = {"app.kubernetes.io/managed-by": MANAGED_BY}
 
 
 @dataclass
@@ -209,6 +224,10 @@ def install(stop_flag: threading.Event | None = None) -> None:
         )
         settings.posting.level = logging.WARNING  # our Events are posted explicitly, with causes
         settings.watching.server_timeout = 60
+        for group, version, plural in (*CHILD_RESOURCES, ("", "v1", "pods")):
+            settings.watching.label_selectors[group, version, plural] = ",".join(
+                f"{k}={v}" for k, v in MANAGED.items()
+            )
 
     # A new or resumed resource gets its daemon, which reconciles at once; a spec change wakes
     # it (kopf's update handlers see the spec and metadata, never the status the operator
@@ -220,16 +239,15 @@ def install(stop_flag: threading.Event | None = None) -> None:
     # during every scaling action; the autoscaler reads them through the driver's report at
     # its own pace (waking it for each would add decisions, not information). kopf fills its
     # indexes before any handler runs, and updates them before the event handlers of an event.
-    drivers = {"app.kubernetes.io/managed-by": MANAGED_BY, "app.kubernetes.io/component": "driver"}
+    drivers = {**MANAGED, "app.kubernetes.io/component": "driver"}
     kopf.index("", "v1", "pods", labels=drivers)(driver_pods)
     kopf.on.event("", "v1", "pods", labels=drivers)(_on_pod_event)
     # Pool pods (the same pod watch): a change of a pool's word (a member failing or started,
     # the revision acknowledged) starts a pools round at once, not at the next settled one.
-    pools = {
-        "app.kubernetes.io/managed-by": MANAGED_BY,
-        "app.kubernetes.io/component": POOL_COMPONENT,
-    }
+    pools = {**MANAGED, "app.kubernetes.io/component": POOL_COMPONENT}
     kopf.on.event("", "v1", "pods", labels=pools)(_on_pool_pod_event)
+    for group, version, plural in CHILD_RESOURCES:
+        kopf.on.event(group, version, plural, labels=MANAGED)(_on_child_event)
 
 
 def driver_pods(
@@ -309,6 +327,25 @@ async def _on_pool_pod_event(
     report = pool_report_of(body, str(namespace))
     loop.reconciler.pools.heard(key, report)
     loop.pool_pod_seen(key, pool_pod_signal(body, report))
+
+
+async def _on_child_event(
+    type: str | None, namespace: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any
+) -> None:
+    """A child's event: its owner (a DeltaIngestion, or a pool's ConfigMap for the pool's
+    companions) applies it again if someone else changed or deleted it."""
+    loop: Loop = memo.loop
+    meta = body.get("metadata") or {}
+    kind, name, ns = str(body.get("kind")), str(meta.get("name")), str(namespace)
+    version = None if type == "DELETED" else str(meta.get("resourceVersion"))
+    for owner in meta.get("ownerReferences") or []:
+        of, by = owner.get("kind"), str(owner.get("name"))
+        if of == KIND and loop.reconciler.child_seen(ns, by, kind, name, version):
+            loop.wake(ns, by)
+        elif of == "ConfigMap" and loop.reconciler.pools.companion_seen(
+            ns, by, kind, name, version
+        ):
+            loop.pool_wake.set()
 
 
 def _on_delete(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:

@@ -31,7 +31,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -41,7 +41,7 @@ from deltaflow_api import DeltaIngestion
 from deltaflow_api.channel import POOL_REPORT_ANNOTATION
 from deltaflow_operator.autoscaler.observe import MemberReport, PoolReport, parse_pool_report
 from deltaflow_operator.builders import pool as builders
-from deltaflow_operator.builders.common import MANAGED_BY
+from deltaflow_operator.builders.common import MANAGED_BY, child_key
 from deltaflow_operator.builders.driver import pipeline_document
 from deltaflow_operator.decisions.ownership import read_claim
 from deltaflow_operator.decisions.pooled import pool_behind
@@ -79,6 +79,9 @@ class KnownPool:
     members: dict[str, str]  # member key -> digest of its document
     revision: int
     config_map_uid: str
+    # Its companions ("Kind/name") -> the resourceVersion this process's apply left them at
+    # (empty: not applied by this process); the watch on them reports any other (companion_seen).
+    companions: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -188,10 +191,26 @@ class PoolKeeper:
         self._loads: dict[str, float] = {}
         # Document text -> digest: a ConfigMap's members are parsed only when they changed.
         self._digests: dict[str, str] = {}
+        # Pool key -> its companion changed by someone else since this process applied it.
+        self._drifted: dict[str, str] = {}
         # Whether the last round found nothing in motion (see settled_after).
         self.settled = False
         # Set by the operator's loop: asks for a round now, from any thread (nudge).
         self.on_nudge: Callable[[], None] | None = None
+
+    def companion_seen(
+        self, namespace: str, pool: str, kind: str, name: str, version: str | None
+    ) -> bool:
+        """The watch on the operator's children delivered one of ``pool``'s companions
+        (``version`` None: deleted). Whether it differs from what this process applied: the
+        next round applies the pool's companions again (the caller asks for one)."""
+        key, child = f"{namespace}/{pool}", child_key(kind, name)
+        with self._lock:
+            known = self._pools.get(key)
+            if known is None or known.companions.get(child, version) == version:
+                return False  # not applied by this process (yet), or as it left it
+            self._drifted[key] = child
+        return True
 
     def nudge(self) -> None:
         """A round now, not at the settled pace: a stream's placement changed (it joins or
@@ -383,12 +402,15 @@ class PoolKeeper:
                     key = f"{meta['namespace']}/{file.removesuffix('.yaml')}"
                     members[key] = digests[text] = self._digests.get(text) or _text_digest(text)
             revision = str(data.get(builders.REVISION_KEY, "0"))
-            pools[f"{meta['namespace']}/{meta['name']}"] = KnownPool(
+            key = f"{meta['namespace']}/{meta['name']}"
+            known = self._pools.get(key)
+            pools[key] = KnownPool(
                 meta["namespace"],
                 meta["name"],
                 members,
                 int(revision) if revision.isdigit() else 0,
                 str(meta["uid"]),
+                known.companions if known and known.config_map_uid == str(meta["uid"]) else {},
             )
         pods: dict[str, dict[str, Any]] = {}
         reports: dict[str, PoolReport] = {}
@@ -436,8 +458,6 @@ class PoolKeeper:
             uid = str(applied["metadata"]["uid"])
             with self._lock:  # what the cluster holds now, whatever fails after
                 self._pools[pool_key] = KnownPool(namespace, name, docs, revision, uid)
-            for manifest in builders.companions(pool, self.settings, uid):
-                self.kube.apply(manifest)
             joined = sorted(set(docs) - set(known.members if known else {}))
             left = sorted(set(known.members if known else {}) - set(docs))
             log.info(
@@ -445,8 +465,22 @@ class PoolKeeper:
                 pool_key, revision, len(docs), joined or "none", left or "none",
             )  # fmt: skip
         with self._lock:
-            self._pools[pool_key] = KnownPool(namespace, name, docs, revision, uid)
-        return self._keep_pod(pool, uid) or changed
+            drifted = self._drifted.pop(pool_key, None)
+        companions = {} if changed or known is None else known.companions
+        reapply = changed or drifted is not None or not companions
+        if reapply:
+            if not changed and drifted is not None:
+                log.info("pool %s: %s changed outside the operator: applying it again",
+                         pool_key, drifted)  # fmt: skip
+            companions = {
+                child_key(manifest["kind"], manifest["metadata"]["name"]): str(
+                    self.kube.apply(manifest)["metadata"]["resourceVersion"]
+                )
+                for manifest in builders.companions(pool, self.settings, uid)
+            }
+        with self._lock:
+            self._pools[pool_key] = KnownPool(namespace, name, docs, revision, uid, companions)
+        return self._keep_pod(pool, uid) or reapply
 
     def _keep_pod(self, pool: builders.Pool, config_map_uid: str) -> bool:
         """The pool's pod as it should be: created, replaced when its spec changed, touched

@@ -80,6 +80,40 @@ def test_apply_creates_every_child_with_owner_references(
     assert container["args"] == ["stream", "--config", "/etc/deltaflow/ingestion.yaml"]
 
 
+def test_a_child_deleted_or_edited_outside_the_operator_is_put_back_within_seconds(
+    operator: OperatorUnderTest, orders: dict[str, Any]
+) -> None:
+    managed = "app.kubernetes.io/managed-by"
+    for kind, name in (("cronjob", "orders-vacuum"), ("service", "orders-driver")):
+        wait_for(f"{kind}/{name}", lambda k=kind, n=name: operator.get(k, n, NS))
+    schedule = operator.get("cronjob", "orders-vacuum", NS)["spec"]["schedule"]
+    # Deleted; a field changed by another manager; the operator's label taken off (which takes
+    # it out of the operator's watch: the API server reports that as a delete).
+    operator.kube.kubectl("-n", NS, "delete", "cronjob", "orders-optimize", "--wait=false")
+    operator.kube.kubectl(
+        "-n", NS, "patch", "cronjob", "orders-vacuum", "-p", '{"spec":{"schedule":"0 0 1 1 *"}}'
+    )  # fmt: skip
+    operator.kube.kubectl("-n", NS, "label", "service", "orders-driver", f"{managed}-")
+    wait_for(
+        "the CronJob back",
+        lambda: (c := operator.get("cronjob", "orders-optimize", NS))
+        and not c["metadata"].get("deletionTimestamp"),
+        timeout=30,
+    )  # fmt: skip
+    wait_for(
+        "the schedule back",
+        lambda: operator.get("cronjob", "orders-vacuum", NS)["spec"]["schedule"] == schedule,
+        timeout=30,
+    )
+    wait_for(
+        "the label back",
+        lambda: operator.get("service", "orders-driver", NS)["metadata"]["labels"].get(managed),
+        timeout=30,
+    )
+    said = [e["message"] for e in operator.events("orders", NS) if e["reason"] == "ChildRestored"]
+    assert any("CronJob/orders-optimize" in m for m in said), said
+
+
 def test_status_columns_conditions_and_events(
     operator: OperatorUnderTest, orders: dict[str, Any]
 ) -> None:

@@ -391,14 +391,45 @@ def _stamped(minutes_ago: float, records: int = 0, **more: Any) -> dict[str, Any
     }
 
 
+def _condition(status: str, reason: str, message: str) -> dict[str, Any]:
+    return {"type": "Freshness", "status": status, "reason": reason, "message": message}
+
+
 @pytest.mark.parametrize(
     ("wanted", "stored", "due"),
     [
         (_stamped(0), _stamped(0), False),  # the same, stamps and all
         (_stamped(0), _stamped(1), False),  # only the stamps moved: a heartbeat, not written
-        (_stamped(0), _stamped(4.9), False),
-        (_stamped(0), _stamped(5), True),  # ... until the stored stamps are 5 min old
-        (_stamped(0, records=600), _stamped(1), True),  # a figure changed
+        (_stamped(0), _stamped(3.9), False),
+        (_stamped(0), _stamped(4), True),  # ... until the stored stamps are 4 min old
+        (_stamped(0, records=600), _stamped(1), False),  # a figure moved: every other round
+        (_stamped(0, records=600), _stamped(1.8), False),
+        (_stamped(0, records=600), _stamped(1.9), True),  # ... once the stored ones are 110 s old
+        (  # a figure became known (a driver's first report): at once
+            {**_stamped(0), "cost": {"measuredAt": "x", "cpuSecondsPerHour": 1.0}},
+            {**_stamped(1), "cost": {"measuredAt": "x"}},
+            True,
+        ),
+        (  # a condition's message quoting the window's figures: as a figure
+            {**_stamped(0), "conditions": [_condition("True", "TargetMet", "p99 41 s")]},
+            {**_stamped(1), "conditions": [_condition("True", "TargetMet", "p99 40 s")]},
+            False,
+        ),
+        (
+            {**_stamped(0), "conditions": [_condition("True", "TargetMet", "p99 41 s")]},
+            {**_stamped(2), "conditions": [_condition("True", "TargetMet", "p99 40 s")]},
+            True,
+        ),
+        (  # its status or reason: at once
+            {**_stamped(0), "conditions": [_condition("False", "TargetMissed", "p99 90 s")]},
+            {**_stamped(1), "conditions": [_condition("True", "TargetMet", "p99 40 s")]},
+            True,
+        ),
+        (
+            {**_stamped(0), "conditions": [{"type": "Ready", "status": "True"}]},
+            {**_stamped(1), "conditions": [{"type": "Ready", "status": "False"}]},
+            True,
+        ),
         (_stamped(0, observedGeneration=3), _stamped(1), True),
         (_stamped(0, placement={"mode": "pooled"}), _stamped(1), True),  # a field appeared
         (_stamped(0), {**_stamped(1), "cost": {"cores": 0.1}}, True),  # ... or went
@@ -416,7 +447,7 @@ def _stamped(minutes_ago: float, records: int = 0, **more: Any) -> dict[str, Any
         (_stamped(0), {}, True),  # nothing stored yet
     ],
 )
-def test_a_status_is_written_when_more_than_its_stamps_changed_or_they_grew_old(
+def test_a_status_is_written_at_once_when_more_than_its_figures_changed_else_at_a_pace(
     wanted: dict[str, Any], stored: dict[str, Any], due: bool
 ) -> None:
     assert status_write_due(wanted, stored, NOW) is due

@@ -9,8 +9,10 @@ import pytest
 from deltaflow_operator.decisions.ownership import (
     Claim,
     Sighting,
+    claim_record,
     decide_ownership,
     read_claim,
+    renew_with_write,
 )
 
 ME, OTHER = "team-b/team-b-deltaflow-operator", "deltaflow-system/deltaflow-operator"
@@ -102,3 +104,33 @@ def test_read_claim_trusts_only_a_whole_claim(
     status: dict[str, object] | None, claim: Claim | None
 ) -> None:
     assert read_claim(status) == claim
+
+
+@pytest.mark.parametrize(
+    ("situation", "claim", "carried"),
+    [
+        ("nobody's claim: a status write claims nothing (the claim's own write does)", None, False),
+        ("my claim, 2 min old: not yet", Claim(ME, "2026-11-27T11:58:00Z"), False),
+        (
+            "my claim, 150 s old: carried by a write made anyway",
+            Claim(ME, "2026-11-27T11:57:30Z"),
+            True,
+        ),
+        ("my claim, 5 min old: carried", MINE_DUE, True),
+        ("my claim with an unreadable time: carried", Claim(ME, "yesterday"), True),
+        ("another's claim, however old: never", Claim(OTHER, "2026-11-27T10:00:00Z"), False),
+    ],
+)
+def test_a_status_write_renews_the_claim_once_half_its_renewal_is_due(
+    situation: str, claim: Claim | None, carried: bool
+) -> None:
+    assert renew_with_write(claim, me=ME, now=NOW, renew_after=RENEW) is carried, situation
+
+
+def test_the_claim_a_write_carries_reads_back_as_this_operators_renewed_now() -> None:
+    assert read_claim({"operator": claim_record(ME, NOW)}) == Claim(ME, "2026-11-27T12:00:00Z")
+    due = decide_ownership(
+        read_claim({"operator": claim_record(ME, NOW)}), me=ME, now=NOW, monotonic=0.0,
+        sighting=None, renew_after=RENEW, expire_after=EXPIRE,
+    )  # fmt: skip
+    assert due.action == "serve"

@@ -189,9 +189,9 @@ def operator_needs(settings: Settings) -> dict[str, set[Need]]:
     return {"watched": watched | kopf["watched"], "release": release, "cluster": kopf["cluster"]}
 
 
-def kopf_needs() -> dict[str, set[Need]]:
-    """What kopf calls for the handlers the operator registers, with the settings it sets, in the
-    watched namespaces and cluster-wide."""
+def installed() -> tuple[kopf.OperatorRegistry, kopf.OperatorSettings]:
+    """The operator's handlers in a registry of their own, and kopf's settings as its startup
+    configures them."""
     registry = kopf.OperatorRegistry()
     default = kopf.get_default_registry()
     kopf.set_default_registry(registry)
@@ -203,6 +203,13 @@ def kopf_needs() -> dict[str, set[Need]]:
     for activity in registry._activities.get_all_handlers():
         if not inspect.iscoroutinefunction(activity.fn):
             activity.fn(settings=settings)  # the startup configuration (kopf's own settings)
+    return registry, settings
+
+
+def kopf_needs() -> dict[str, set[Need]]:
+    """What kopf calls for the handlers the operator registers, with the settings it sets, in the
+    watched namespaces and cluster-wide."""
+    registry, settings = installed()
 
     needs: set[Need] = set()
     watched = [*registry._watching.get_all_handlers(), *registry._indexing.get_all_handlers()]
@@ -369,3 +376,20 @@ def test_the_e2e_allow_lists_are_what_the_code_needs() -> None:
     needs = operator_needs(Settings())
     assert checked_in("operator.txt") == allow_list(needs["watched"] | needs["cluster"])
     assert checked_in("driver.txt") == allow_list(driver_needs())
+
+
+def test_every_kind_the_operator_applies_is_watched_for_edits_by_its_own_label() -> None:
+    """Drift repair is by the children's own events: a kind applied but not watched would be
+    put back only at the hours-long resync; every watch asks the API server for the operator's
+    objects only (an unfiltered ConfigMap or pod watch carries the whole cluster's)."""
+    applied = {(_group(c["apiVersion"]), _plural(c["kind"])) for c in applied_children()}
+    watched = {(group, plural) for group, _, plural in handlers.CHILD_RESOURCES}
+    assert watched == applied
+    _, settings = installed()
+    managed = "app.kubernetes.io/managed-by=deltaflow-operator"
+    for group, version, plural in (*handlers.CHILD_RESOURCES, ("", "v1", "pods")):
+        kind = plural.removesuffix("s").capitalize()
+        resource = kopf.Resource(group, version, plural, kind=kind, namespaced=True)
+        assert settings.watching.label_selectors.collect(resource) == [managed], plural
+    custom = kopf.Resource(GROUP, "v1alpha1", PLURAL, namespaced=True)
+    assert settings.watching.label_selectors.collect(custom) == []  # users' objects: all of them

@@ -100,6 +100,23 @@ def decide_ownership(
     )
 
 
+def claim_record(me: str, now: datetime) -> dict[str, str]:
+    """``status.operator`` as this operator writes it."""
+    return {"name": me, "renewedAt": now.isoformat(timespec="seconds").replace("+00:00", "Z")}
+
+
+def renew_with_write(claim: Claim | None, *, me: str, now: datetime, renew_after: float) -> bool:
+    """Whether a status write made anyway should carry this operator's claim renewed: it is its
+    own and half of ``renew_after`` old. A flowing stream's figures and every stream's stamp
+    refresh (decisions.status, every 240 s) then renew it, and the claim's own write (every
+    300 s, landing together for resources created together: 12 of the operator's requests a
+    minute at 61 streams, FL6) is left to a status nothing else rewrites."""
+    if claim is None or claim.operator != me:
+        return False
+    renewed = _parse(claim.renewed_at)
+    return renewed is None or (now - renewed).total_seconds() >= renew_after / 2
+
+
 def _parse(text: str) -> datetime | None:
     try:
         stamp = datetime.fromisoformat(text.replace("Z", "+00:00"))

@@ -1,11 +1,21 @@
 """Whether a DeltaIngestion's status needs a write (pure).
 
-Every round measures a stream's lag, freshness and cost anew, each figure stamped
-``measuredAt``. Rewriting a status whose only change is those stamps is a heartbeat, which
-Kubernetes steers clients away from (node heartbeats moved to Leases for that): at sixty streams
-it was most of the operator's API requests (FL5, bench/README). So a status is written when
-anything but a stamp changed, and otherwise once its oldest stamp is STAMP_REFRESH_SECONDS old:
-a ``measuredAt`` is never older than that while the operator runs.
+Every round measures a stream's lag, freshness and cost anew: each of those sections carries a
+``measuredAt`` stamp. Writing the status on every new figure is a metrics stream through the API
+server (Prometheus carries the figures as they move); writing it on every new stamp is a
+heartbeat, which Kubernetes steers clients away from (node heartbeats moved to Leases for that,
+and a node's status is rewritten every 5 min when nothing changed). At sixty streams those
+writes were most of the operator's API requests (FL5, FL6 in bench/README). So a status is
+written:
+
+- at once when anything but the measured figures changed (a condition's status or reason, the
+  placement, the autoscaler's state, the observed generation), or a figure appeared or went
+  (unknown to known);
+- a condition's message counts as a figure: the Freshness condition's quotes the p99 age and
+  the records of the window, which move with every batch;
+- when only figures changed, once the stored ones are FIGURES_REFRESH_SECONDS old;
+- when only the stamps changed, once they are STAMP_REFRESH_SECONDS old: a ``measuredAt`` is
+  never older than that while the operator runs.
 """
 
 from __future__ import annotations
@@ -14,7 +24,12 @@ from datetime import datetime
 from typing import Any
 
 STAMP = "measuredAt"
-STAMP_REFRESH_SECONDS = 300.0
+# Under the ownership claim's 300 s renewal, so the refresh carries the claim (ownership.
+# renew_with_write) and the claim needs no write of its own.
+STAMP_REFRESH_SECONDS = 240.0
+# Just under two reconcile intervals (60 s): a flowing stream's figures are written every other
+# round, not every round.
+FIGURES_REFRESH_SECONDS = 110.0
 
 
 def _unstamped(value: Any) -> Any:
@@ -23,6 +38,20 @@ def _unstamped(value: Any) -> Any:
         return {k: True if k == STAMP else _unstamped(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_unstamped(v) for v in value]
+    return value
+
+
+def _unmeasured(value: Any) -> Any:
+    """``value`` with each measured section's figures and each condition's message left out,
+    keeping which figures are known."""
+    if isinstance(value, dict):
+        if STAMP in value:
+            return sorted(value)
+        if {"type", "status", "reason"} <= value.keys():  # a condition
+            return {k: v for k, v in value.items() if k != "message"}
+        return {k: _unmeasured(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unmeasured(v) for v in value]
     return value
 
 
@@ -35,24 +64,31 @@ def _stamps(value: Any) -> list[Any]:
     return []
 
 
+def _stamps_older_than(stored: dict[str, Any], now: datetime, seconds: float) -> bool:
+    """Whether a stored stamp is ``seconds`` old (or unreadable)."""
+    for stamp in _stamps(stored):
+        try:
+            at = datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+            if at.tzinfo is None or (now - at).total_seconds() >= seconds:
+                return True
+        except ValueError:
+            return True
+    return False
+
+
 def status_write_due(
     wanted: dict[str, Any],
     stored: dict[str, Any],
     now: datetime,
     refresh_seconds: float = STAMP_REFRESH_SECONDS,
+    figures_seconds: float = FIGURES_REFRESH_SECONDS,
 ) -> bool:
     """Whether ``wanted`` (the status as this round computed it, without nulls) must be
-    written over ``stored``: a change beyond the ``measuredAt`` stamps, or a stored stamp that
-    is ``refresh_seconds`` old (or unreadable)."""
+    written over ``stored`` (see the module docstring)."""
     if wanted == stored:
         return False
-    if _unstamped(wanted) != _unstamped(stored):
+    if _unmeasured(wanted) != _unmeasured(stored):
         return True
-    for stamp in _stamps(stored):
-        try:
-            at = datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
-            if at.tzinfo is None or (now - at).total_seconds() >= refresh_seconds:
-                return True
-        except ValueError:
-            return True
-    return False
+    if _unstamped(wanted) != _unstamped(stored):
+        return _stamps_older_than(stored, now, figures_seconds)
+    return _stamps_older_than(stored, now, refresh_seconds)
