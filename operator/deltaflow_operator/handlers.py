@@ -33,6 +33,7 @@ from deltaflow_operator import metrics
 from deltaflow_operator.builders.common import MANAGED_BY
 from deltaflow_operator.builders.pool import POOL_COMPONENT
 from deltaflow_operator.decisions.pod import Pod
+from deltaflow_operator.drift import child_version
 from deltaflow_operator.kube import Kube
 from deltaflow_operator.pool_keeper import (
     SETTLED_SYNC_SECONDS,
@@ -337,7 +338,7 @@ async def _on_child_event(
     loop: Loop = memo.loop
     meta = body.get("metadata") or {}
     kind, name, ns = str(body.get("kind")), str(meta.get("name")), str(namespace)
-    version = None if type == "DELETED" else str(meta.get("resourceVersion"))
+    version = None if type == "DELETED" else child_version(body)
     for owner in meta.get("ownerReferences") or []:
         of, by = owner.get("kind"), str(owner.get("name"))
         if of == KIND and loop.reconciler.child_seen(ns, by, kind, name, version):

@@ -41,11 +41,12 @@ from deltaflow_api import DeltaIngestion
 from deltaflow_api.channel import POOL_REPORT_ANNOTATION
 from deltaflow_operator.autoscaler.observe import MemberReport, PoolReport, parse_pool_report
 from deltaflow_operator.builders import pool as builders
-from deltaflow_operator.builders.common import MANAGED_BY, child_key
+from deltaflow_operator.builders.common import MANAGED_BY
 from deltaflow_operator.builders.driver import pipeline_document
 from deltaflow_operator.decisions.ownership import read_claim
 from deltaflow_operator.decisions.pooled import pool_behind
 from deltaflow_operator.decisions.pools import Member, PoolLimits, pack, wants_pool
+from deltaflow_operator.drift import RESYNC_SECONDS, Drift, child_key, child_version
 from deltaflow_operator.kube import Kube
 from deltaflow_operator.settings import Settings
 
@@ -79,9 +80,11 @@ class KnownPool:
     members: dict[str, str]  # member key -> digest of its document
     revision: int
     config_map_uid: str
-    # Its companions ("Kind/name") -> the resourceVersion this process's apply left them at
-    # (empty: not applied by this process); the watch on them reports any other (companion_seen).
+    # Its companions ("Kind/name") -> their version (drift.child_version) as this process's
+    # apply left them (empty: not applied by this process); the watch on them reports any other
+    # (companion_seen). Applied again then, or when the pool changed, or every RESYNC_SECONDS.
     companions: dict[str, str] = field(default_factory=dict)
+    companions_at: float = 0.0  # monotonic
 
 
 @dataclass(frozen=True)
@@ -191,8 +194,7 @@ class PoolKeeper:
         self._loads: dict[str, float] = {}
         # Document text -> digest: a ConfigMap's members are parsed only when they changed.
         self._digests: dict[str, str] = {}
-        # Pool key -> its companion changed by someone else since this process applied it.
-        self._drifted: dict[str, str] = {}
+        self._drift = Drift()  # pool key -> its companions changed by someone else
         # Whether the last round found nothing in motion (see settled_after).
         self.settled = False
         # Set by the operator's loop: asks for a round now, from any thread (nudge).
@@ -201,16 +203,15 @@ class PoolKeeper:
     def companion_seen(
         self, namespace: str, pool: str, kind: str, name: str, version: str | None
     ) -> bool:
-        """The watch on the operator's children delivered one of ``pool``'s companions
-        (``version`` None: deleted). Whether it differs from what this process applied: the
-        next round applies the pool's companions again (the caller asks for one)."""
-        key, child = f"{namespace}/{pool}", child_key(kind, name)
+        """The watch on the operator's children delivered one of ``pool``'s companions at
+        ``version`` (``drift.child_version``; None: deleted). Whether it differs from what this
+        process applied: the next round applies the pool's companions again (the caller asks
+        for one)."""
+        key = f"{namespace}/{pool}"
         with self._lock:
             known = self._pools.get(key)
-            if known is None or known.companions.get(child, version) == version:
-                return False  # not applied by this process (yet), or as it left it
-            self._drifted[key] = child
-        return True
+        applied = known.companions if known is not None and known.companions else None
+        return self._drift.seen(key, child_key(kind, name), version, applied)
 
     def nudge(self) -> None:
         """A round now, not at the settled pace: a stream's placement changed (it joins or
@@ -410,7 +411,11 @@ class PoolKeeper:
                 members,
                 int(revision) if revision.isdigit() else 0,
                 str(meta["uid"]),
-                known.companions if known and known.config_map_uid == str(meta["uid"]) else {},
+                *(
+                    (known.companions, known.companions_at)
+                    if known and known.config_map_uid == str(meta["uid"])
+                    else ({}, 0.0)
+                ),
             )
         pods: dict[str, dict[str, Any]] = {}
         reports: dict[str, PoolReport] = {}
@@ -464,22 +469,26 @@ class PoolKeeper:
                 "pool %s: revision %d (%d members; joined %s; left %s)",
                 pool_key, revision, len(docs), joined or "none", left or "none",
             )  # fmt: skip
-        with self._lock:
-            drifted = self._drifted.pop(pool_key, None)
-        companions = {} if changed or known is None else known.companions
-        reapply = changed or drifted is not None or not companions
+        drifted = self._drift.pending(pool_key)
+        fresh = known is not None and not changed and known.companions
+        companions = known.companions if fresh and known is not None else {}
+        applied_at = known.companions_at if fresh and known is not None else 0.0
+        reapply = not fresh or bool(drifted) or time.monotonic() - applied_at >= RESYNC_SECONDS
         if reapply:
-            if not changed and drifted is not None:
-                log.info("pool %s: %s changed outside the operator: applying it again",
-                         pool_key, drifted)  # fmt: skip
             companions = {
-                child_key(manifest["kind"], manifest["metadata"]["name"]): str(
-                    self.kube.apply(manifest)["metadata"]["resourceVersion"]
+                child_key(manifest["kind"], manifest["metadata"]["name"]): child_version(
+                    self.kube.apply(manifest)
                 )
                 for manifest in builders.companions(pool, self.settings, uid)
             }
+            applied_at = time.monotonic()
+            if restored := self._drift.applied(pool_key, drifted, companions):
+                log.info("pool %s: %s changed or deleted outside the operator: applied again",
+                         pool_key, ", ".join(restored))  # fmt: skip
         with self._lock:
-            self._pools[pool_key] = KnownPool(namespace, name, docs, revision, uid, companions)
+            self._pools[pool_key] = KnownPool(
+                namespace, name, docs, revision, uid, companions, applied_at
+            )
         return self._keep_pod(pool, uid) or reapply
 
     def _keep_pod(self, pool: builders.Pool, config_map_uid: str) -> bool:

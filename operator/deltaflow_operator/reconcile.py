@@ -5,7 +5,7 @@ the generation moved): the resource from the operator's watch when that provably
 this process last read or wrote, else from the API server, so a restarted operator resumes from
 what the cluster holds. Memory only saves requests: children are re-applied when what they
 should be changed, when the watch on them shows one changed or deleted by someone else
-(``child_seen``), and every ``CHILDREN_RESYNC_SECONDS`` in case a watch missed it; the status is
+(``child_seen``), and every ``RESYNC_SECONDS`` in case a watch missed it; the status is
 written only when it differs from the stored one. A new leader starts with no memory and so
 applies everything once.
 """
@@ -16,7 +16,7 @@ import hashlib
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -44,7 +44,7 @@ from deltaflow_operator.autoscaler.engine import Autoscaler
 from deltaflow_operator.autoscaler.explain import ScalingOutcome
 from deltaflow_operator.autoscaler.observe import MemberReport, ReportReading
 from deltaflow_operator.builders import driver as driver_builders
-from deltaflow_operator.builders.common import child_key, config_map_name, driver_pod_name
+from deltaflow_operator.builders.common import config_map_name, driver_pod_name
 from deltaflow_operator.builders.maintenance import JOBS, maintenance_cronjob
 from deltaflow_operator.builders.network_policy import network_policies
 from deltaflow_operator.decisions.changes import changed_fields, needs_driver_replacement
@@ -81,16 +81,13 @@ from deltaflow_operator.decisions.pooled import (
 from deltaflow_operator.decisions.pools import auto_placement, wants_pool
 from deltaflow_operator.decisions.progress import stream_progress
 from deltaflow_operator.decisions.status import status_write_due
+from deltaflow_operator.drift import RESYNC_SECONDS, Drift, child_key, child_version
 from deltaflow_operator.kube import Kube
 from deltaflow_operator.pool_keeper import PoolKeeper
 from deltaflow_operator.settings import Settings
 
 log = logging.getLogger(__name__)
 
-# Children are re-applied when the watch on them shows an edit or a delete by someone else, and
-# at least this often in case a watch missed one (controller-runtime's default resync is 10 h).
-# At ten minutes the re-applies alone had been ~67 requests/min for 61 streams (FL6).
-CHILDREN_RESYNC_SECONDS = 6 * 3600.0
 # A round reads the resource from the operator's watch (kopf's body) when that holds the version
 # this operator last read or wrote; from the API server after any other write, and at least this
 # often. A GET per round had been a third of the operator's requests (FL5).
@@ -127,11 +124,9 @@ class _Applied:
     generation: int | None
     children_digest: str
     at: float
-    # "Kind/name" -> the resourceVersion this process's apply left it at: a watch event with any
-    # other version (or a delete) is someone else's change.
+    # "Kind/name" -> its version (drift.child_version) as this process's apply left it: a watch
+    # event with any other (or a delete) is someone else's change.
     versions: dict[str, str]
-    # The children changed or deleted by someone else since, to put back.
-    drifted: set[str] = field(default_factory=set)
 
 
 def children(ingestion: DeltaIngestion, settings: Settings) -> list[dict[str, Any]]:
@@ -156,6 +151,7 @@ class Reconciler:
         self.autoscaler = Autoscaler(kube)
         self.pools = PoolKeeper(kube, settings)
         self._applied: dict[str, _Applied] = {}
+        self._drift = Drift()  # children changed by someone else (child_seen)
         # Ownership (decisions.ownership): another release's claim on each resource this
         # process stands back from, as last seen, and what it told about each.
         self._sightings: dict[str, Sighting] = {}
@@ -279,6 +275,7 @@ class Reconciler:
             self._told[key] = told
         # Should this operator take over later, it starts from what the cluster holds.
         self._applied.pop(key, None)
+        self._drift.forget(key)
         self.autoscaler.forget(*key.split("/", 1))
         metrics.STANDING_BACK.set(len(self._sightings))
 
@@ -516,23 +513,19 @@ class Reconciler:
         digest = hashlib.sha256(json.dumps(manifests, sort_keys=True).encode()).hexdigest()
         last = self._applied.get(key)
         now = time.monotonic()
+        drifted = self._drift.pending(key)
         if (
             not first_time
             and last is not None
             and last.uid == uid
             and last.children_digest == digest
-            and not last.drifted
-            and now - last.at < CHILDREN_RESYNC_SECONDS
+            and not drifted
+            and now - last.at < RESYNC_SECONDS
         ):
             return
-        if last is not None and last.drifted and last.children_digest == digest:
-            changed_by_others = ", ".join(sorted(last.drifted))
-            said = f"{changed_by_others}: changed or deleted outside the operator, applied again"
-            log.info("%s: %s", key, said)
-            self.kube.post_event(body, "Normal", EventReason.CHILD_RESTORED, said)
         versions = {
-            child_key(manifest["kind"], manifest["metadata"]["name"]): str(
-                self.kube.apply(manifest)["metadata"]["resourceVersion"]
+            child_key(manifest["kind"], manifest["metadata"]["name"]): child_version(
+                self.kube.apply(manifest)
             )
             for manifest in manifests
         }
@@ -541,6 +534,11 @@ class Reconciler:
         self._applied[key] = _Applied(
             uid, ingestion.metadata.get("generation"), digest, now, versions
         )
+        restored = self._drift.applied(key, drifted, versions)
+        if restored and last is not None and last.children_digest == digest:
+            said = f"{', '.join(restored)}: changed or deleted outside the operator, applied again"
+            log.info("%s: %s", key, said)
+            self.kube.post_event(body, "Normal", EventReason.CHILD_RESTORED, said)
         if first_time:
             kinds = ", ".join(f"{m['kind']} {m['metadata']['name']}" for m in manifests)
             self.kube.post_event(body, "Normal", EventReason.RESOURCES_CREATED, f"created {kinds}")
@@ -555,16 +553,15 @@ class Reconciler:
     def child_seen(
         self, namespace: str, owner: str, kind: str, name: str, version: str | None
     ) -> bool:
-        """The watch on the operator's children delivered one of ``owner``'s (``version``
-        None: deleted). Whether it differs from what this process applied, so that the owner's
-        next round applies its children again (the caller wakes it). Its own applies come back
-        at the version they returned; one that races its own event costs one idle apply."""
-        last = self._applied.get(f"{namespace}/{owner}")
-        child = child_key(kind, name)
-        if last is None or child not in last.versions or last.versions[child] == version:
-            return False  # not applied by this process yet (its first round applies), or as left
-        last.drifted.add(child)
-        return True
+        """The watch on the operator's children delivered one of ``owner``'s at ``version``
+        (``drift.child_version``; None: deleted). Whether it differs from what this process
+        applied, so that the owner's next round applies its children again (the caller wakes
+        it)."""
+        key = f"{namespace}/{owner}"
+        last = self._applied.get(key)
+        return self._drift.seen(
+            key, child_key(kind, name), version, None if last is None else last.versions
+        )
 
     def _retire_legacy_binding(self, key: str, ingestion: DeltaIngestion, uid: str) -> None:
         """Delete the RoleBinding an earlier operator made for the driver's old ServiceAccount
@@ -872,6 +869,7 @@ class Reconciler:
         key = f"{namespace}/{name}"
         self.autoscaler.forget(namespace, name)
         self._applied.pop(key, None)
+        self._drift.forget(key)
         self._sightings.pop(key, None)
         self._told.pop(key, None)
         self._versions.pop(key, None)

@@ -381,18 +381,35 @@ def test_every_plan_sets_every_driver_condition(situation: str, observed: Observ
         assert c.status in ("True", "False", "Unknown")
 
 
-def _stamped(minutes_ago: float, records: int = 0, **more: Any) -> dict[str, Any]:
+def _condition(type_: str, status: str, reason: str, message: str = "") -> dict[str, Any]:
+    return {"type": type_, "status": status, "reason": reason, "message": message}
+
+
+STEADY = [_condition("Freshness", "True", "OnTarget", "p99 40 s"),
+          _condition("Scaling", "False", "Hold")]  # fmt: skip
+
+
+def _stamped(
+    minutes_ago: float, records: int = 0, conditions: list[Any] | None = None, **more: Any
+) -> dict[str, Any]:
     at = (NOW - timedelta(minutes=minutes_ago)).isoformat().replace("+00:00", "Z")
     return {
         "freshness": {"measuredAt": at, "records": records, "p99Seconds": 40},
         "lag": {"measuredAt": at, "records": 0, "worstPartitions": []},
         "observedGeneration": 2,
+        "conditions": STEADY if conditions is None else conditions,
         **more,
     }
 
 
-def _condition(status: str, reason: str, message: str) -> dict[str, Any]:
-    return {"type": "Freshness", "status": status, "reason": reason, "message": message}
+def _said(message: str, *others: dict[str, Any]) -> list[dict[str, Any]]:
+    """Steady conditions, Freshness saying ``message``."""
+    return [_condition("Freshness", "True", "OnTarget", message), *STEADY[1:], *others]
+
+
+BEHIND = [_condition("Freshness", "False", "BehindTarget"), STEADY[1]]
+CONVERGING = [STEADY[0], _condition("Scaling", "True", "ScaleUp")]
+MEMBER_FAILED = _condition("Degraded", "True", "MemberFailed", "failed 2 time(s): boom")
 
 
 @pytest.mark.parametrize(
@@ -402,32 +419,30 @@ def _condition(status: str, reason: str, message: str) -> dict[str, Any]:
         (_stamped(0), _stamped(1), False),  # only the stamps moved: a heartbeat, not written
         (_stamped(0), _stamped(3.9), False),
         (_stamped(0), _stamped(4), True),  # ... until the stored stamps are 4 min old
-        (_stamped(0, records=600), _stamped(1), False),  # a figure moved: every other round
+        # A steady stream's figures moved: every other round, once the stored ones are 110 s old.
+        (_stamped(0, records=600), _stamped(1), False),
         (_stamped(0, records=600), _stamped(1.8), False),
-        (_stamped(0, records=600), _stamped(1.9), True),  # ... once the stored ones are 110 s old
-        (  # a figure became known (a driver's first report): at once
+        (_stamped(0, records=600), _stamped(1.9), True),
+        (_stamped(0, conditions=_said("p99 41 s")), _stamped(1), False),  # its message, too
+        (_stamped(0, conditions=_said("p99 41 s")), _stamped(2), True),
+        # Not steady: its figures are what its reader watches.
+        (_stamped(0, 600, BEHIND), _stamped(1, 0, BEHIND), True),
+        (_stamped(0, 600, CONVERGING), _stamped(1, 0, CONVERGING), True),
+        # Anything else: at once.
+        (_stamped(0, conditions=BEHIND), _stamped(1), True),  # a condition's status
+        (  # another condition's message (a new failure under the same reason)
+            _stamped(0, conditions=_said("p99 40 s", {**MEMBER_FAILED, "message": "other"})),
+            _stamped(1, conditions=_said("p99 40 s", MEMBER_FAILED)),
+            True,
+        ),
+        (  # nothing stamped to pace by (a member not reporting figures yet)
+            {"conditions": _said("p99 41 s")},
+            {"conditions": _said("p99 40 s")},
+            True,
+        ),
+        (  # a figure became known (a driver's first report)
             {**_stamped(0), "cost": {"measuredAt": "x", "cpuSecondsPerHour": 1.0}},
             {**_stamped(1), "cost": {"measuredAt": "x"}},
-            True,
-        ),
-        (  # a condition's message quoting the window's figures: as a figure
-            {**_stamped(0), "conditions": [_condition("True", "TargetMet", "p99 41 s")]},
-            {**_stamped(1), "conditions": [_condition("True", "TargetMet", "p99 40 s")]},
-            False,
-        ),
-        (
-            {**_stamped(0), "conditions": [_condition("True", "TargetMet", "p99 41 s")]},
-            {**_stamped(2), "conditions": [_condition("True", "TargetMet", "p99 40 s")]},
-            True,
-        ),
-        (  # its status or reason: at once
-            {**_stamped(0), "conditions": [_condition("False", "TargetMissed", "p99 90 s")]},
-            {**_stamped(1), "conditions": [_condition("True", "TargetMet", "p99 40 s")]},
-            True,
-        ),
-        (
-            {**_stamped(0), "conditions": [{"type": "Ready", "status": "True"}]},
-            {**_stamped(1), "conditions": [{"type": "Ready", "status": "False"}]},
             True,
         ),
         (_stamped(0, observedGeneration=3), _stamped(1), True),

@@ -102,11 +102,6 @@ def owner_reference(ingestion: DeltaIngestion) -> dict[str, Any]:
     }
 
 
-def child_key(kind: str, name: str) -> str:
-    """How the operator names one object it applies among an owner's (``kind/name``)."""
-    return f"{kind}/{name}"
-
-
 def metadata(ingestion: DeltaIngestion, name: str, component: str) -> dict[str, Any]:
     """Child metadata: name, namespace, labels and the owner reference."""
     return {

@@ -8,14 +8,15 @@ and a node's status is rewritten every 5 min when nothing changed). At sixty str
 writes were most of the operator's API requests (FL5, FL6 in bench/README). So a status is
 written:
 
-- at once when anything but the measured figures changed (a condition's status or reason, the
-  placement, the autoscaler's state, the observed generation), or a figure appeared or went
-  (unknown to known);
-- a condition's message counts as a figure: the Freshness condition's quotes the p99 age and
-  the records of the window, which move with every batch;
-- when only figures changed, once the stored ones are FIGURES_REFRESH_SECONDS old;
-- when only the stamps changed, once they are STAMP_REFRESH_SECONDS old: a ``measuredAt`` is
-  never older than that while the operator runs.
+- at once when anything but the measured figures changed (a condition's status or reason, a
+  message other than the two below, the placement, the autoscaler's state, the observed
+  generation), or a figure appeared or went (unknown to known);
+- when only figures changed (with the Freshness and Ready messages, which quote the window's
+  ages and the last batch): at once while the stream is not steady (its freshness target not
+  held, or its executors converging: those figures are what its reader watches), and once the
+  stored ones are FIGURES_REFRESH_SECONDS old while it is;
+- when only the stamps changed: once they are STAMP_REFRESH_SECONDS old, so a ``measuredAt``
+  is never older than that while the operator runs.
 """
 
 from __future__ import annotations
@@ -23,13 +24,21 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from deltaflow_api.reasons import ConditionType
+
 STAMP = "measuredAt"
 # Under the ownership claim's 300 s renewal, so the refresh carries the claim (ownership.
 # renew_with_write) and the claim needs no write of its own.
 STAMP_REFRESH_SECONDS = 240.0
-# Just under two reconcile intervals (60 s): a flowing stream's figures are written every other
+# Just under two reconcile intervals (60 s): a steady stream's figures are written every other
 # round, not every round.
 FIGURES_REFRESH_SECONDS = 110.0
+# Conditions whose message quotes figures (the window's p99 age, the last batch committed).
+FIGURE_MESSAGES = frozenset({ConditionType.FRESHNESS.value, ConditionType.READY.value})
+
+
+def _is_condition(value: dict[str, Any]) -> bool:
+    return {"type", "status", "reason"} <= value.keys()
 
 
 def _unstamped(value: Any) -> Any:
@@ -42,12 +51,12 @@ def _unstamped(value: Any) -> Any:
 
 
 def _unmeasured(value: Any) -> Any:
-    """``value`` with each measured section's figures and each condition's message left out,
-    keeping which figures are known."""
+    """``value`` with each measured section's figures and the figure-quoting conditions'
+    messages left out, keeping which figures are known."""
     if isinstance(value, dict):
         if STAMP in value:
             return sorted(value)
-        if {"type", "status", "reason"} <= value.keys():  # a condition
+        if _is_condition(value) and value["type"] in FIGURE_MESSAGES:
             return {k: v for k, v in value.items() if k != "message"}
         return {k: _unmeasured(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -65,15 +74,26 @@ def _stamps(value: Any) -> list[Any]:
 
 
 def _stamps_older_than(stored: dict[str, Any], now: datetime, seconds: float) -> bool:
-    """Whether a stored stamp is ``seconds`` old (or unreadable)."""
-    for stamp in _stamps(stored):
+    """Whether a stored stamp is ``seconds`` old (or unreadable), or none is stored."""
+    stamps = _stamps(stored)
+    for stamp in stamps:
         try:
             at = datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
             if at.tzinfo is None or (now - at).total_seconds() >= seconds:
                 return True
         except ValueError:
             return True
-    return False
+    return not stamps
+
+
+def _steady(status: dict[str, Any]) -> bool:
+    """Freshness holds its target and the executors are not converging."""
+    said = {
+        c.get("type"): c.get("status")
+        for c in status.get("conditions") or []
+        if isinstance(c, dict)
+    }
+    return said.get(ConditionType.FRESHNESS) == "True" and said.get(ConditionType.SCALING) != "True"
 
 
 def status_write_due(
@@ -90,5 +110,5 @@ def status_write_due(
     if _unmeasured(wanted) != _unmeasured(stored):
         return True
     if _unstamped(wanted) != _unstamped(stored):
-        return _stamps_older_than(stored, now, figures_seconds)
+        return not _steady(wanted) or _stamps_older_than(stored, now, figures_seconds)
     return _stamps_older_than(stored, now, refresh_seconds)
