@@ -14,6 +14,7 @@ import hashlib
 import json
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 # Children are applied again at least this often even when no event said so, in case a watch
@@ -24,7 +25,6 @@ RESYNC_SECONDS = 6 * 3600.0
 _BOOKKEEPING = frozenset(
     {"resourceVersion", "managedFields", "generation", "creationTimestamp", "uid", "selfLink"}
 )
-_UNSEEN = object()
 
 
 def child_key(kind: str, name: str) -> str:
@@ -40,52 +40,64 @@ def child_version(obj: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+@dataclass(frozen=True)
+class Pending:
+    """An owner's marked children when its apply began, and the mark count then (every mark
+    up to ``upto`` is what that apply puts back)."""
+
+    children: tuple[str, ...]
+    upto: int
+
+
 class Drift:
-    """Per owner: its children the watch saw at a version other than this process applied
-    (None: deleted). Written from kopf's event loop, read by the rounds in worker threads."""
+    """Per owner: the versions of its children as this process last applied them, and those the
+    watch since saw otherwise (None: deleted). Written from kopf's event loop, read by rounds in
+    worker threads: one lock around both, so an event compares with the versions it lands
+    after."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._marks: dict[str, dict[str, str | None]] = {}
+        self._applied: dict[str, dict[str, str]] = {}
+        self._marks: dict[str, dict[str, tuple[int, str | None]]] = {}  # child -> (mark, seen)
+        self._count = 0
 
-    def seen(
-        self, owner: str, child: str, version: str | None, applied: Mapping[str, str] | None
-    ) -> bool:
-        """A watched child of ``owner`` at ``version``; ``applied``: the versions this
-        process's last apply of the owner's children left (None: none yet, and its first apply
-        is due anyway). Whether the child differs from what was applied: then it is marked, and
-        the owner should apply again now."""
-        if applied is None or child not in applied or applied[child] == version:
-            return False
+    def seen(self, owner: str, child: str, version: str | None) -> bool:
+        """A watched child of ``owner`` at ``version``. Whether it differs from what this
+        process applied (then it is marked: the owner should apply again now). Nothing is
+        marked before the owner's first apply in this process, which is due anyway."""
         with self._lock:
-            self._marks.setdefault(owner, {})[child] = version
-        return True
+            applied = self._applied.get(owner)
+            if applied is None or child not in applied:
+                return False
+            if applied[child] == version:  # as applied (its own apply's event, or put back)
+                self._marks.get(owner, {}).pop(child, None)
+                return False
+            self._count += 1
+            self._marks.setdefault(owner, {})[child] = (self._count, version)
+            return True
 
-    def pending(self, owner: str) -> dict[str, str | None]:
-        """The owner's marked children (take this before applying, hand it to ``applied``)."""
+    def pending(self, owner: str) -> Pending:
+        """The owner's marks now (take this before applying, hand it to ``applied``)."""
         with self._lock:
-            return dict(self._marks.get(owner, {}))
+            return Pending(tuple(sorted(self._marks.get(owner, {}))), self._count)
 
-    def applied(
-        self, owner: str, handled: Mapping[str, str | None], versions: Mapping[str, str]
-    ) -> list[str]:
-        """The owner's children were applied, leaving ``versions``: forget the marks
-        ``handled`` held (what ``pending`` returned before the apply) and those of children at
-        the version applied or not applied at all; keep an edit made during the apply. Returns
-        the children put back (``handled`` among what was applied)."""
+    def applied(self, owner: str, before: Pending, versions: Mapping[str, str]) -> list[str]:
+        """The owner's children were applied, leaving ``versions``: the marks made before the
+        apply began are settled, and so are later ones at the version applied (its own
+        events); an edit made during the apply stays marked. Returns the children put back."""
         with self._lock:
-            marks = self._marks.pop(owner, {})
+            self._applied[owner] = dict(versions)
             left = {
-                child: version
-                for child, version in marks.items()
-                if handled.get(child, _UNSEEN) != version
-                and child in versions
-                and versions[child] != version
+                child: (mark, seen)
+                for child, (mark, seen) in self._marks.pop(owner, {}).items()
+                if mark > before.upto and child in versions and versions[child] != seen
             }
             if left:
                 self._marks[owner] = left
-        return sorted(child for child in handled if child in versions)
+        return [child for child in before.children if child in versions]
 
     def forget(self, owner: str) -> None:
+        """The owner is gone, or no longer this process's to apply."""
         with self._lock:
+            self._applied.pop(owner, None)
             self._marks.pop(owner, None)

@@ -31,7 +31,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -80,11 +80,10 @@ class KnownPool:
     members: dict[str, str]  # member key -> digest of its document
     revision: int
     config_map_uid: str
-    # Its companions ("Kind/name") -> their version (drift.child_version) as this process's
-    # apply left them (empty: not applied by this process); the watch on them reports any other
-    # (companion_seen). Applied again then, or when the pool changed, or every RESYNC_SECONDS.
-    companions: dict[str, str] = field(default_factory=dict)
-    companions_at: float = 0.0  # monotonic
+    # When this process last applied its companions (0: never; monotonic). Applied again when
+    # the watch shows one changed by someone else (companion_seen), the pool changed, or every
+    # RESYNC_SECONDS.
+    companions_at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -207,11 +206,7 @@ class PoolKeeper:
         ``version`` (``drift.child_version``; None: deleted). Whether it differs from what this
         process applied: the next round applies the pool's companions again (the caller asks
         for one)."""
-        key = f"{namespace}/{pool}"
-        with self._lock:
-            known = self._pools.get(key)
-        applied = known.companions if known is not None and known.companions else None
-        return self._drift.seen(key, child_key(kind, name), version, applied)
+        return self._drift.seen(f"{namespace}/{pool}", child_key(kind, name), version)
 
     def nudge(self) -> None:
         """A round now, not at the settled pace: a stream's placement changed (it joins or
@@ -411,11 +406,7 @@ class PoolKeeper:
                 members,
                 int(revision) if revision.isdigit() else 0,
                 str(meta["uid"]),
-                *(
-                    (known.companions, known.companions_at)
-                    if known and known.config_map_uid == str(meta["uid"])
-                    else ({}, 0.0)
-                ),
+                known.companions_at if known and known.config_map_uid == str(meta["uid"]) else 0.0,
             )
         pods: dict[str, dict[str, Any]] = {}
         reports: dict[str, PoolReport] = {}
@@ -445,6 +436,7 @@ class PoolKeeper:
                 self.kube.delete_config_map(namespace, name)  # its pod and the rest follow
                 with self._lock:
                     del self._pools[pool_key]
+                self._drift.forget(pool_key)
                 return True
             return False
         members.sort(key=lambda m: m.name)
@@ -470,10 +462,12 @@ class PoolKeeper:
                 pool_key, revision, len(docs), joined or "none", left or "none",
             )  # fmt: skip
         drifted = self._drift.pending(pool_key)
-        fresh = known is not None and not changed and known.companions
-        companions = known.companions if fresh and known is not None else {}
-        applied_at = known.companions_at if fresh and known is not None else 0.0
-        reapply = not fresh or bool(drifted) or time.monotonic() - applied_at >= RESYNC_SECONDS
+        applied_at = 0.0 if changed or known is None else known.companions_at
+        reapply = (
+            not applied_at
+            or bool(drifted.children)
+            or time.monotonic() - applied_at >= RESYNC_SECONDS
+        )
         if reapply:
             companions = {
                 child_key(manifest["kind"], manifest["metadata"]["name"]): child_version(
@@ -486,9 +480,7 @@ class PoolKeeper:
                 log.info("pool %s: %s changed or deleted outside the operator: applied again",
                          pool_key, ", ".join(restored))  # fmt: skip
         with self._lock:
-            self._pools[pool_key] = KnownPool(
-                namespace, name, docs, revision, uid, companions, applied_at
-            )
+            self._pools[pool_key] = KnownPool(namespace, name, docs, revision, uid, applied_at)
         return self._keep_pod(pool, uid) or reapply
 
     def _keep_pod(self, pool: builders.Pool, config_map_uid: str) -> bool:

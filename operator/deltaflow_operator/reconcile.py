@@ -92,6 +92,10 @@ log = logging.getLogger(__name__)
 # this operator last read or wrote; from the API server after any other write, and at least this
 # often. A GET per round had been a third of the operator's requests (FL5).
 BODY_RESYNC_SECONDS = 600.0
+# Children changed by someone else are put back at once, then no more often than this: another
+# controller that keeps rewriting the operator's fields (a GitOps self-heal, a policy engine)
+# would otherwise meet it at watch speed.
+RESTORE_SPACING_SECONDS = 30.0
 # Another release serves a resource being deleted: how long this one waits for it to stop the
 # driver before doing so itself.
 FINALIZE_WAIT_SECONDS = 60.0
@@ -124,9 +128,7 @@ class _Applied:
     generation: int | None
     children_digest: str
     at: float
-    # "Kind/name" -> its version (drift.child_version) as this process's apply left it: a watch
-    # event with any other (or a delete) is someone else's change.
-    versions: dict[str, str]
+    restored_at: float = 0.0  # when it last put back a child changed by someone else
 
 
 def children(ingestion: DeltaIngestion, settings: Settings) -> list[dict[str, Any]]:
@@ -519,8 +521,8 @@ class Reconciler:
             and last is not None
             and last.uid == uid
             and last.children_digest == digest
-            and not drifted
             and now - last.at < RESYNC_SECONDS
+            and (not drifted.children or now - last.restored_at < RESTORE_SPACING_SECONDS)
         ):
             return
         versions = {
@@ -531,10 +533,10 @@ class Reconciler:
         }
         if last is None:  # this process's first apply: an earlier operator's binding goes
             self._retire_legacy_binding(key, ingestion, uid)
-        self._applied[key] = _Applied(
-            uid, ingestion.metadata.get("generation"), digest, now, versions
-        )
         restored = self._drift.applied(key, drifted, versions)
+        self._applied[key] = _Applied(
+            uid, ingestion.metadata.get("generation"), digest, now, now if restored else 0.0
+        )
         if restored and last is not None and last.children_digest == digest:
             said = f"{', '.join(restored)}: changed or deleted outside the operator, applied again"
             log.info("%s: %s", key, said)
@@ -557,11 +559,7 @@ class Reconciler:
         (``drift.child_version``; None: deleted). Whether it differs from what this process
         applied, so that the owner's next round applies its children again (the caller wakes
         it)."""
-        key = f"{namespace}/{owner}"
-        last = self._applied.get(key)
-        return self._drift.seen(
-            key, child_key(kind, name), version, None if last is None else last.versions
-        )
+        return self._drift.seen(f"{namespace}/{owner}", child_key(kind, name), version)
 
     def _retire_legacy_binding(self, key: str, ingestion: DeltaIngestion, uid: str) -> None:
         """Delete the RoleBinding an earlier operator made for the driver's old ServiceAccount

@@ -59,51 +59,73 @@ def test_only_what_an_apply_decides_changes_a_childs_version(
 
 
 APPLIED = {"CronJob/a": "v1", "Service/b": "v2"}
+OWNER = "data/orders"
+
+
+def _applied_once() -> Drift:
+    drift = Drift()
+    drift.applied(OWNER, drift.pending(OWNER), APPLIED)
+    return drift
 
 
 @pytest.mark.parametrize(
-    ("situation", "child", "version", "applied", "due"),
+    ("situation", "child", "version", "due"),
     [
-        ("its own apply's event, however late", "CronJob/a", "v1", APPLIED, False),
-        ("edited by someone else", "CronJob/a", "x", APPLIED, True),
-        ("deleted", "Service/b", None, APPLIED, True),
-        ("not applied by this process yet: its first apply is due anyway", "CronJob/a", "x",
-         None, False),
+        ("its own apply's event, however late", "CronJob/a", "v1", False),
+        ("edited by someone else", "CronJob/a", "x", True),
+        ("deleted", "Service/b", None, True),
         ("an object it does not apply (an earlier operator's binding)", "RoleBinding/old", None,
-         APPLIED, False),
+         False),
     ],
 )  # fmt: skip
 def test_a_child_seen_at_another_version_than_applied_asks_for_an_apply(
-    situation: str, child: str, version: str | None, applied: dict[str, str] | None, due: bool
+    situation: str, child: str, version: str | None, due: bool
 ) -> None:
-    drift = Drift()
-    assert drift.seen("data/orders", child, version, applied) is due, situation
-    assert bool(drift.pending("data/orders")) is due
+    drift = _applied_once()
+    assert drift.seen(OWNER, child, version) is due, situation
+    assert (drift.pending(OWNER).children == (child,)) is due
+
+
+def test_nothing_is_marked_before_the_owners_first_apply_in_this_process() -> None:
+    drift = Drift()  # a new leader's initial listing: its first apply is due anyway
+    assert drift.seen(OWNER, "CronJob/a", "x") is False
+    assert drift.pending(OWNER).children == ()
+
+
+def test_a_child_put_back_by_someone_else_needs_no_apply() -> None:
+    drift = _applied_once()
+    drift.seen(OWNER, "CronJob/a", "x")
+    drift.seen(OWNER, "CronJob/a", "v1")  # reverted to what was applied
+    assert drift.pending(OWNER).children == ()
 
 
 def test_an_apply_settles_what_it_put_back_and_keeps_an_edit_made_while_it_ran() -> None:
-    drift = Drift()
-    drift.seen("data/orders", "CronJob/a", None, APPLIED)  # deleted
-    drift.seen("data/orders", "Service/b", "edited", APPLIED)
-    handled = drift.pending("data/orders")
-    # While the apply runs: its own events (old record still held: a mark at the new version),
-    # and someone edits the Service again.
-    drift.seen("data/orders", "CronJob/a", "v3", APPLIED)
-    drift.seen("data/orders", "Service/b", "edited again", APPLIED)
-    restored = drift.applied("data/orders", handled, {"CronJob/a": "v3", "Service/b": "v4"})
+    drift = _applied_once()
+    drift.seen(OWNER, "CronJob/a", None)  # deleted
+    drift.seen(OWNER, "Service/b", "edited")
+    before = drift.pending(OWNER)
+    # While the apply runs: its own events (against the versions of the last apply), and
+    # someone deletes the CronJob again, as it was deleted before.
+    drift.seen(OWNER, "Service/b", "v4")
+    drift.seen(OWNER, "CronJob/a", "v3")
+    drift.seen(OWNER, "CronJob/a", None)
+    restored = drift.applied(OWNER, before, {"CronJob/a": "v3", "Service/b": "v4"})
     assert restored == ["CronJob/a", "Service/b"]
-    assert drift.pending("data/orders") == {"Service/b": "edited again"}
+    assert drift.pending(OWNER).children == ("CronJob/a",)
     # The next apply settles that one; nothing is left to do.
-    assert drift.applied("data/orders", drift.pending("data/orders"), {"Service/b": "v5"}) == [
-        "Service/b"
+    assert drift.applied(OWNER, drift.pending(OWNER), {"CronJob/a": "v5", "Service/b": "v4"}) == [
+        "CronJob/a"
     ]
-    assert drift.pending("data/orders") == {}
+    assert drift.pending(OWNER).children == ()
+    assert drift.seen(OWNER, "CronJob/a", "v5") is False  # its own event, after the apply
 
 
-def test_a_failed_apply_keeps_the_marks() -> None:
-    drift = Drift()
-    drift.seen("data/orders", "CronJob/a", None, APPLIED)
-    handled = drift.pending("data/orders")
-    assert handled == {"CronJob/a": None}
+def test_a_failed_apply_keeps_the_marks_and_a_forgotten_owner_has_none() -> None:
+    drift = _applied_once()
+    drift.seen(OWNER, "CronJob/a", None)
+    before = drift.pending(OWNER)
     # The apply raised: applied() was never called, the next round sees the same marks.
-    assert drift.pending("data/orders") == handled
+    assert drift.pending(OWNER).children == before.children == ("CronJob/a",)
+    drift.forget(OWNER)  # deleted, or another operator serves it now
+    assert drift.pending(OWNER).children == ()
+    assert drift.seen(OWNER, "CronJob/a", "x") is False
