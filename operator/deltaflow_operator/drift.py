@@ -21,6 +21,13 @@ from typing import Any
 # missed one (a delete during a relist is not reported). controller-runtime's default is 10 h;
 # at ten minutes the re-applies alone had been ~67 requests/min for 61 streams (FL6).
 RESYNC_SECONDS = 6 * 3600.0
+# Children changed by someone else are put back at once; after RESTORES_BEFORE_SPACING restores
+# within RESTORE_WINDOW_SECONDS, no more often than every RESTORE_SPACING_SECONDS: another
+# controller that keeps rewriting the operator's fields (a GitOps self-heal, a policy engine)
+# would otherwise meet it at watch speed.
+RESTORES_BEFORE_SPACING = 3
+RESTORE_WINDOW_SECONDS = 300.0
+RESTORE_SPACING_SECONDS = 30.0
 # Written by the API server or by controllers, never by the operator's apply.
 _BOOKKEEPING = frozenset(
     {"resourceVersion", "managedFields", "generation", "creationTimestamp", "uid", "selfLink"}
@@ -38,6 +45,19 @@ def child_version(obj: Mapping[str, Any]) -> str:
     rest = {k: v for k, v in obj.items() if k not in ("metadata", "status")}
     text = json.dumps([meta, rest], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def restore_waits(restores: tuple[float, ...], now: float) -> bool:
+    """Whether putting an owner's children back now must wait: ``restores`` (when it was done
+    before, monotonic) holds RESTORES_BEFORE_SPACING within RESTORE_WINDOW_SECONDS, the last
+    under RESTORE_SPACING_SECONDS ago."""
+    recent = [t for t in restores if now - t < RESTORE_WINDOW_SECONDS]
+    return len(recent) >= RESTORES_BEFORE_SPACING and now - recent[-1] < RESTORE_SPACING_SECONDS
+
+
+def restored_at(restores: tuple[float, ...], now: float) -> tuple[float, ...]:
+    """``restores`` with one at ``now``, those out of the window dropped."""
+    return (*(t for t in restores if now - t < RESTORE_WINDOW_SECONDS), now)
 
 
 @dataclass(frozen=True)

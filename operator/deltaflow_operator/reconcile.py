@@ -81,7 +81,14 @@ from deltaflow_operator.decisions.pooled import (
 from deltaflow_operator.decisions.pools import auto_placement, wants_pool
 from deltaflow_operator.decisions.progress import stream_progress
 from deltaflow_operator.decisions.status import status_write_due
-from deltaflow_operator.drift import RESYNC_SECONDS, Drift, child_key, child_version
+from deltaflow_operator.drift import (
+    RESYNC_SECONDS,
+    Drift,
+    child_key,
+    child_version,
+    restore_waits,
+    restored_at,
+)
 from deltaflow_operator.kube import Kube
 from deltaflow_operator.pool_keeper import PoolKeeper
 from deltaflow_operator.settings import Settings
@@ -92,10 +99,6 @@ log = logging.getLogger(__name__)
 # this operator last read or wrote; from the API server after any other write, and at least this
 # often. A GET per round had been a third of the operator's requests (FL5).
 BODY_RESYNC_SECONDS = 600.0
-# Children changed by someone else are put back at once, then no more often than this: another
-# controller that keeps rewriting the operator's fields (a GitOps self-heal, a policy engine)
-# would otherwise meet it at watch speed.
-RESTORE_SPACING_SECONDS = 30.0
 # Another release serves a resource being deleted: how long this one waits for it to stop the
 # driver before doing so itself.
 FINALIZE_WAIT_SECONDS = 60.0
@@ -128,7 +131,7 @@ class _Applied:
     generation: int | None
     children_digest: str
     at: float
-    restored_at: float = 0.0  # when it last put back a child changed by someone else
+    restores: tuple[float, ...] = ()  # when it last put back children changed by someone else
 
 
 def children(ingestion: DeltaIngestion, settings: Settings) -> list[dict[str, Any]]:
@@ -522,7 +525,7 @@ class Reconciler:
             and last.uid == uid
             and last.children_digest == digest
             and now - last.at < RESYNC_SECONDS
-            and (not drifted.children or now - last.restored_at < RESTORE_SPACING_SECONDS)
+            and (not drifted.children or restore_waits(last.restores, now))
         ):
             return
         versions = {
@@ -534,8 +537,11 @@ class Reconciler:
         if last is None:  # this process's first apply: an earlier operator's binding goes
             self._retire_legacy_binding(key, ingestion, uid)
         restored = self._drift.applied(key, drifted, versions)
+        restores = () if last is None else last.restores
+        if restored:
+            restores = restored_at(restores, now)
         self._applied[key] = _Applied(
-            uid, ingestion.metadata.get("generation"), digest, now, now if restored else 0.0
+            uid, ingestion.metadata.get("generation"), digest, now, restores
         )
         if restored and last is not None and last.children_digest == digest:
             said = f"{', '.join(restored)}: changed or deleted outside the operator, applied again"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from deltaflow_operator.drift import Drift, child_version
+from deltaflow_operator.drift import Drift, child_version, restore_waits, restored_at
 
 CRONJOB: dict[str, Any] = {
     "apiVersion": "batch/v1",
@@ -129,3 +129,24 @@ def test_a_failed_apply_keeps_the_marks_and_a_forgotten_owner_has_none() -> None
     drift.forget(OWNER)  # deleted, or another operator serves it now
     assert drift.pending(OWNER).children == ()
     assert drift.seen(OWNER, "CronJob/a", "x") is False
+
+
+@pytest.mark.parametrize(
+    ("situation", "restores", "waits"),
+    [
+        ("never restored", (), False),
+        ("a burst of edits: the first restores", (990.0,), False),
+        ("two restores in 5 min", (800.0, 990.0), False),
+        ("three in 5 min, the last 10 s ago: a fight, wait", (710.0, 800.0, 990.0), True),
+        ("three in 5 min, the last 30 s ago: again", (710.0, 800.0, 970.0), False),
+        ("three, the first out of the window", (690.0, 800.0, 990.0), False),
+    ],
+)  # fmt: skip
+def test_restores_are_spaced_only_when_another_writer_keeps_changing_the_children(
+    situation: str, restores: tuple[float, ...], waits: bool
+) -> None:
+    assert restore_waits(restores, 1000.0) is waits, situation
+
+
+def test_restores_outside_the_window_are_forgotten() -> None:
+    assert restored_at((100.0, 800.0), 1000.0) == (800.0, 1000.0)
