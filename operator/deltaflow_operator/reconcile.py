@@ -163,6 +163,8 @@ class Reconciler:
         self._told: dict[str, tuple[str, str]] = {}
         # Per resource: the version this process last read or wrote, and when it last read it.
         self._versions: dict[str, tuple[str, float]] = {}
+        # Per resource: when this process last wrote its status (monotonic; decisions.status).
+        self._status_written: dict[str, float] = {}
 
     def reconcile(
         self,
@@ -254,7 +256,9 @@ class Reconciler:
             self._versions[key] = (version, known[1])
 
     def _patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        self._wrote(f"{namespace}/{name}", self.kube.patch_status(namespace, name, status))
+        key = f"{namespace}/{name}"
+        self._wrote(key, self.kube.patch_status(namespace, name, status))
+        self._status_written[key] = time.monotonic()
 
     def _ownership(self, key: str, body: dict[str, Any]) -> Ownership:
         return decide_ownership(
@@ -478,7 +482,10 @@ class Reconciler:
         document = status_document(status)
         stored = body.get("status") or {}
         now = datetime.now(UTC)
-        if status_write_due(strip_nones(document), stored, now):
+        meta = body["metadata"]
+        written = self._status_written.get(f"{meta['namespace']}/{meta['name']}")
+        written_ago = None if written is None else time.monotonic() - written
+        if status_write_due(strip_nones(document), stored, now, written_ago):
             if renew_with_write(
                 read_claim(stored),
                 me=self.settings.identity,
@@ -486,7 +493,6 @@ class Reconciler:
                 renew_after=self.settings.ownership_renew_seconds,
             ):
                 document["operator"] = claim_record(self.settings.identity, now)
-            meta = body["metadata"]
             self._patch_status(meta["namespace"], meta["name"], document)
             if _placement_moves(stored.get("placement"), document.get("placement")):
                 self.pools.nudge()  # the pool keeper acts on a stream's placement
@@ -877,6 +883,7 @@ class Reconciler:
         self._sightings.pop(key, None)
         self._told.pop(key, None)
         self._versions.pop(key, None)
+        self._status_written.pop(key, None)
         metrics.STANDING_BACK.set(len(self._sightings))
         metrics.forget_resource(namespace, name)
 

@@ -413,56 +413,59 @@ MEMBER_FAILED = _condition("Degraded", "True", "MemberFailed", "failed 2 time(s)
 
 
 @pytest.mark.parametrize(
-    ("wanted", "stored", "due"),
+    ("wanted", "stored", "written_ago", "due"),
     [
-        (_stamped(0), _stamped(0), False),  # the same, stamps and all
-        (_stamped(0), _stamped(1), False),  # only the stamps moved: a heartbeat, not written
-        (_stamped(0), _stamped(3.9), False),
-        (_stamped(0), _stamped(4), True),  # ... until the stored stamps are 4 min old
-        # A steady stream's figures moved: every other round, once the stored ones are 110 s old.
-        (_stamped(0, records=600), _stamped(1), False),
-        (_stamped(0, records=600), _stamped(1.8), False),
-        (_stamped(0, records=600), _stamped(1.9), True),
-        (_stamped(0, conditions=_said("p99 41 s")), _stamped(1), False),  # its message, too
-        (_stamped(0, conditions=_said("p99 41 s")), _stamped(2), True),
+        (_stamped(0), _stamped(0), 60.0, False),  # the same, stamps and all
+        (_stamped(0), _stamped(1), 60.0, False),  # only the stamps moved: a heartbeat
+        (_stamped(0), _stamped(3.9), 60.0, False),
+        (_stamped(0), _stamped(4), 60.0, True),  # ... written once the stored ones are 4 min old
+        # A steady stream's figures moved: written once the last write is 110 s old (its age,
+        # not the stamps': a figure measured a minute before the write is no reason to write).
+        (_stamped(0, records=600), _stamped(1), 60.0, False),
+        (_stamped(0, records=600), _stamped(3), 100.0, False),
+        (_stamped(0, records=600), _stamped(1), 110.0, True),
+        (_stamped(0, records=600), _stamped(1), None, True),  # not written since this start
+        (_stamped(0, conditions=_said("p99 41 s")), _stamped(1), 60.0, False),  # its message
+        (_stamped(0, conditions=_said("p99 41 s")), _stamped(1), 120.0, True),
+        ({"conditions": _said("p99 41 s")}, {"conditions": _said("p99 40 s")}, 60.0, False),
+        ({"conditions": _said("p99 41 s")}, {"conditions": _said("p99 40 s")}, 120.0, True),
         # Not steady: its figures are what its reader watches.
-        (_stamped(0, 600, BEHIND), _stamped(1, 0, BEHIND), True),
-        (_stamped(0, 600, CONVERGING), _stamped(1, 0, CONVERGING), True),
+        (_stamped(0, 600, BEHIND), _stamped(1, 0, BEHIND), 60.0, True),
+        (_stamped(0, 600, CONVERGING), _stamped(1, 0, CONVERGING), 60.0, True),
         # Anything else: at once.
-        (_stamped(0, conditions=BEHIND), _stamped(1), True),  # a condition's status
+        (_stamped(0, conditions=BEHIND), _stamped(1), 5.0, True),  # a condition's status
         (  # another condition's message (a new failure under the same reason)
             _stamped(0, conditions=_said("p99 40 s", {**MEMBER_FAILED, "message": "other"})),
             _stamped(1, conditions=_said("p99 40 s", MEMBER_FAILED)),
-            True,
-        ),
-        (  # nothing stamped to pace by (a member not reporting figures yet)
-            {"conditions": _said("p99 41 s")},
-            {"conditions": _said("p99 40 s")},
+            5.0,
             True,
         ),
         (  # a figure became known (a driver's first report)
             {**_stamped(0), "cost": {"measuredAt": "x", "cpuSecondsPerHour": 1.0}},
             {**_stamped(1), "cost": {"measuredAt": "x"}},
+            5.0,
             True,
         ),
-        (_stamped(0, observedGeneration=3), _stamped(1), True),
-        (_stamped(0, placement={"mode": "pooled"}), _stamped(1), True),  # a field appeared
-        (_stamped(0), {**_stamped(1), "cost": {"cores": 0.1}}, True),  # ... or went
-        ({**_stamped(0), "lag": {"records": 0, "worstPartitions": []}}, _stamped(1), True),
+        (_stamped(0, observedGeneration=3), _stamped(1), 5.0, True),
+        (_stamped(0, placement={"mode": "pooled"}), _stamped(1), 5.0, True),  # a field appeared
+        (_stamped(0), {**_stamped(1), "cost": {"cores": 0.1}}, 5.0, True),  # ... or went
+        ({**_stamped(0), "lag": {"records": 0, "worstPartitions": []}}, _stamped(1), 5.0, True),
         (
             _stamped(0),
             {**_stamped(1), "lag": {**_stamped(1)["lag"], "measuredAt": "yesterday"}},
+            5.0,
             True,
         ),
         (
             _stamped(0),
             {**_stamped(1), "lag": {**_stamped(1)["lag"], "measuredAt": "2026-11-22T11:59:00"}},
+            5.0,
             True,
         ),
-        (_stamped(0), {}, True),  # nothing stored yet
+        (_stamped(0), {}, None, True),  # nothing stored yet
     ],
 )
 def test_a_status_is_written_at_once_when_more_than_its_figures_changed_else_at_a_pace(
-    wanted: dict[str, Any], stored: dict[str, Any], due: bool
+    wanted: dict[str, Any], stored: dict[str, Any], written_ago: float | None, due: bool
 ) -> None:
-    assert status_write_due(wanted, stored, NOW) is due
+    assert status_write_due(wanted, stored, NOW, written_ago) is due

@@ -14,7 +14,9 @@ written:
 - when only figures changed (with the Freshness and Ready messages, which quote the window's
   ages and the last batch): at once while the stream is not steady (its freshness target not
   held, or its executors converging: those figures are what its reader watches), and once the
-  stored ones are FIGURES_REFRESH_SECONDS old while it is;
+  last write is FIGURES_REFRESH_SECONDS old while it is (the write's age, not the stamps': a
+  stamp is when a figure was measured, often a report's age before the write; FL7 found the
+  stamps' age let a steady stream write every round);
 - when only the stamps changed: once they are STAMP_REFRESH_SECONDS old, so a ``measuredAt``
   is never older than that while the operator runs.
 """
@@ -74,16 +76,15 @@ def _stamps(value: Any) -> list[Any]:
 
 
 def _stamps_older_than(stored: dict[str, Any], now: datetime, seconds: float) -> bool:
-    """Whether a stored stamp is ``seconds`` old (or unreadable), or none is stored."""
-    stamps = _stamps(stored)
-    for stamp in stamps:
+    """Whether a stored stamp is ``seconds`` old (or unreadable)."""
+    for stamp in _stamps(stored):
         try:
             at = datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
             if at.tzinfo is None or (now - at).total_seconds() >= seconds:
                 return True
         except ValueError:
             return True
-    return not stamps
+    return False
 
 
 def _steady(status: dict[str, Any]) -> bool:
@@ -100,15 +101,18 @@ def status_write_due(
     wanted: dict[str, Any],
     stored: dict[str, Any],
     now: datetime,
+    written_ago: float | None,
+    *,
     refresh_seconds: float = STAMP_REFRESH_SECONDS,
     figures_seconds: float = FIGURES_REFRESH_SECONDS,
 ) -> bool:
     """Whether ``wanted`` (the status as this round computed it, without nulls) must be
-    written over ``stored`` (see the module docstring)."""
+    written over ``stored`` (see the module docstring); ``written_ago``: seconds since this
+    operator last wrote it (None: not since it started)."""
     if wanted == stored:
         return False
     if _unmeasured(wanted) != _unmeasured(stored):
         return True
     if _unstamped(wanted) != _unstamped(stored):
-        return not _steady(wanted) or _stamps_older_than(stored, now, figures_seconds)
+        return not _steady(wanted) or written_ago is None or written_ago >= figures_seconds
     return _stamps_older_than(stored, now, refresh_seconds)
