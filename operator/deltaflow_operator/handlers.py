@@ -286,22 +286,35 @@ async def _stream_daemon(
     wake = loop.wakes[f"{ns}/{name}"]
     pods: kopf.Index[tuple[str, str], Pod] = indexes["driver_pods"]  # kopf passes it by name
     running = asyncio.get_running_loop()
-    while not stopped:
-        wake.clear()
-        pod = _indexed_pod(pods, ns, name)
-        # kopf keeps a daemon's body current with the watch; the round gets a copy of it now.
-        watched = copy.deepcopy(dict(body))
-        try:
-            requeue = await running.run_in_executor(None, loop.reconcile, ns, name, pod, watched)
-        except Exception:  # reported in the status by the reconciler; try again later
-            log.exception("reconciling %s/%s failed", ns, name)
-            requeue = None
-        delay = loop.interval if requeue is None else min(requeue, loop.interval)
-        deadline = time.monotonic() + delay
-        # Wake early for a change; check the stop flag at least twice a second.
-        while not stopped and not wake.is_set() and (left := deadline - time.monotonic()) > 0:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), timeout=min(left, 0.5))
+    # Done when kopf asks the daemon to stop (the resource deleted, the operator stopping). A
+    # daemon waits on it and its wake-up together: polling the flag twice a second was 122
+    # wake-ups a second at 61 streams.
+    stopping = asyncio.ensure_future(stopped.wait())
+    try:
+        while not stopped:
+            wake.clear()
+            pod = _indexed_pod(pods, ns, name)
+            # kopf keeps a daemon's body current with the watch; the round gets a copy of it now.
+            watched = copy.deepcopy(dict(body))
+            try:
+                requeue = await running.run_in_executor(
+                    None, loop.reconcile, ns, name, pod, watched
+                )
+            except Exception:  # reported in the status by the reconciler; try again later
+                log.exception("reconciling %s/%s failed", ns, name)
+                requeue = None
+            if stopped or wake.is_set():
+                continue
+            delay = loop.interval if requeue is None else min(requeue, loop.interval)
+            woken = asyncio.ensure_future(wake.wait())
+            try:
+                await asyncio.wait(
+                    {woken, stopping}, timeout=delay, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                woken.cancel()
+    finally:
+        stopping.cancel()
 
 
 async def _on_pod_event(
