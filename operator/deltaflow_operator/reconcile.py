@@ -48,7 +48,7 @@ from deltaflow_operator.builders.common import config_map_name, driver_pod_name
 from deltaflow_operator.builders.maintenance import JOBS, maintenance_cronjob
 from deltaflow_operator.builders.network_policy import network_policies
 from deltaflow_operator.decisions.changes import changed_fields, needs_driver_replacement
-from deltaflow_operator.decisions.conditions import condition, set_condition
+from deltaflow_operator.decisions.conditions import condition, set_condition, settled_transitions
 from deltaflow_operator.decisions.cost import cost_status
 from deltaflow_operator.decisions.driver import (
     DeleteReason,
@@ -165,6 +165,9 @@ class Reconciler:
         self._versions: dict[str, tuple[str, float]] = {}
         # Per resource: when this process last wrote its status (monotonic; decisions.status).
         self._status_written: dict[str, float] = {}
+        # Per resource: when a round last found Kafka holding nothing for it (epoch seconds;
+        # decisions.progress times a stall from then, not from a batch before an idle spell).
+        self._caught_up_at: dict[str, float] = {}
 
     def reconcile(
         self,
@@ -481,17 +484,16 @@ class Reconciler:
         (``decisions.status``)."""
         document = status_document(status)
         stored = body.get("status") or {}
+        if "conditions" in document:
+            document["conditions"] = settled_transitions(
+                document["conditions"], stored.get("conditions") or []
+            )
         now = datetime.now(UTC)
         meta = body["metadata"]
         written = self._status_written.get(f"{meta['namespace']}/{meta['name']}")
         written_ago = None if written is None else time.monotonic() - written
         if status_write_due(strip_nones(document), stored, now, written_ago):
-            if renew_with_write(
-                read_claim(stored),
-                me=self.settings.identity,
-                now=now,
-                renew_after=self.settings.ownership_renew_seconds,
-            ):
+            if renew_with_write(read_claim(stored), self.settings.identity):
                 document["operator"] = claim_record(self.settings.identity, now)
             self._patch_status(meta["namespace"], meta["name"], document)
             if _placement_moves(stored.get("placement"), document.get("placement")):
@@ -684,13 +686,16 @@ class Reconciler:
         """A running driver is Ready only while its stream makes progress (see
         :mod:`~deltaflow_operator.decisions.progress`); other verdicts on Ready stand. Also
         returns when to look again if only time can change the verdict."""
+        now = datetime.now(UTC)
+        key = f"{ingestion.namespace}/{ingestion.name}"
+        if status.lag.records == 0:
+            self._caught_up_at[key] = now.timestamp()
         ready = condition(status.conditions, ConditionType.READY)
         if ready is None or ready.status != "True" or ready.reason != Reason.STREAMING:
             return status, None
         started = pod.running_since if pod is not None else None
         if pod is None or started is None:
             return status, None
-        now = datetime.now(UTC)
         verdict = stream_progress(
             reading.report,
             running_for=(now - started).total_seconds(),
@@ -700,6 +705,7 @@ class Reconciler:
             ),
             now=now.timestamp(),
             refused=reading.refused,
+            caught_up_at=self._caught_up_at.get(key),
         )
         conditions = set_condition(
             status.conditions,
@@ -884,6 +890,7 @@ class Reconciler:
         self._told.pop(key, None)
         self._versions.pop(key, None)
         self._status_written.pop(key, None)
+        self._caught_up_at.pop(key, None)
         metrics.STANDING_BACK.set(len(self._sightings))
         metrics.forget_resource(namespace, name)
 

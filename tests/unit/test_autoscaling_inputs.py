@@ -9,9 +9,14 @@ from typing import Any
 import pytest
 
 from deltaflow_api import DeltaIngestion, channel
-from deltaflow_api.v1alpha1 import AutoscalerStatus
+from deltaflow_api.v1alpha1 import AutoscalerStatus, RecommendationStatus, ScaleActionStatus
 from deltaflow_operator.autoscaler import engine, observe, realizer
-from deltaflow_operator.autoscaler.explain import executor_selector, history_of, history_status
+from deltaflow_operator.autoscaler.explain import (
+    executor_selector,
+    history_of,
+    history_status,
+    with_recent,
+)
 from deltaflow_operator.autoscaler.observe import OffsetSnapshot, kafka_view, parse_report
 from deltaflow_operator.autoscaler.policy import Capacity, History, LastAction, Recommendation
 from deltaflow_operator.builders.driver import spark_conf
@@ -355,3 +360,26 @@ def test_the_policys_memory_survives_the_status_round_trip() -> None:
     )
     stored = AutoscalerStatus(**history_status(history)).model_dump(by_alias=True, mode="json")
     assert history_of(AutoscalerStatus.model_validate(stored)) == history
+
+
+def test_the_policy_sees_every_rounds_recommendation_though_the_status_is_written_less_often() -> (
+    None
+):
+    # A steady stream's status is written every other minute: the rounds between two writes
+    # live in the operator's memory, and a peak among them must still hold a scale-down back.
+    def rec(at: float, executors: int, rate: float) -> RecommendationStatus:
+        return RecommendationStatus(at=at, executors=executors, arrival_rate=rate)
+
+    action = ScaleActionStatus(at=5.0, from_executors=1, to_executors=3, expected_rate=900.0)
+    stored = AutoscalerStatus(
+        verdict="Hold", recommendations=[rec(10, 3, 1000), rec(20, 3, 1000)], last_action=action
+    )
+    recent = (rec(20, 3, 1000), rec(24, 4, 9000), rec(28, 3, 1000))
+    merged = with_recent(stored, recent)
+    assert [(r.at, r.arrival_rate) for r in merged.recommendations] == [
+        (10, 1000), (20, 1000), (24, 9000), (28, 1000)
+    ]  # fmt: skip
+    assert merged.last_action == action
+    assert merged.verdict == "Hold"
+    assert max(r.arrival_rate for r in history_of(merged).recommendations) == 9000
+    assert with_recent(stored, ()) == stored  # a new leader: the status alone

@@ -11,7 +11,7 @@ import pytest
 from deltaflow_api import DeltaIngestion
 from deltaflow_operator.builders.common import SPEC_HASH_ANNOTATION
 from deltaflow_operator.decisions.changes import changed_fields, needs_driver_replacement
-from deltaflow_operator.decisions.conditions import set_condition
+from deltaflow_operator.decisions.conditions import set_condition, settled_transitions
 from deltaflow_operator.decisions.driver import Observed, backoff_seconds, decide_driver
 from deltaflow_operator.decisions.pod import Pod
 from deltaflow_operator.decisions.status import status_write_due
@@ -161,6 +161,26 @@ def test_transition_time_moves_only_on_status_change() -> None:
     assert same[0].last_transition_time == NOW
     assert same[0].reason == "B"
     assert flipped[0].last_transition_time == NOW + timedelta(minutes=9)
+
+
+def test_a_written_condition_keeps_its_stored_transition_time_while_its_status_stands() -> None:
+    stored = [
+        {"type": "Ready", "status": "False", "reason": "StreamStalled", "lastTransitionTime": "t0"},
+        {"type": "Degraded", "status": "False", "reason": "Healthy", "lastTransitionTime": "t0"},
+    ]
+    # This round set Ready True from the driver pod, then False from the stream's progress:
+    # the second saw the first's True and stamped the time anew.
+    wanted = [
+        {"type": "Ready", "status": "False", "reason": "StreamStalled", "lastTransitionTime": "t9"},
+        {"type": "Degraded", "status": "True", "reason": "Failed", "lastTransitionTime": "t9"},
+        {"type": "Freshness", "status": "True", "reason": "OnTarget", "lastTransitionTime": "t9"},
+    ]
+    assert [c["lastTransitionTime"] for c in settled_transitions(wanted, stored)] == [
+        "t0",  # the same status as stored: its time stands
+        "t9",  # a new status: the time moves
+        "t9",  # a new condition
+    ]
+    assert settled_transitions(wanted, stored)[0]["reason"] == "StreamStalled"
 
 
 def test_change_classification() -> None:
@@ -407,7 +427,25 @@ def _said(message: str, *others: dict[str, Any]) -> list[dict[str, Any]]:
     return [_condition("Freshness", "True", "OnTarget", message), *STEADY[1:], *others]
 
 
+def _autoscaler(verdict: str = "Hold", **figures: Any) -> dict[str, Any]:
+    """A dedicated stream's autoscaler section: each round renews its figures."""
+    return {
+        "mode": "lag",
+        "verdict": verdict,
+        "reason": "holding 0 executors: lag 88k records ≈ 18 s",
+        "capacity": {"recordsPerCoreSecond": 24000.0, "batches": 7},
+        "recommendations": [{"at": 100.0, "executors": 0, "arrivalRate": 5000.0}],
+        **figures,
+    }
+
+
+def _holding(message: str = "holding 0 executors: lag 88k records ≈ 18 s") -> list[Any]:
+    return [STEADY[0], _condition("Scaling", "False", "Hold", message)]
+
+
 BEHIND = [_condition("Freshness", "False", "BehindTarget"), STEADY[1]]
+IDLE = [_condition("Freshness", "Unknown", "NoRecentRecords"), STEADY[1]]
+UNMEASURED = [_condition("Freshness", "Unknown", "NotMeasured"), STEADY[1]]
 CONVERGING = [STEADY[0], _condition("Scaling", "True", "ScaleUp")]
 MEMBER_FAILED = _condition("Degraded", "True", "MemberFailed", "failed 2 time(s): boom")
 
@@ -429,9 +467,61 @@ MEMBER_FAILED = _condition("Degraded", "True", "MemberFailed", "failed 2 time(s)
         (_stamped(0, conditions=_said("p99 41 s")), _stamped(1), 120.0, True),
         ({"conditions": _said("p99 41 s")}, {"conditions": _said("p99 40 s")}, 60.0, False),
         ({"conditions": _said("p99 41 s")}, {"conditions": _said("p99 40 s")}, 120.0, True),
+        # A dedicated driver's autoscaler: its reason, capacity, recommendations and the Scaling
+        # message quote this round's lag and rates (FL9: one such stream wrote every 4 s).
+        (
+            _stamped(
+                0,
+                autoscaler=_autoscaler(
+                    reason="holding 0 executors: lag 90k records ≈ 18 s",
+                    capacity={"recordsPerCoreSecond": 25000.0, "batches": 8},
+                    recommendations=[
+                        {"at": 100.0, "executors": 0, "arrivalRate": 5000.0},
+                        {"at": 104.0, "executors": 0, "arrivalRate": 4990.0},
+                    ],
+                ),
+                conditions=_holding("holding 0 executors: lag 90k records ≈ 18 s"),
+            ),
+            _stamped(1, autoscaler=_autoscaler(), conditions=_holding()),
+            60.0,
+            False,
+        ),
+        (
+            _stamped(0, autoscaler=_autoscaler(reason="other")),
+            _stamped(1, autoscaler=_autoscaler()),
+            110.0,
+            True,
+        ),
+        # ... but its verdict, or a memory appearing, is written at once.
+        (
+            _stamped(0, autoscaler=_autoscaler("ScaleDown")),
+            _stamped(1, autoscaler=_autoscaler()),
+            5.0,
+            True,
+        ),
+        (
+            _stamped(0, autoscaler=_autoscaler()),
+            _stamped(1, autoscaler=_autoscaler(recommendations=[])),
+            5.0,
+            True,
+        ),
+        (
+            _stamped(0, autoscaler=_autoscaler(lastAction={"at": 104.0})),
+            _stamped(1, autoscaler=_autoscaler()),
+            5.0,
+            True,
+        ),
+        # An idle topic's stream is behind on nothing: steady.
+        (
+            _stamped(0, records=600, conditions=IDLE),
+            _stamped(1, conditions=IDLE),
+            60.0,
+            False,
+        ),
         # Not steady: its figures are what its reader watches.
         (_stamped(0, 600, BEHIND), _stamped(1, 0, BEHIND), 60.0, True),
         (_stamped(0, 600, CONVERGING), _stamped(1, 0, CONVERGING), 60.0, True),
+        (_stamped(0, 600, UNMEASURED), _stamped(1, 0, UNMEASURED), 60.0, True),
         # Anything else: at once.
         (_stamped(0, conditions=BEHIND), _stamped(1), 5.0, True),  # a condition's status
         (  # another condition's message (a new failure under the same reason)

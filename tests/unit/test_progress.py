@@ -165,3 +165,31 @@ def test_a_ready_stream_is_looked_at_again_when_its_report_would_go_stale() -> N
     assert quiet.recheck_in == pytest.approx(10)  # the stall comes before the staleness
     starting = stream_progress(None, running_for=30, lag_records=None, trigger_seconds=5, now=NOW)
     assert starting.recheck_in == pytest.approx(STARTUP_GRACE_SECONDS - 30)
+
+
+@pytest.mark.parametrize(
+    ("scenario", "caught_up_ago", "stalled"),
+    [
+        ("records arrived 50 s ago on a topic idle for an hour", 50, False),
+        ("just under the stall window since they arrived", stall_after_seconds(5) - 1, False),
+        ("waiting longer than the stall window", stall_after_seconds(5) + 1, True),
+        ("the operator has not seen the topic caught up (it just started)", None, True),
+        ("caught up before the last batch: the batch counts", 7200, True),
+    ],
+)
+def test_a_stall_is_timed_from_when_records_began_to_wait(
+    scenario: str, caught_up_ago: float | None, stalled: bool
+) -> None:
+    verdict = stream_progress(
+        report(ago=3600),
+        running_for=7200,
+        lag_records=250_000,
+        trigger_seconds=5,
+        now=NOW,
+        caught_up_at=None if caught_up_ago is None else NOW - caught_up_ago,
+    )
+    assert (verdict.reason == "StreamStalled") is stalled, scenario
+    if not stalled:  # looked at again by the time the wait would become a stall
+        assert caught_up_ago is not None
+        assert verdict.recheck_in is not None
+        assert verdict.recheck_in <= stall_after_seconds(5) - caught_up_ago + 1e-6

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from deltaflow_api import DeltaIngestion
 from deltaflow_api.channel import REPORT_ANNOTATION
 from deltaflow_api.driver_pod import SPARK_MODE_ANNOTATION
-from deltaflow_api.v1alpha1 import AutoscalerStatus, DeltaIngestionStatus
+from deltaflow_api.v1alpha1 import AutoscalerStatus, DeltaIngestionStatus, RecommendationStatus
 from deltaflow_operator.autoscaler import explain
 from deltaflow_operator.autoscaler.collector import Collector, Stream
 from deltaflow_operator.autoscaler.observe import (
@@ -61,21 +61,28 @@ class Observed:
 class Autoscaler:
     """One per operator. The Kafka offsets come from the driver's report (the driver polls
     Kafka with the stream's own credentials: the operator holds neither a Kafka client nor a
-    Secret); only rate baselines are kept in memory."""
+    Secret); only rate baselines and each stream's recent recommendations are kept in memory."""
 
     def __init__(self, kube: Kube) -> None:
         self.collector = Collector()
         self.realizer = DriverPodRealizer(kube)
+        # Per stream, the recommendations of its last round: the status carries them only as
+        # often as a steady stream's figures are written (decisions.status), and the policy's
+        # windows need every round's (a peak between two writes must hold a scale-down back).
+        self._recommendations: dict[str, tuple[RecommendationStatus, ...]] = {}
 
     def forget(self, namespace: str, name: str) -> None:
-        """Drop what is kept of a deleted resource."""
+        """Drop what is kept of a deleted resource (or one another operator serves)."""
         self.collector.forget(namespace, name)
+        self._recommendations.pop(f"{namespace}/{name}", None)
 
     def step(
         self, ingestion: DeltaIngestion, driver_pod: Pod | None, now: float
     ) -> explain.ScalingOutcome:
         """Observe, decide, act on the driver pod, and say what happened."""
-        previous = (ingestion.status or DeltaIngestionStatus()).autoscaler
+        key = f"{ingestion.namespace}/{ingestion.name}"
+        stored = (ingestion.status or DeltaIngestionStatus()).autoscaler
+        previous = explain.with_recent(stored, self._recommendations.get(key, ()))
         observed = self.observe(ingestion, driver_pod, now)
         base = explain.base_status(ingestion, previous, observed.reading.report)
         if ingestion.spec.suspend or not observed.running:
@@ -92,10 +99,12 @@ class Autoscaler:
             self.realizer.realize(
                 ingestion.namespace, ingestion.name, observed.asked, max(1, decision.desired)
             )
-        return explain.outcome(
+        outcome = explain.outcome(
             ingestion, base, decision, previous, observed.view, observed.reading,
             observed.kafka_error, reporting=observed.reporting, target=observed.target, now=now,
         )  # fmt: skip
+        self._recommendations[key] = tuple(outcome.autoscaler.recommendations)
+        return outcome
 
     def observe(self, ingestion: DeltaIngestion, driver_pod: Pod | None, now: float) -> Observed:
         """The driver's report as the operator judges it, the Kafka view, and the counts."""

@@ -69,6 +69,18 @@ def history_of(status: AutoscalerStatus) -> History:
     )
 
 
+def with_recent(
+    stored: AutoscalerStatus, recent: tuple[RecommendationStatus, ...]
+) -> AutoscalerStatus:
+    """The stored memory with the recommendations this process made since its last write added
+    (a steady stream's status is written every other minute, decisions.status; the policy
+    prunes what its windows no longer need)."""
+    if not recent:
+        return stored
+    merged = {r.at: r for r in (*stored.recommendations, *recent)}
+    return stored.model_copy(update={"recommendations": [merged[at] for at in sorted(merged)]})
+
+
 def history_status(history: History) -> dict[str, Any]:
     """The policy's memory as status fields (the inverse of :func:`history_of`)."""
     action = history.last_action

@@ -49,11 +49,15 @@ def stream_progress(
     trigger_seconds: float,
     now: float,
     refused: str = "",
+    caught_up_at: float | None = None,
 ) -> Progress:
     """Whether the stream of a driver that has run ``running_for`` seconds makes progress.
 
     ``report`` as :func:`~deltaflow_operator.autoscaler.observe.read_report` judged it (its times
-    no later than the operator saw them); ``refused``: why the annotation held none."""
+    no later than the operator saw them); ``refused``: why the annotation held none;
+    ``caught_up_at``: when Kafka last held nothing for the stream, if known. Records have waited
+    only since then: a topic idle for an hour whose first records arrive is not stalled until
+    its first batch (FL9 saw Ready go False for the 50 s to it)."""
     reporting = report is not None and now - report.at <= REPORT_STALE_SECONDS
     if report is None and refused:
         # Not the driver's word (or a driver gone wrong): no sign of progress either way.
@@ -81,9 +85,10 @@ def stream_progress(
         )
     assert report is not None
     stall_after = stall_after_seconds(trigger_seconds)
-    last = report.last_batch_at
-    quiet = now - last if last is not None else running_for
-    since = _at(last if last is not None else now - running_for)
+    last = report.last_batch_at if report.last_batch_at is not None else now - running_for
+    waiting_from = last if caught_up_at is None else max(last, caught_up_at)
+    quiet = now - waiting_from
+    since = _at(last)
     if lag_records == 0 or quiet <= stall_after:
         # A hung driver stops patching its pod, so no event says so: look when its report goes
         # stale, or when the quiet becomes a stall.
@@ -102,10 +107,11 @@ def stream_progress(
             f"no batch committed since {since} and Kafka's lag cannot be read: the topic "
             "may be idle or the stream stalled",
         )
+    waited = f" since {_at(waiting_from)}" if waiting_from > last else ""
     return Progress(
         False,
         Reason.STREAM_STALLED,
-        f"no batch committed since {since} while {lag_records} records wait in Kafka "
+        f"no batch committed since {since} while {lag_records} records wait in Kafka{waited} "
         f"(a stall is {stall_after:.0f}s); see the driver's log",
     )
 

@@ -9,11 +9,14 @@ writes were most of the operator's API requests (FL5, FL6 in bench/README). So a
 written:
 
 - at once when anything but the measured figures changed (a condition's status or reason, a
-  message other than the two below, the placement, the autoscaler's state, the observed
-  generation), or a figure appeared or went (unknown to known);
-- when only figures changed (with the Freshness and Ready messages, which quote the window's
-  ages and the last batch): at once while the stream is not steady (its freshness target not
-  held, or its executors converging: those figures are what its reader watches), and once the
+  message other than the three below, the placement, the autoscaler's verdict and last action,
+  the observed generation), or a figure appeared or went (unknown to known);
+- when only figures changed (with the Freshness, Ready and Scaling messages, which quote the
+  window's ages, the last batch and the lag, and the autoscaler's reason, measured capacity and
+  recent recommendations, which every round of a dedicated driver renews: FL9 found one such
+  stream writing every 4 s): at once while the stream is not steady (its freshness target not
+  held, or its executors converging: those figures are what its reader watches; an idle topic's
+  stream is steady, and wrote its cost every 10 s round before), and once the
   last write is FIGURES_REFRESH_SECONDS old while it is (the write's age, not the stamps': a
   stamp is when a figure was measured, often a report's age before the write; FL7 found the
   stamps' age let a steady stream write every round);
@@ -26,7 +29,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from deltaflow_api.reasons import ConditionType
+from deltaflow_api.reasons import ConditionType, Reason
 
 STAMP = "measuredAt"
 # Under the ownership claim's 300 s renewal, so the refresh carries the claim (ownership.
@@ -35,8 +38,14 @@ STAMP_REFRESH_SECONDS = 240.0
 # Just under two reconcile intervals (60 s): a steady stream's figures are written every other
 # round, not every round.
 FIGURES_REFRESH_SECONDS = 110.0
-# Conditions whose message quotes figures (the window's p99 age, the last batch committed).
-FIGURE_MESSAGES = frozenset({ConditionType.FRESHNESS.value, ConditionType.READY.value})
+# Conditions whose message quotes figures (the window's p99 age, the last batch committed, the
+# lag the autoscaler held on).
+FIGURE_MESSAGES = frozenset(
+    {ConditionType.FRESHNESS.value, ConditionType.READY.value, ConditionType.SCALING.value}
+)
+# Figures without a stamp of their own, per top-level section. The autoscaler keeps its recent
+# recommendations in memory as well (autoscaler.engine), so a paced write loses none of them.
+UNSTAMPED_FIGURES = {"autoscaler": frozenset({"reason", "capacity", "recommendations"})}
 
 
 def _is_condition(value: dict[str, Any]) -> bool:
@@ -50,6 +59,20 @@ def _unstamped(value: Any) -> Any:
     if isinstance(value, list):
         return [_unstamped(v) for v in value]
     return value
+
+
+def _essentials(status: dict[str, Any]) -> Any:
+    """The status without its figures (keeping which are known): what is written at once."""
+    return _unmeasured(
+        {
+            section: {
+                k: bool(v) if k in UNSTAMPED_FIGURES[section] else v for k, v in value.items()
+            }
+            if section in UNSTAMPED_FIGURES and isinstance(value, dict)
+            else value
+            for section, value in status.items()
+        }
+    )
 
 
 def _unmeasured(value: Any) -> Any:
@@ -88,13 +111,17 @@ def _stamps_older_than(stored: dict[str, Any], now: datetime, seconds: float) ->
 
 
 def _steady(status: dict[str, Any]) -> bool:
-    """Freshness holds its target and the executors are not converging."""
+    """Freshness holds its target, or nothing arrived to measure it on (an idle topic's stream
+    is behind on nothing), and the executors are not converging."""
     said = {
-        c.get("type"): c.get("status")
+        c.get("type"): (c.get("status"), c.get("reason"))
         for c in status.get("conditions") or []
         if isinstance(c, dict)
     }
-    return said.get(ConditionType.FRESHNESS) == "True" and said.get(ConditionType.SCALING) != "True"
+    freshness = said.get(ConditionType.FRESHNESS, (None, None))
+    idle = freshness == ("Unknown", Reason.NO_RECENT_RECORDS)
+    converging = said.get(ConditionType.SCALING, (None, None))[0] == "True"
+    return (freshness[0] == "True" or idle) and not converging
 
 
 def status_write_due(
@@ -111,7 +138,7 @@ def status_write_due(
     operator last wrote it (None: not since it started)."""
     if wanted == stored:
         return False
-    if _unmeasured(wanted) != _unmeasured(stored):
+    if _essentials(wanted) != _essentials(stored):
         return True
     if _unstamped(wanted) != _unstamped(stored):
         return not _steady(wanted) or written_ago is None or written_ago >= figures_seconds
