@@ -11,9 +11,11 @@ Two decisions, both explained and both stable:
   object store: ``conflicts``) stays dedicated.
 - ``pack``: which pool each pooled stream runs in. Members stay where they are while their pool
   holds them, with a tolerance (a move is a stop and a start: never for tidiness or a wobble);
-  a pool outgrown lets its largest members go. The others go, largest first, into the first
-  pool of their group with room, else into a new one. Pools never mix groups
-  (namespace and object store: a pool holds its members' secrets).
+  a pool outgrown lets its largest members go. The others go, largest first, into the least
+  busy of the pools their group needs with room, else into a new one. Once measured, pools
+  that ended up far apart (members placed before any reading) are evened out one member (or
+  one swap) a round. Pools never mix groups (namespace and object store: a pool holds its
+  members' secrets).
 
 ``wants_pool`` and ``auto_placement`` carry ``choose`` through ``status.placement`` (its
 ``wanted`` and ``pendingSince``): the reconcile routes a stream by the first and stamps each
@@ -22,6 +24,7 @@ round's decision with the second; the pool keeper pools only streams the first s
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -235,6 +238,10 @@ class Member:
 # A member already in a pool stays while the pool's members use up to this much more than its
 # cores: a reading that wobbles near the limit does not move anybody.
 STAY_TOLERANCE = 1.2
+# A group's pools are balanced when the busiest one's members use this much over the group's
+# mean and over the least busy one's by this share of a pool's cores (see _balance).
+BALANCE_RATIO = 1.15
+BALANCE_GAP_SHARE = 0.15
 _EPSILON = 1e-9
 
 
@@ -253,11 +260,11 @@ def pack(
     ``<group>-<n>``; a pool left with no member is gone from the result (the operator removes
     it)."""
     placed: dict[str, str] = {}
-    used: dict[str, tuple[int, float]] = defaultdict(lambda: (0, 0.0))
     by_group: dict[str, list[Member]] = defaultdict(list)
     for member in members:
         by_group[member.group].append(member)
     for group, group_members in sorted(by_group.items()):
+        pools: dict[str, list[Member]] = defaultdict(list)
         waiting: list[Member] = []
         # Who stays: the smallest first, while their pool holds them (with a tolerance), so
         # that a pool outgrown moves its largest members, the likeliest to keep growing.
@@ -265,23 +272,98 @@ def pack(
             pool = current.get(member.key)
             if pool is None or pool.rsplit("-", 1)[0] != group:
                 waiting.append(member)
-                continue
-            if _fits(used[pool], _cores(member), limits, tolerance=STAY_TOLERANCE):
-                placed[member.key] = pool
-                used[pool] = _add(used[pool], _cores(member))
+            elif _fits(_used(pools[pool]), _cores(member), limits, tolerance=STAY_TOLERANCE):
+                pools[pool].append(member)
             else:
                 waiting.append(member)
-        # The rest, largest first, into the first pool with room (a new one if none has).
+        # The rest, largest first, into the least busy pool with room among those the group
+        # needs: spread, not filled one after the other, so that members not measured yet (a
+        # fleet created at once) do not leave one pool with all the busy ones.
+        needed = _pools_needed(group_members, limits)
         for member in sorted(waiting, key=lambda m: (-_cores(m), m.key)):
-            index = 0
-            while True:
-                pool = f"{group}-{index}"
-                if _fits(used[pool], _cores(member), limits):
-                    break
-                index += 1
-            placed[member.key] = pool
-            used[pool] = _add(used[pool], _cores(member))
+            pools[_least_busy_with_room(group, pools, member, limits, needed)].append(member)
+        while _balance(pools, limits):
+            pass  # each move narrows the spread of the group's pools: the moves end
+        placed.update({m.key: pool for pool, inside in pools.items() for m in inside})
     return placed
+
+
+def _pools_needed(members: Sequence[Member], limits: PoolLimits) -> int:
+    total = sum(_cores(m) for m in members)
+    by_cores = math.ceil(total / limits.cores - _EPSILON) if limits.cores > 0 else 1
+    return max(1, math.ceil(len(members) / limits.members), by_cores)
+
+
+def _least_busy_with_room(
+    group: str, pools: Mapping[str, list[Member]], member: Member, limits: PoolLimits, needed: int
+) -> str:
+    """The least busy of the group's pools (those running and those it needs) that holds the
+    member; else the first empty one."""
+    running = [int(name.rsplit("-", 1)[1]) for name, inside in pools.items() if inside]
+    candidates = [f"{group}-{i}" for i in range(max([needed - 1, *running]) + 1)]
+    fitting = [p for p in candidates if _fits(_used(pools.get(p, [])), _cores(member), limits)]
+    if fitting:
+        return min(fitting, key=lambda p: (_used(pools.get(p, []))[1], len(pools.get(p, []))))
+    index = 0
+    while pools.get(f"{group}-{index}"):
+        index += 1
+    return f"{group}-{index}"
+
+
+def _balance(pools: dict[str, list[Member]], limits: PoolLimits) -> bool:
+    """Move one measured member (or swap two) from the busiest of a group's pools to the least
+    busy when they differ by more than BALANCE_GAP_SHARE of a pool's cores and the busiest is
+    BALANCE_RATIO over the mean: members placed before anything was measured (a fleet created
+    at once) otherwise leave one pool with every busy stream (FL7, FL9: its members missed
+    their target while the other pools idled). The move that brings the two closest to even,
+    a single move before a swap; a wobble of the readings under the thresholds moves nobody.
+    Whether it moved anybody."""
+    busy = {pool: _used(inside)[1] for pool, inside in pools.items() if inside}
+    if len(busy) < 2:
+        return False
+    high = max(busy, key=lambda p: (busy[p], p))
+    low = min(busy, key=lambda p: (busy[p], p))
+    gap = busy[high] - busy[low]
+    mean = sum(busy.values()) / len(busy)
+    if gap < BALANCE_GAP_SHARE * limits.cores or busy[high] <= BALANCE_RATIO * mean:
+        return False
+    room = len(pools[low]) < limits.members
+    # Each option: (how far the two pools stay from even, whether it moves two, the keys).
+    options: list[tuple[float, bool, str, str, Member, Member | None]] = []
+    for mover in pools[high]:
+        if mover.cores is None:
+            continue  # moved on a reading, never on a guess
+        partners: list[Member | None] = [None] if room else []
+        partners += [m for m in pools[low] if m.cores is not None and m.cores < mover.cores]
+        for partner in partners:
+            shift = mover.cores - (0.0 if partner is None else _cores(partner))
+            # Under the whole gap, every move narrows it: the spread of the group's pools
+            # shrinks each time, so the moves end.
+            if 0 < shift < gap and busy[low] + shift <= limits.cores + _EPSILON:
+                key = "" if partner is None else partner.key
+                options.append(
+                    (
+                        round(abs(gap / 2 - shift), 4),
+                        partner is not None,
+                        mover.key,
+                        key,
+                        mover,
+                        partner,
+                    )
+                )
+    if not options:
+        return False
+    *_, mover, partner = min(options, key=lambda o: o[:4])
+    pools[high].remove(mover)
+    pools[low].append(mover)
+    if partner is not None:
+        pools[low].remove(partner)
+        pools[high].append(partner)
+    return True
+
+
+def _used(inside: Sequence[Member]) -> tuple[int, float]:
+    return len(inside), sum(_cores(m) for m in inside)
 
 
 def _cores(member: Member) -> float:
@@ -296,7 +378,3 @@ def _fits(
     return count == 0 or (
         count < limits.members and total + cores <= limits.cores * tolerance + _EPSILON
     )
-
-
-def _add(used: tuple[int, float], cores: float) -> tuple[int, float]:
-    return used[0] + 1, used[1] + cores
