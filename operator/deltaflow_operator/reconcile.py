@@ -333,6 +333,8 @@ class Reconciler:
         status says so before a driver of its own is created, on a later pass). Returns when
         to look again."""
         ns, name = ingestion.namespace, ingestion.name
+        # Its status drops the autoscaler's state: a driver of its own later starts afresh.
+        self.autoscaler.forget(ns, name)
         previous = ingestion.status or DeltaIngestionStatus()
         placement = previous.placement
         now = datetime.now(UTC)
@@ -688,8 +690,10 @@ class Reconciler:
         returns when to look again if only time can change the verdict."""
         now = datetime.now(UTC)
         key = f"{ingestion.namespace}/{ingestion.name}"
-        if status.lag.records == 0:
-            self._caught_up_at[key] = now.timestamp()
+        polled = reading.report.kafka if reading.report is not None else None
+        if status.lag.records == 0 and polled is not None:
+            # When the driver polled Kafka, not this round: a view is kept up to a minute.
+            self._caught_up_at[key] = min(polled.at, now.timestamp())
         ready = condition(status.conditions, ConditionType.READY)
         if ready is None or ready.status != "True" or ready.reason != Reason.STREAMING:
             return status, None

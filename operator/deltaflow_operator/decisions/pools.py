@@ -315,9 +315,14 @@ def _balance(pools: dict[str, list[Member]], limits: PoolLimits) -> bool:
     busy when they differ by more than BALANCE_GAP_SHARE of a pool's cores and the busiest is
     BALANCE_RATIO over the mean: members placed before anything was measured (a fleet created
     at once) otherwise leave one pool with every busy stream (FL7, FL9: its members missed
-    their target while the other pools idled). The move that brings the two closest to even,
-    a single move before a swap; a wobble of the readings under the thresholds moves nobody.
-    Whether it moved anybody."""
+    their target while the other pools idled). Whether it moved anybody.
+
+    A move takes at most half the gap, so the busiest pool stays the busier of the two and
+    the pools' spread shrinks every time (the moves end). A swap trades a member for one using
+    at most half as much (an idle one for a busy one): two members whose readings differ by a
+    wobble are never traded, and busy members that cannot be split evenly (seven over three
+    pools) stay where they are. The move that brings the two closest to even is taken, a single
+    move before a swap."""
     busy = {pool: _used(inside)[1] for pool, inside in pools.items() if inside}
     if len(busy) < 2:
         return False
@@ -334,23 +339,13 @@ def _balance(pools: dict[str, list[Member]], limits: PoolLimits) -> bool:
         if mover.cores is None:
             continue  # moved on a reading, never on a guess
         partners: list[Member | None] = [None] if room else []
-        partners += [m for m in pools[low] if m.cores is not None and m.cores < mover.cores]
+        partners += [m for m in pools[low] if m.cores is not None and m.cores <= mover.cores / 2]
         for partner in partners:
             shift = mover.cores - (0.0 if partner is None else _cores(partner))
-            # Under the whole gap, every move narrows it: the spread of the group's pools
-            # shrinks each time, so the moves end.
-            if 0 < shift < gap and busy[low] + shift <= limits.cores + _EPSILON:
+            if 0 < shift <= gap / 2 + _EPSILON and busy[low] + shift <= limits.cores + _EPSILON:
                 key = "" if partner is None else partner.key
-                options.append(
-                    (
-                        round(abs(gap / 2 - shift), 4),
-                        partner is not None,
-                        mover.key,
-                        key,
-                        mover,
-                        partner,
-                    )
-                )
+                closeness = round(gap / 2 - shift, 4)
+                options.append((closeness, partner is not None, mover.key, key, mover, partner))
     if not options:
         return False
     *_, mover, partner = min(options, key=lambda o: o[:4])

@@ -44,7 +44,9 @@ FIGURE_MESSAGES = frozenset(
     {ConditionType.FRESHNESS.value, ConditionType.READY.value, ConditionType.SCALING.value}
 )
 # Figures without a stamp of their own, per top-level section. The autoscaler keeps its recent
-# recommendations in memory as well (autoscaler.engine), so a paced write loses none of them.
+# recommendations in memory as well (autoscaler.engine), so a paced write loses none of them
+# while this process serves the stream; a new leader starts from the status, up to
+# FIGURES_REFRESH_SECONDS behind (a peak in that gap no longer holds a scale-down back).
 UNSTAMPED_FIGURES = {"autoscaler": frozenset({"reason", "capacity", "recommendations"})}
 
 
