@@ -239,9 +239,12 @@ class Member:
 # cores: a reading that wobbles near the limit does not move anybody.
 STAY_TOLERANCE = 1.2
 # A group's pools are balanced when the busiest one's members use this much over the group's
-# mean and over the least busy one's by this share of a pool's cores (see _balance).
+# mean and at least BALANCE_MIN_GAP_CORES more than the least busy one's (see _balance). Both
+# relative to what members measure: a stream at 10 records/s keeps 0.008 cores of task threads
+# busy (FL10), so 20 of them in one pool read 0.16 cores, yet their pool missed its target
+# where pools of 10 did not.
 BALANCE_RATIO = 1.15
-BALANCE_GAP_SHARE = 0.15
+BALANCE_MIN_GAP_CORES = 0.02
 _EPSILON = 1e-9
 
 
@@ -312,8 +315,8 @@ def _least_busy_with_room(
 
 def _balance(pools: dict[str, list[Member]], limits: PoolLimits) -> bool:
     """Move one measured member (or swap two) from the busiest of a group's pools to the least
-    busy when they differ by more than BALANCE_GAP_SHARE of a pool's cores and the busiest is
-    BALANCE_RATIO over the mean: members placed before anything was measured (a fleet created
+    busy when the busiest is BALANCE_RATIO over the mean and BALANCE_MIN_GAP_CORES over the
+    least busy: members placed before anything was measured (a fleet created
     at once) otherwise leave one pool with every busy stream (FL7, FL9: its members missed
     their target while the other pools idled). Whether it moved anybody.
 
@@ -330,7 +333,7 @@ def _balance(pools: dict[str, list[Member]], limits: PoolLimits) -> bool:
     low = min(busy, key=lambda p: (busy[p], p))
     gap = busy[high] - busy[low]
     mean = sum(busy.values()) / len(busy)
-    if gap < BALANCE_GAP_SHARE * limits.cores or busy[high] <= BALANCE_RATIO * mean:
+    if gap < BALANCE_MIN_GAP_CORES or busy[high] <= BALANCE_RATIO * mean:
         return False
     room = len(pools[low]) < limits.members
     # Each option: (how far the two pools stay from even, whether it moves two, the keys).
