@@ -68,6 +68,7 @@ from deltaflow_operator.decisions.ownership import (
 from deltaflow_operator.decisions.placement import (
     AUTO_PLACEMENT,
     LEFT_POOL,
+    MOVED_BETWEEN_POOLS,
     driver_mode,
     moved,
     place,
@@ -168,6 +169,8 @@ class Reconciler:
         # Per resource: when a round last found Kafka holding nothing for it (epoch seconds;
         # decisions.progress times a stall from then, not from a batch before an idle spell).
         self._caught_up_at: dict[str, float] = {}
+        # Per pooled stream: the pool it last ran in (a move between pools is told once).
+        self._member_pools: dict[str, str] = {}
 
     def reconcile(
         self,
@@ -365,6 +368,14 @@ class Reconciler:
                     )  # fmt: skip
                     log.info("%s/%s: joins a pool", ns, name)
                 view = self.pools.view(ns, name)
+                last = self._member_pools.get(f"{ns}/{name}")
+                if view.pool is not None:
+                    if last is not None and view.pool != last:
+                        placement = _repacked(placement, last, view.pool, now)
+                        self.kube.post_event(
+                            body, "Normal", EventReason.MOVED_TO_POOL, placement.message or ""
+                        )
+                    self._member_pools[f"{ns}/{name}"] = view.pool
                 if placement.pool != view.pool:
                     placement = placement.model_copy(update={"pool": view.pool})
                 report, reported_at = view.report, view.reported_at
@@ -895,6 +906,7 @@ class Reconciler:
         self._versions.pop(key, None)
         self._status_written.pop(key, None)
         self._caught_up_at.pop(key, None)
+        self._member_pools.pop(key, None)
         metrics.STANDING_BACK.set(len(self._sightings))
         metrics.forget_resource(namespace, name)
 
@@ -942,6 +954,21 @@ def _left_pool(ingestion: DeltaIngestion, placement: PlacementStatus | None) -> 
         )
     why = placement.decision if placement is not None and spec.placement == "auto" else None
     return "no pool runs it any more: it gets a driver of its own" + (f" ({why})" if why else "")
+
+
+def _repacked(
+    placement: PlacementStatus, before: str, after: str, now: datetime
+) -> PlacementStatus:
+    """status.placement of a member the pool keeper moved to another pool (decisions.pools:
+    pools evened out by their members' measured load, or one outgrown)."""
+    return placement.model_copy(
+        update={
+            "since": now,
+            "reason": MOVED_BETWEEN_POOLS,
+            "message": f"moved from pool {before} to {after}: the operator spreads the pools' "
+            "load by the task time each member measures (its old pool was the busiest, or full)",
+        }
+    )
 
 
 def _joined(

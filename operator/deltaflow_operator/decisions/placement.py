@@ -31,6 +31,7 @@ MANUAL = "Manual"  # scaling.mode manual: the spec's count decides
 LOCAL_DRIVER_FAILED = "LocalDriverFailed"  # it kept failing in local mode (its heap, say)
 LEFT_POOL = "LeftPool"  # it left its pool for a driver of its own
 AUTO_PLACEMENT = "AutoPlacement"  # spec.placement auto decided where it runs (the message: why)
+MOVED_BETWEEN_POOLS = "MovedBetweenPools"  # the pool keeper packed it into another pool
 
 # A local-mode driver that failed this many times in a row moves to executor pods (the failure
 # may be the driver's heap holding the executors' work: an OOM kill), and stays there this long
