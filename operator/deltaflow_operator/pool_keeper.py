@@ -45,7 +45,13 @@ from deltaflow_operator.builders.common import MANAGED_BY
 from deltaflow_operator.builders.driver import pipeline_document
 from deltaflow_operator.decisions.ownership import read_claim
 from deltaflow_operator.decisions.pooled import pool_behind
-from deltaflow_operator.decisions.pools import Member, PoolLimits, pack, wants_pool
+from deltaflow_operator.decisions.pools import (
+    Member,
+    PoolLimits,
+    pack,
+    settled_reading,
+    wants_pool,
+)
 from deltaflow_operator.drift import RESYNC_SECONDS, Drift, child_key, child_version
 from deltaflow_operator.kube import Kube
 from deltaflow_operator.settings import Settings
@@ -327,8 +333,11 @@ class PoolKeeper:
             }
             for report in self._reports.values():
                 for member, said in report.members.items():
-                    if said.busy_cores is not None:
-                        self._loads[member] = said.busy_cores
+                    # A reading lifted by the member's own start is no load (the last one
+                    # before it stands, or it is packed as not measured).
+                    reading = settled_reading(said.busy_cores, said.started_at, report.at)
+                    if reading is not None:
+                        self._loads[member] = reading
             self._loads = {m: c for m, c in self._loads.items() if m in members}
             loads = dict(self._loads)
         limits = PoolLimits(self.settings.pool_members, self.settings.pool_cores * POOL_CORE_SHARE)

@@ -100,7 +100,7 @@ def _report(members: dict[str, Any], **top: Any) -> str:
 
 
 RUNNING = {"phase": "Running", "failures": 0, "lastBatch": 4, "lag": {"at": NOW, "records": 12},
-           "busyCores": 0.01}  # fmt: skip
+           "busyCores": 0.01, "startedAt": NOW - 600}  # fmt: skip
 
 
 def test_a_pool_report_is_read_for_the_pools_namespace_only() -> None:
@@ -111,6 +111,7 @@ def test_a_pool_report_is_read_for_the_pools_namespace_only() -> None:
     assert report.revision == 3
     assert set(report.members) == {"data/a"}
     assert report.members["data/a"].lag_records == 12
+    assert report.members["data/a"].started_at == NOW - 600
 
 
 @pytest.mark.parametrize(
@@ -126,6 +127,7 @@ def test_a_pool_report_is_read_for_the_pools_namespace_only() -> None:
         _report({"data/a": {**RUNNING, "failures": -1}}),
         _report({"data/a": {**RUNNING, "lag": {"at": NOW, "records": "many"}}}),
         _report({"data/a": {**RUNNING, "busyCores": float("nan")}}),
+        _report({"data/a": {**RUNNING, "startedAt": -5}}),
         _report({f"data/m{n}": RUNNING for n in range(1001)}),
     ],
 )

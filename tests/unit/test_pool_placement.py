@@ -24,6 +24,7 @@ from deltaflow_operator.decisions.pooled import pool_behind
 from deltaflow_operator.decisions.pools import (
     BEHIND_WINDOW_CAP_SECONDS,
     LEAVE_AFTER_SECONDS,
+    READING_SETTLE_SECONDS,
     RETURN_AFTER_SECONDS,
     STAY_TOLERANCE,
     UNPLACEABLE,
@@ -36,6 +37,7 @@ from deltaflow_operator.decisions.pools import (
     auto_placement,
     choose,
     pack,
+    settled_reading,
     wants_pool,
 )
 from deltaflow_operator.reconcile import status_document
@@ -461,6 +463,25 @@ def test_a_pool_falling_behind_as_a_whole_is_the_pools_trouble_not_its_members(
 ) -> None:
     report = _pool_report({"data/me": 90.0, **{f"data/o{i}": p for i, p in enumerate(others)}})
     assert pool_behind(report, "data/me") is crowded
+
+
+@pytest.mark.parametrize(
+    ("situation", "busy", "started_ago", "used"),
+    [
+        ("running for an hour: its reading", 0.008, 3600.0, 0.008),
+        ("started 2 min ago (moved, or restarted): its start lifts the reading", 0.066, 120, None),
+        ("just past the window", 0.009, READING_SETTLE_SECONDS, 0.009),
+        ("no start told (an older pool's report)", 0.008, None, 0.008),
+        ("nothing measured", None, 3600.0, None),
+    ],
+)
+def test_packing_leaves_out_a_reading_its_members_own_start_lifts(
+    situation: str, busy: float | None, started_ago: float | None, used: float | None
+) -> None:
+    """FL11: a trickle moved to even the pools read 0.066 busy cores after the move (0.008
+    before), which asked for the next move."""
+    started_at = None if started_ago is None else 10_000.0 - started_ago
+    assert settled_reading(busy, started_at, 10_000.0) == used, situation
 
 
 def _keeper_rounds(

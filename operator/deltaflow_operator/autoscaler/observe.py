@@ -541,6 +541,7 @@ class MemberReport:
     lag_at: float | None
     freshness: FreshnessReport | None
     busy_cores: float | None
+    started_at: float | None = None  # when its query last started in the pool (epoch seconds)
 
 
 @dataclass(frozen=True)
@@ -600,6 +601,7 @@ def _member_report(raw: object) -> MemberReport | None:
             lag_records = _count(lag, "records", high=MAX_OFFSET, where="lag.")
             lag_at = _time(lag, "at", "lag.")
         retry_at = raw.get("retryAt")
+        started_at = raw.get("startedAt")
         return MemberReport(
             phase=str(phase),
             failures=failures,
@@ -611,6 +613,7 @@ def _member_report(raw: object) -> MemberReport | None:
             lag_at=lag_at,
             freshness=_optional_part(_freshness, raw.get("freshness")),
             busy_cores=_busy_cores(raw),
+            started_at=None if started_at is None else _time(raw, "startedAt"),
         )
     except RefusedReportError:
         return None

@@ -245,6 +245,11 @@ STAY_TOLERANCE = 1.2
 # where pools of 10 did not.
 BALANCE_RATIO = 1.15
 BALANCE_MIN_GAP_CORES = 0.02
+# A member's busy cores average its last five minutes (the runtime's LOAD_WINDOW_SECONDS): its
+# start (the query's set-up, its first batches) lifts the reading that long. FL11: a trickle
+# moved to even the pools read 0.066 cores after the move (0.008 before), which asked for the
+# next move. Packing keeps the reading from before a start until the window has passed it.
+READING_SETTLE_SECONDS = 330.0
 _EPSILON = 1e-9
 
 
@@ -254,6 +259,17 @@ class PoolLimits:
 
     members: int
     cores: float
+
+
+def settled_reading(
+    busy_cores: float | None, started_at: float | None, reported_at: float
+) -> float | None:
+    """A member's reading as packing may use it: None while its window still holds its start."""
+    if busy_cores is None:
+        return None
+    if started_at is not None and reported_at - started_at < READING_SETTLE_SECONDS:
+        return None
+    return busy_cores
 
 
 def pack(
