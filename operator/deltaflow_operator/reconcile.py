@@ -291,6 +291,7 @@ class Reconciler:
         # Should this operator take over later, it starts from what the cluster holds.
         self._applied.pop(key, None)
         self._drift.forget(key)
+        self._member_pools.pop(key, None)
         self.autoscaler.forget(*key.split("/", 1))
         metrics.STANDING_BACK.set(len(self._sightings))
 
@@ -362,6 +363,8 @@ class Reconciler:
             else:
                 if placement is None or placement.mode != "pooled":
                     placement = _joined(ingestion, placement, now)
+                    # A join (from a driver of its own), not a move between pools.
+                    self._member_pools.pop(f"{ns}/{name}", None)
                     self.kube.post_event(
                         body, "Normal", EventReason.MOVED_TO_POOL,
                         f"its driver is gone: it joins a pool ({placement.message})",
@@ -959,14 +962,19 @@ def _left_pool(ingestion: DeltaIngestion, placement: PlacementStatus | None) -> 
 def _repacked(
     placement: PlacementStatus, before: str, after: str, now: datetime
 ) -> PlacementStatus:
-    """status.placement of a member the pool keeper moved to another pool (decisions.pools:
-    pools evened out by their members' measured load, or one outgrown)."""
+    """status.placement of a member the pool keeper moved to another pool (decisions.pools)."""
+    if before.rsplit("-", 1)[0] != after.rsplit("-", 1)[0]:
+        why = "its image or object store changed, and a pool runs one of each"
+    else:
+        why = (
+            "the operator spreads the pools' load by the task time each member measures (its "
+            "old pool was the busiest, or full)"
+        )
     return placement.model_copy(
         update={
             "since": now,
             "reason": MOVED_BETWEEN_POOLS,
-            "message": f"moved from pool {before} to {after}: the operator spreads the pools' "
-            "load by the task time each member measures (its old pool was the busiest, or full)",
+            "message": f"moved from pool {before} to {after}: {why}",
         }
     )
 

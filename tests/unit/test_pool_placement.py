@@ -40,7 +40,7 @@ from deltaflow_operator.decisions.pools import (
     settled_reading,
     wants_pool,
 )
-from deltaflow_operator.reconcile import status_document
+from deltaflow_operator.reconcile import _repacked, status_document
 from support.manifests import valid_manifest
 
 POOLED = Placement("pooled", 0.0, "a new stream starts in a pool until it is measured")
@@ -190,6 +190,9 @@ PACKS = [
     ("a member not measured yet is not moved to even pools out",
      _members(("a", "g", None), ("b", "g", None), ("c", "g", 0.001)),
      {"a": "g-0", "b": "g-0", "c": "g-1"}, {"a": "g-0", "b": "g-0", "c": "g-1"}),
+    ("a newcomer goes to a running pool with room, not into a gap an emptied pool left",
+     _members(("a", "g", 0.01), ("b", "g", 0.01), ("new", "g", 0.01)),
+     {"a": "g-0", "b": "g-2"}, {"a": "g-0", "b": "g-2", "new": "g-0"}),
     ("the member that grew is the one that moves",
      _members(("a", "g", 0.01), ("y", "g", 0.25), ("z", "g", 0.14)),
      {"a": "g-0", "y": "g-0", "z": "g-0"}, {"a": "g-0", "z": "g-0", "y": "g-1"}),
@@ -505,6 +508,16 @@ def _keeper_rounds(
     return current, moves
 
 
+def test_a_balancing_move_lands_in_a_running_pool_not_in_a_gap() -> None:
+    """Pool g-1 emptied (its members suspended); g-0 busy, g-2 idle: the members moved out of
+    g-0 (held a round, then placed anew) go to g-2, and no third pool opens."""
+    cores = {**{f"a{i}": 0.01 for i in range(6)}, **{f"i{i}": 0.002 for i in range(6)}}
+    start = {**{f"a{i}": "g-0" for i in range(6)}, **{f"i{i}": "g-2" for i in range(6)}}
+    current, moves = _keeper_rounds(cores, start, 50, 0.0, 1)
+    assert moves, "the busy pool gives members to the idle one"
+    assert set(current.values()) == {"g-0", "g-2"}, current
+
+
 def test_a_fleet_placed_before_any_reading_is_evened_out_in_a_few_moves_and_then_left_alone() -> (
     None
 ):
@@ -543,3 +556,14 @@ def test_busy_members_that_cannot_be_split_evenly_are_not_traded_back_and_forth(
     current, moves = _keeper_rounds(cores, {}, 300, 0.1, count)
     assert [m for m in moves if m[0] >= 20] == [], moves
     assert set(current.values()) <= {"g-0", "g-1", "g-2"}
+
+
+def test_a_move_between_pools_says_why() -> None:
+    """kubectl describe explains the last move: both pools, and why."""
+    before = IN_POOL.model_copy(update={"pool": "deltaflow-pool-ab12-0"})
+    evened = _repacked(before, "deltaflow-pool-ab12-0", "deltaflow-pool-ab12-2", T0)
+    assert (evened.reason, evened.since, evened.mode) == ("MovedBetweenPools", T0, "pooled")
+    assert "from pool deltaflow-pool-ab12-0 to deltaflow-pool-ab12-2" in (evened.message or "")
+    assert "busiest" in (evened.message or "")
+    regrouped = _repacked(before, "deltaflow-pool-ab12-0", "deltaflow-pool-cd34-0", T0)
+    assert "image or object store changed" in (regrouped.message or "")

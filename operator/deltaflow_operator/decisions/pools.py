@@ -13,9 +13,9 @@ Two decisions, both explained and both stable:
   holds them, with a tolerance (a move is a stop and a start: never for tidiness or a wobble);
   a pool outgrown lets its largest members go. The others go, largest first, into the least
   busy of the pools their group needs with room, else into a new one. Once measured, pools
-  that ended up far apart (members placed before any reading) are evened out one member (or
-  one swap) a round. Pools never mix groups (namespace and object store: a pool holds its
-  members' secrets).
+  that ended up far apart (members placed before any reading) are evened out, a member (or a
+  trade for an idle one) at a time until they are close. Pools never mix groups (namespace and
+  object store: a pool holds its members' secrets).
 
 ``wants_pool`` and ``auto_placement`` carry ``choose`` through ``status.placement`` (its
 ``wanted`` and ``pendingSince``): the reconcile routes a stream by the first and stamps each
@@ -316,10 +316,18 @@ def _pools_needed(members: Sequence[Member], limits: PoolLimits) -> int:
 def _least_busy_with_room(
     group: str, pools: Mapping[str, list[Member]], member: Member, limits: PoolLimits, needed: int
 ) -> str:
-    """The least busy of the group's pools (those running and those it needs) that holds the
-    member; else the first empty one."""
-    running = [int(name.rsplit("-", 1)[1]) for name, inside in pools.items() if inside]
-    candidates = [f"{group}-{i}" for i in range(max([needed - 1, *running]) + 1)]
+    """The least busy of the group's pools that holds the member: those running, and empty ones
+    only while fewer run than the group needs (a gap left by a pool that emptied is no
+    candidate: a member moved out of the busiest pool, placed anew the next round, would open
+    it); else the first empty one."""
+    running = {int(name.rsplit("-", 1)[1]) for name, inside in pools.items() if inside}
+    candidates = [f"{group}-{i}" for i in sorted(running)]
+    index, spare = 0, needed - len(running)
+    while spare > 0:
+        if index not in running:
+            candidates.append(f"{group}-{index}")
+            spare -= 1
+        index += 1
     fitting = [p for p in candidates if _fits(_used(pools.get(p, [])), _cores(member), limits)]
     if fitting:
         return min(fitting, key=lambda p: (_used(pools.get(p, []))[1], len(pools.get(p, []))))
