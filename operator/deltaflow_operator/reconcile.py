@@ -68,7 +68,6 @@ from deltaflow_operator.decisions.ownership import (
 from deltaflow_operator.decisions.placement import (
     AUTO_PLACEMENT,
     LEFT_POOL,
-    MOVED_BETWEEN_POOLS,
     driver_mode,
     moved,
     place,
@@ -79,7 +78,7 @@ from deltaflow_operator.decisions.pooled import (
     MemberVerdict,
     member_verdict,
 )
-from deltaflow_operator.decisions.pools import auto_placement, wants_pool
+from deltaflow_operator.decisions.pools import auto_placement, moved_between_pools, wants_pool
 from deltaflow_operator.decisions.progress import stream_progress
 from deltaflow_operator.decisions.status import status_write_due
 from deltaflow_operator.drift import (
@@ -361,24 +360,25 @@ class Reconciler:
                     "in-flight batch, then it joins a pool",
                 )  # fmt: skip
             else:
+                key = f"{ns}/{name}"
                 if placement is None or placement.mode != "pooled":
                     placement = _joined(ingestion, placement, now)
                     # A join (from a driver of its own), not a move between pools.
-                    self._member_pools.pop(f"{ns}/{name}", None)
+                    self._member_pools.pop(key, None)
                     self.kube.post_event(
                         body, "Normal", EventReason.MOVED_TO_POOL,
                         f"its driver is gone: it joins a pool ({placement.message})",
                     )  # fmt: skip
                     log.info("%s/%s: joins a pool", ns, name)
                 view = self.pools.view(ns, name)
-                last = self._member_pools.get(f"{ns}/{name}")
+                last = self._member_pools.get(key)
                 if view.pool is not None:
                     if last is not None and view.pool != last:
-                        placement = _repacked(placement, last, view.pool, now)
+                        placement = moved_between_pools(placement, last, view.pool, now)
                         self.kube.post_event(
                             body, "Normal", EventReason.MOVED_TO_POOL, placement.message or ""
                         )
-                    self._member_pools[f"{ns}/{name}"] = view.pool
+                    self._member_pools[key] = view.pool
                 if placement.pool != view.pool:
                     placement = placement.model_copy(update={"pool": view.pool})
                 report, reported_at = view.report, view.reported_at
@@ -957,26 +957,6 @@ def _left_pool(ingestion: DeltaIngestion, placement: PlacementStatus | None) -> 
         )
     why = placement.decision if placement is not None and spec.placement == "auto" else None
     return "no pool runs it any more: it gets a driver of its own" + (f" ({why})" if why else "")
-
-
-def _repacked(
-    placement: PlacementStatus, before: str, after: str, now: datetime
-) -> PlacementStatus:
-    """status.placement of a member the pool keeper moved to another pool (decisions.pools)."""
-    if before.rsplit("-", 1)[0] != after.rsplit("-", 1)[0]:
-        why = "its image or object store changed, and a pool runs one of each"
-    else:
-        why = (
-            "the operator spreads the pools' load by the task time each member measures (its "
-            "old pool was the busiest, or full)"
-        )
-    return placement.model_copy(
-        update={
-            "since": now,
-            "reason": MOVED_BETWEEN_POOLS,
-            "message": f"moved from pool {before} to {after}: {why}",
-        }
-    )
 
 
 def _joined(

@@ -36,11 +36,12 @@ from deltaflow_operator.decisions.pools import (
     Requested,
     auto_placement,
     choose,
+    moved_between_pools,
     pack,
     settled_reading,
     wants_pool,
 )
-from deltaflow_operator.reconcile import _repacked, status_document
+from deltaflow_operator.reconcile import status_document
 from support.manifests import valid_manifest
 
 POOLED = Placement("pooled", 0.0, "a new stream starts in a pool until it is measured")
@@ -561,9 +562,9 @@ def test_busy_members_that_cannot_be_split_evenly_are_not_traded_back_and_forth(
 def test_a_move_between_pools_says_why() -> None:
     """kubectl describe explains the last move: both pools, and why."""
     before = IN_POOL.model_copy(update={"pool": "deltaflow-pool-ab12-0"})
-    evened = _repacked(before, "deltaflow-pool-ab12-0", "deltaflow-pool-ab12-2", T0)
+    evened = moved_between_pools(before, "deltaflow-pool-ab12-0", "deltaflow-pool-ab12-2", T0)
     assert (evened.reason, evened.since, evened.mode) == ("MovedBetweenPools", T0, "pooled")
     assert "from pool deltaflow-pool-ab12-0 to deltaflow-pool-ab12-2" in (evened.message or "")
     assert "busiest" in (evened.message or "")
-    regrouped = _repacked(before, "deltaflow-pool-ab12-0", "deltaflow-pool-cd34-0", T0)
+    regrouped = moved_between_pools(before, "deltaflow-pool-ab12-0", "deltaflow-pool-cd34-0", T0)
     assert "image or object store changed" in (regrouped.message or "")

@@ -33,6 +33,7 @@ from typing import Literal
 
 from deltaflow_api.cadence import window_seconds
 from deltaflow_api.v1alpha1 import DeltaIngestionSpec, PlacementStatus, pool_refusals
+from deltaflow_operator.decisions.placement import MOVED_BETWEEN_POOLS
 
 Where = Literal["pooled", "dedicated"]
 Requested = Literal["auto", "dedicated", "pooled"]
@@ -261,6 +262,31 @@ class PoolLimits:
     cores: float
 
 
+def pool_group(pool: str) -> str:
+    """The group a pool named ``<group>-<n>`` serves (its namespace, object store and image)."""
+    return pool.rsplit("-", 1)[0]
+
+
+def moved_between_pools(
+    placement: PlacementStatus, before: str, after: str, now: datetime
+) -> PlacementStatus:
+    """status.placement of a member ``pack`` moved from pool ``before`` to ``after``."""
+    if pool_group(before) != pool_group(after):
+        why = "its image or object store changed, and a pool runs one of each"
+    else:
+        why = (
+            "the operator spreads the pools' load by the task time each member measures (its "
+            "old pool was the busiest, or full)"
+        )
+    return placement.model_copy(
+        update={
+            "since": now,
+            "reason": MOVED_BETWEEN_POOLS,
+            "message": f"moved from pool {before} to {after}: {why}",
+        }
+    )
+
+
 def settled_reading(
     busy_cores: float | None, started_at: float | None, reported_at: float
 ) -> float | None:
@@ -289,7 +315,7 @@ def pack(
         # that a pool outgrown moves its largest members, the likeliest to keep growing.
         for member in sorted(group_members, key=lambda m: (_cores(m), m.key)):
             pool = current.get(member.key)
-            if pool is None or pool.rsplit("-", 1)[0] != group:
+            if pool is None or pool_group(pool) != group:
                 waiting.append(member)
             elif _fits(_used(pools[pool]), _cores(member), limits, tolerance=STAY_TOLERANCE):
                 pools[pool].append(member)
