@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from devstack.install import installed_path
 from devstack.network import GATEWAY, KUBERNETES_SERVICE_IP, SERVICE_CIDR, PodNetwork
-from devstack.process import Service, ServiceError, free_port
+from devstack.pki import make_ca, openssl, signed_cert
+from devstack.process import Service, free_port
 
 if TYPE_CHECKING:
     from devstack.node import Node
@@ -26,49 +27,11 @@ if TYPE_CHECKING:
 ADMIN_TOKEN_FILE = "admin.token"
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    proc = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise ServiceError(f"openssl {' '.join(args)} failed:\n{proc.stderr}")
-
-
-def _signed_cert(pki: Path, name: str, subject: str, san: str | None = None) -> None:
-    """A key and a certificate signed by the test CA (``san``: subjectAltName, for servers)."""
-    _openssl(
-        "req", "-newkey", "rsa:2048", "-nodes", "-subj", subject,
-        "-keyout", f"{name}.key", "-out", f"{name}.csr", cwd=pki,
-    )  # fmt: skip
-    extra: list[str] = []
-    if san is not None:
-        (pki / f"{name}.ext").write_text(f"subjectAltName={san}\n")
-        extra = ["-extfile", f"{name}.ext"]
-    _openssl(
-        "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-        "-CAcreateserial", "-days", "3", *extra, "-out", f"{name}.crt", cwd=pki,
-    )  # fmt: skip
-
-
 def make_certs(pki: Path) -> None:
     """A throwaway CA, serving certificates (API server, kubelet), the API server's client
     certificate towards the kubelet, and a service-account signing key."""
-    pki.mkdir(parents=True, exist_ok=True)
-    _openssl(
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "3",
-        "-subj",
-        "/CN=deltaflow-test-ca",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.crt",
-        cwd=pki,
-    )
-    _signed_cert(
+    make_ca(pki, "ca", "deltaflow-test-ca")
+    signed_cert(
         pki,
         "apiserver",
         "/CN=kube-apiserver",
@@ -76,10 +39,10 @@ def make_certs(pki: Path) -> None:
         "DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc",
     )
     # `kubectl logs/exec` go API server -> kubelet: the kubelet trusts this client certificate.
-    _signed_cert(pki, "apiserver-kubelet-client", "/O=system:masters/CN=kube-apiserver-kubelet")
-    _signed_cert(pki, "kubelet", "/CN=deltaflow-node", f"IP:{GATEWAY},DNS:deltaflow-node")
-    _openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
-    _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
+    signed_cert(pki, "apiserver-kubelet-client", "/O=system:masters/CN=kube-apiserver-kubelet")
+    signed_cert(pki, "kubelet", "/CN=deltaflow-node", f"IP:{GATEWAY},DNS:deltaflow-node")
+    openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
+    openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
 
 
 def write_kubeconfig(path: Path, server: str, ca: Path, token: str, user: str = "admin") -> None:
