@@ -47,12 +47,15 @@ def pod_network() -> Iterator[PodNetwork]:
 
 @pytest.fixture(scope="session")
 def kafka(stack_dir: Path, pod_network: PodNetwork) -> Iterator[KafkaBroker]:
-    """A real single-node KRaft broker on loopback, with a second listener for pods."""
+    """A real single-node KRaft broker: PLAINTEXT on loopback and for pods, and mTLS, SASL_SSL
+    and SASL_PLAINTEXT listeners on the pod network's gateway, with its OIDC token issuer."""
     broker = start_kafka(stack_dir / "kafka", pod_address=pod_network.gateway)
-    _running.append(broker.service)
+    services = [broker.service, broker.issuer.service]
+    _running.extend(services)
     yield broker
     broker.stop()
-    _running.remove(broker.service)
+    for service in services:
+        _running.remove(service)
 
 
 @pytest.fixture(scope="session")
