@@ -21,9 +21,9 @@ def describe(error: ValidationError) -> list[str]:
         base = _path(tuple(item["loc"]))
         cause = (item.get("ctx") or {}).get("error")
         if isinstance(cause, RuleViolationError):
-            for rule in cause.broken:
+            for rule, message in cause.broken:
                 field = f"{base}{rule.field_path or ''}".lstrip(".")
-                lines.append(f"{field}: {rule.message}")
+                lines.append(f"{field}: {message}")
             continue
         message = item["msg"]
         if item["type"] == "extra_forbidden":

@@ -23,10 +23,16 @@ class Rule:
     check: Callable[[Mapping[str, Any]], bool]
     field_path: str | None = None  # where the API server points the error, e.g. ".maxExecutors"
     transition: bool = False  # compares with oldSelf: only on update, never in pydantic
+    # A message that names the offending value (e.g. the refused key): CEL for the API server's
+    # messageExpression and the same text from Python; ``message`` stays the server's fallback.
+    message_expression: str | None = None
+    explain: Callable[[Mapping[str, Any]], str] | None = None
 
     def to_crd(self) -> dict[str, str]:
         """The ``x-kubernetes-validations`` entry for this rule."""
         entry = {"rule": self.cel, "message": self.message}
+        if self.message_expression:
+            entry["messageExpression"] = self.message_expression
         # The API server accepts a fieldPath only into properties the schema declares; metadata
         # declares none, so rules on metadata.name carry the field in their message instead.
         if self.field_path and not self.field_path.startswith(".metadata"):
@@ -126,16 +132,21 @@ def mount_path_allowed_cel(path: str) -> str:
 
 
 class RuleViolationError(ValueError):
-    """Rules an object breaks; keeps each rule so errors can name the exact field."""
+    """Rules an object breaks, each with its message; keeps each rule so errors can name the
+    exact field."""
 
-    def __init__(self, broken: list[Rule]) -> None:
-        super().__init__("; ".join(r.message for r in broken))
+    def __init__(self, broken: list[tuple[Rule, str]]) -> None:
+        super().__init__("; ".join(message for _, message in broken))
         self.broken = broken
 
 
 def check_rules(rules: tuple[Rule, ...], values: Mapping[str, Any]) -> None:
     """Raise :class:`RuleViolationError` listing every non-transition rule ``values`` break."""
-    broken = [r for r in rules if not r.transition and not r.check(values)]
+    broken = [
+        (r, r.explain(values) if r.explain else r.message)
+        for r in rules
+        if not r.transition and not r.check(values)
+    ]
     if broken:
         raise RuleViolationError(broken)
 
@@ -336,3 +347,80 @@ def topic_pattern_in_dialect(pattern: str) -> bool:
 def topic_pattern_in_dialect_cel(pattern: str) -> str:
     """:func:`topic_pattern_in_dialect` in CEL (a raw string: the backslashes are the regex's)."""
     return f"{pattern}.matches(r'{TOPIC_PATTERN_DIALECT}')"
+
+
+# --- source.options: Kafka consumer settings -----------------------------------------------------
+
+# Spark hands every ``kafka.<setting>`` option to its Kafka consumers. Kafka spells its settings
+# in lowercase, and Spark lowercases option keys, so a key in another case could silently
+# shadow or be shadowed: only the lowercase spelling is admitted.
+KAFKA_OPTION_KEY = r"^kafka[.][a-z0-9][a-z0-9._-]{0,126}$"
+# Settings Deltaflow sets itself: the broker list and topic are the spec's; the group, offsets
+# and commits are the checkpoint's (a commit group is written after each Delta commit); the
+# deserializers are Spark's; the isolation level is spec.source.isolationLevel; the security
+# settings come from spec.source.auth, with their secrets mounted from Secrets.
+OWNED_KAFKA_OPTIONS = (
+    "kafka.bootstrap.servers",
+    "kafka.group.id",
+    "kafka.group.instance.id",
+    "kafka.group.protocol",
+    "kafka.enable.auto.commit",
+    "kafka.auto.commit.interval.ms",
+    "kafka.auto.offset.reset",
+    "kafka.key.deserializer",
+    "kafka.value.deserializer",
+    "kafka.interceptor.classes",
+    "kafka.isolation.level",
+    "kafka.security.protocol",
+    "kafka.security.providers",
+    "kafka.ssl.key.password",
+    "kafka.ssl.engine.factory.class",
+)
+OWNED_KAFKA_OPTION_PREFIXES = (
+    "kafka.ssl.keystore.",
+    "kafka.ssl.truststore.",
+    "kafka.config.providers",
+    "kafka.sasl.",
+)
+# Tuning of the SASL login that spec.source.auth configures, left to the user.
+FREE_SASL_OPTION_PREFIXES = (
+    "kafka.sasl.login.refresh.",
+    "kafka.sasl.login.connect.timeout.ms",
+    "kafka.sasl.login.read.timeout.ms",
+    "kafka.sasl.login.retry.backoff.",
+    "kafka.sasl.oauthbearer.scope.claim.name",
+    "kafka.sasl.oauthbearer.sub.claim.name",
+    "kafka.sasl.oauthbearer.header.urlencode",
+    "kafka.sasl.oauthbearer.clock.skew.seconds",
+)
+
+
+def kafka_option_spelled(key: str) -> bool:
+    """Whether ``key`` is ``kafka.<setting>`` in Kafka's lowercase spelling."""
+    return re.fullmatch(KAFKA_OPTION_KEY, key) is not None
+
+
+def kafka_option_owned(key: str) -> bool:
+    """Whether Deltaflow sets ``key`` itself (compared in ASCII lowercase)."""
+    lower = ascii_lower(key)
+    if lower in OWNED_KAFKA_OPTIONS:
+        return True
+    owned = lower.startswith(OWNED_KAFKA_OPTION_PREFIXES)
+    return owned and not lower.startswith(FREE_SASL_OPTION_PREFIXES)
+
+
+def kafka_option_spelled_cel(key: str) -> str:
+    """:func:`kafka_option_spelled` in CEL."""
+    return f"{key}.matches('{KAFKA_OPTION_KEY}')"
+
+
+def kafka_option_owned_cel(key: str) -> str:
+    """:func:`kafka_option_owned` in CEL."""
+    lower = f"{key}.lowerAscii()"
+    keys = ", ".join(f"'{k}'" for k in OWNED_KAFKA_OPTIONS)
+    prefixes = ", ".join(f"'{p}'" for p in OWNED_KAFKA_OPTION_PREFIXES)
+    free = ", ".join(f"'{p}'" for p in FREE_SASL_OPTION_PREFIXES)
+    return (
+        f"({lower} in [{keys}] || ([{prefixes}].exists(p, {lower}.startsWith(p)) && "
+        f"![{free}].exists(p, {lower}.startsWith(p))))"
+    )

@@ -7,6 +7,7 @@ on the wire, as Kubernetes users expect, and snake_case in Python. Every cross-f
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping
 from datetime import datetime
@@ -17,7 +18,10 @@ from pydantic.alias_generators import to_camel
 
 from deltaflow_api.names import MAX_NAME_LENGTH, NAME_LIMITED_BY
 from deltaflow_api.rules import (
+    FREE_SASL_OPTION_PREFIXES,
     MEMORY_MIB_CEL,
+    OWNED_KAFKA_OPTION_PREFIXES,
+    OWNED_KAFKA_OPTIONS,
     PATH_SCHEMES_TEXT,
     RESERVED_KEY_DOMAIN,
     RESERVED_MOUNT_PATHS,
@@ -31,6 +35,9 @@ from deltaflow_api.rules import (
     dead_letter_place,
     dead_letter_place_cel,
     immutable,
+    kafka_option_owned,
+    kafka_option_spelled,
+    kafka_option_spelled_cel,
     memory_mib,
     mount_path_allowed,
     mount_path_allowed_cel,
@@ -139,37 +146,288 @@ class SecretKeyRef(ApiModel):
     ]
 
 
+# Printable ASCII without space, '"' or '\\': what a JAAS value can carry between its quotes.
+JAAS_VALUE_PATTERN = r"^[!#-\[\]-~]{1,255}$"
+# RFC 6749 scope tokens (the same characters), separated by single spaces.
+OAUTH_SCOPE_PATTERN = r"^[!#-\[\]-~]+( [!#-\[\]-~]+)*$"
+# RFC 7628 extension keys; their values also go into librdkafka's "k=v,k=v" list: no ','.
+OAUTH_EXTENSION_KEY = r"^[A-Za-z]{1,64}$"
+OAUTH_EXTENSION_VALUE_PATTERN = r"^[!#-+\--\[\]-~]{1,256}$"
+USER_PASSWORD_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "AWS_MSK_IAM"]
+
+
+class ClientCertificate(ApiModel):
+    """The stream's own certificate for mutual TLS, from Secrets (e.g. a kubernetes.io/tls one)."""
+
+    certificate: SecretKeyRef = Field(
+        description="PEM certificate chain, the stream's certificate first (e.g. key tls.crt)."
+    )
+    key: SecretKeyRef = Field(
+        description="PEM private key in PKCS#8 (BEGIN PRIVATE KEY or BEGIN ENCRYPTED PRIVATE "
+        "KEY; convert an RSA key with openssl pkcs8 -topk8), e.g. key tls.key."
+    )
+    key_password: SecretKeyRef | None = Field(
+        default=None, description="The password of an encrypted key; unset for a plain key."
+    )
+
+
+class OAuthBearer(ApiModel):
+    """SASL OAUTHBEARER with OIDC client credentials: the stream gets tokens from the token
+    endpoint and refreshes them before they expire."""
+
+    token_endpoint_url: Annotated[
+        str,
+        Field(
+            pattern=r'^https://[^\s"\\]+$',
+            max_length=2048,
+            description="The identity provider's token endpoint (https://.../token).",
+        ),
+    ]
+    client_id: Annotated[
+        str, Field(pattern=JAAS_VALUE_PATTERN, description="The OAuth client id (not a secret).")
+    ]
+    client_secret: SecretKeyRef = Field(description="The OAuth client secret, from a Secret.")
+    scope: Annotated[
+        str | None,
+        Field(
+            pattern=OAUTH_SCOPE_PATTERN,
+            max_length=1024,
+            description="Scopes to request, space-separated.",
+        ),
+    ] = None
+    extensions: Annotated[
+        dict[str, Annotated[str, Field(pattern=OAUTH_EXTENSION_VALUE_PATTERN)]],
+        Field(
+            max_length=8,
+            description="SASL extensions sent with the token (e.g. Confluent Cloud's "
+            "logicalCluster and identityPoolId).",
+        ),
+    ] = {}
+    token_endpoint_ca_certificate: SecretKeyRef | None = Field(
+        default=None,
+        description="PEM CA bundle that signs the token endpoint's certificate; unset: the "
+        "image's public CAs.",
+    )
+    rules = (
+        Rule(
+            cel="!has(self.extensions) || self.extensions.all(k, "
+            f"k.matches('{OAUTH_EXTENSION_KEY}') && k != 'auth')",
+            message="extension names are 1-64 letters (RFC 7628), and not auth",
+            check=lambda v: all(
+                re.fullmatch(OAUTH_EXTENSION_KEY, str(k)) is not None and k != "auth"
+                for k in v.get("extensions") or {}
+            ),
+            field_path=".extensions",
+        ),
+    )
+
+
+class AwsMskIam(ApiModel):
+    """Amazon MSK's IAM access control. No keys: the pods' workload identity (EKS Pod Identity
+    or IRSA on the service account) signs the login."""
+
+    region: Annotated[
+        str | None,
+        Field(
+            pattern=r"^[a-z]{2}(-[a-z]+)+-[0-9]{1,2}$",
+            description="The cluster's AWS region; unset: the pods' AWS_REGION.",
+        ),
+    ] = None
+    role_arn: Annotated[
+        str | None,
+        Field(
+            pattern=r"^arn:aws[a-z-]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@/_-]{1,512}$",
+            description="A role to assume with the workload identity before signing; unset: "
+            "the workload identity's own role.",
+        ),
+    ] = None
+
+
+def _mechanism_in(v: Mapping[str, Any], *mechanisms: str) -> bool:
+    return v.get("saslMechanism") in mechanisms
+
+
+def _mechanism_in_cel(*mechanisms: str) -> str:
+    listed = ", ".join(f"'{m}'" for m in mechanisms)
+    return f"(has(self.saslMechanism) && self.saslMechanism in [{listed}])"
+
+
 class KafkaAuth(ApiModel):
-    """How the stream authenticates to Kafka; credentials only by reference."""
+    """How the stream authenticates to Kafka; credentials only by reference, mounted as files
+    into the stream's pods (never in a ConfigMap, an environment variable or a log)."""
 
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
         default="SASL_SSL",
         description="Kafka's security.protocol: TLS (SSL), SASL, both (SASL_SSL) or neither.",
     )
-    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = Field(
-        default=None, description="The SASL mechanism; required with a SASL_* protocol."
+    sasl_mechanism: SaslMechanism | None = Field(
+        default=None,
+        description="The SASL mechanism, required with a SASL_* protocol: PLAIN or SCRAM-SHA-* "
+        "(username and password), OAUTHBEARER (oauthBearer) or AWS_MSK_IAM (awsMskIam).",
     )
     username: SecretKeyRef | None = Field(
-        default=None, description="The SASL user name, from a Secret."
+        default=None, description="The PLAIN or SCRAM user name, from a Secret."
     )
     password: SecretKeyRef | None = Field(
-        default=None, description="The SASL password, from a Secret (never in a ConfigMap)."
+        default=None, description="The PLAIN or SCRAM password, from a Secret."
     )
     ca_certificate: SecretKeyRef | None = Field(
-        default=None, description="PEM CA bundle that signs the brokers' certificates."
+        default=None,
+        description="PEM CA bundle that signs the brokers' certificates; unset: the image's "
+        "public CAs.",
+    )
+    client_certificate: ClientCertificate | None = Field(
+        default=None, description="The stream's certificate for mutual TLS (SSL or SASL_SSL)."
+    )
+    oauth_bearer: OAuthBearer | None = Field(
+        default=None, description="OIDC client credentials, with saslMechanism OAUTHBEARER."
+    )
+    aws_msk_iam: AwsMskIam | None = Field(
+        default=None, description="Amazon MSK IAM, with saslMechanism AWS_MSK_IAM ({} is enough)."
     )
     rules = (
         Rule(
-            cel="!self.securityProtocol.startsWith('SASL') || "
-            "(has(self.saslMechanism) && has(self.username) && has(self.password))",
-            message="SASL needs saslMechanism, username and password (secretKeyRefs)",
+            cel="!self.securityProtocol.startsWith('SASL') || has(self.saslMechanism)",
+            message="SASL_SSL and SASL_PLAINTEXT need saslMechanism: PLAIN, SCRAM-SHA-256, "
+            "SCRAM-SHA-512, OAUTHBEARER or AWS_MSK_IAM",
             check=lambda v: (
                 not str(v.get("securityProtocol", "SASL_SSL")).startswith("SASL")
-                or all(v.get(k) is not None for k in ("saslMechanism", "username", "password"))
+                or v.get("saslMechanism") is not None
             ),
             field_path=".securityProtocol",
         ),
+        Rule(
+            cel="!has(self.saslMechanism) || self.securityProtocol.startsWith('SASL')",
+            message="saslMechanism needs securityProtocol SASL_SSL (or SASL_PLAINTEXT)",
+            check=lambda v: (
+                v.get("saslMechanism") is None
+                or str(v.get("securityProtocol", "SASL_SSL")).startswith("SASL")
+            ),
+            field_path=".saslMechanism",
+        ),
+        Rule(
+            cel=f"!{_mechanism_in_cel(*USER_PASSWORD_MECHANISMS)} || "
+            "(has(self.username) && has(self.password))",
+            message="PLAIN and SCRAM-SHA-* need username and password (secretKeyRefs)",
+            check=lambda v: (
+                not _mechanism_in(v, *USER_PASSWORD_MECHANISMS)
+                or (v.get("username") is not None and v.get("password") is not None)
+            ),
+            field_path=".username",
+        ),
+        Rule(
+            cel=f"(!has(self.username) && !has(self.password)) || "
+            f"{_mechanism_in_cel(*USER_PASSWORD_MECHANISMS)}",
+            message="username and password go only with saslMechanism PLAIN, SCRAM-SHA-256 or "
+            "SCRAM-SHA-512",
+            check=lambda v: (
+                (v.get("username") is None and v.get("password") is None)
+                or _mechanism_in(v, *USER_PASSWORD_MECHANISMS)
+            ),
+            field_path=".username",
+        ),
+        Rule(
+            cel=f"{_mechanism_in_cel('OAUTHBEARER')} == has(self.oauthBearer)",
+            message="saslMechanism OAUTHBEARER goes with oauthBearer (token endpoint, client id "
+            "and secret), and oauthBearer only with it",
+            check=lambda v: _mechanism_in(v, "OAUTHBEARER") == (v.get("oauthBearer") is not None),
+            field_path=".oauthBearer",
+        ),
+        Rule(
+            cel=f"{_mechanism_in_cel('AWS_MSK_IAM')} == has(self.awsMskIam)",
+            message="saslMechanism AWS_MSK_IAM goes with awsMskIam ({} to use the pods' "
+            "workload identity and AWS_REGION), and awsMskIam only with it",
+            check=lambda v: _mechanism_in(v, "AWS_MSK_IAM") == (v.get("awsMskIam") is not None),
+            field_path=".awsMskIam",
+        ),
+        Rule(
+            cel=f"!{_mechanism_in_cel('AWS_MSK_IAM')} || self.securityProtocol == 'SASL_SSL'",
+            message="AWS_MSK_IAM needs securityProtocol SASL_SSL (MSK's IAM listeners are TLS)",
+            check=lambda v: (
+                not _mechanism_in(v, "AWS_MSK_IAM")
+                or v.get("securityProtocol", "SASL_SSL") == "SASL_SSL"
+            ),
+            field_path=".securityProtocol",
+        ),
+        Rule(
+            cel="!has(self.clientCertificate) || self.securityProtocol in ['SSL', 'SASL_SSL']",
+            message="clientCertificate needs TLS: securityProtocol SSL or SASL_SSL",
+            check=lambda v: (
+                v.get("clientCertificate") is None
+                or v.get("securityProtocol", "SASL_SSL") in ("SSL", "SASL_SSL")
+            ),
+            field_path=".clientCertificate",
+        ),
     )
+
+
+def _refused_options(v: Mapping[str, Any], refused: Callable[[str], bool]) -> str:
+    return ", ".join(k for k in sorted(v.get("options") or {}) if refused(str(k)))
+
+
+_OPTIONS_SPELLING = (
+    "must be kafka.<consumer setting> in Kafka's lowercase spelling (e.g. kafka.fetch.max.bytes, "
+    "kafka.client.rack)"
+)
+_OPTIONS_OWNED = (
+    "belong to Deltaflow: the broker list, group and offsets (the checkpoint holds them), "
+    "deserializers, the isolation level (spec.source.isolationLevel) and security "
+    "(spec.source.auth, whose secrets come from Secrets); remove them"
+)
+
+
+def _starts_with(key: str, prefix: str) -> bool:
+    return key.startswith(prefix)
+
+
+def _owned_option_rules() -> tuple[Rule, ...]:
+    """One rule per owned key or prefix, so that the API server's message names it: a message
+    built from the map's keys (messageExpression) costs more than CEL's budget allows, as keys
+    have no length bound the server can see. The Python check names the exact keys."""
+
+    def none_owned(match: Callable[[str], bool]) -> Callable[[Mapping[str, Any]], bool]:
+        def check(v: Mapping[str, Any]) -> bool:
+            keys = (str(k) for k in v.get("options") or {})
+            return not any(match(k) and kafka_option_owned(k) for k in keys)
+
+        return check
+
+    def explain(v: Mapping[str, Any]) -> str:
+        return f"options {_refused_options(v, kafka_option_owned)} {_OPTIONS_OWNED}"
+
+    by_key = tuple(
+        Rule(
+            cel=f"!has(self.options) || !('{key}' in self.options)",
+            message=f"options {key} {_OPTIONS_OWNED}",
+            explain=explain,
+            check=none_owned(key.__eq__),
+            field_path=".options",
+        )
+        for key in OWNED_KAFKA_OPTIONS
+    )
+    free = ", ".join(f"'{p}'" for p in FREE_SASL_OPTION_PREFIXES)
+    by_prefix = tuple(
+        Rule(
+            cel=f"!has(self.options) || self.options.all(k, !k.startsWith('{prefix}')"
+            + (f" || [{free}].exists(p, k.startsWith(p))" if prefix == "kafka.sasl." else "")
+            + ")",
+            message=f"options {prefix}*"
+            + (" (but for the login's tuning)" if prefix == "kafka.sasl." else "")
+            + f" {_OPTIONS_OWNED}",
+            explain=explain,
+            check=none_owned(functools.partial(_starts_with, prefix=prefix)),
+            field_path=".options",
+        )
+        for prefix in OWNED_KAFKA_OPTION_PREFIXES
+    )
+    return by_key + by_prefix
+
+
+_OPTIONS_SECRET = (
+    "look like they hold a secret, and the spec lands in a ConfigMap: give credentials in "
+    "spec.source.auth as secretKeyRefs"
+)
 
 
 class KafkaSource(ApiModel):
@@ -231,7 +489,43 @@ class KafkaSource(ApiModel):
     auth: KafkaAuth | None = Field(
         default=None, description="Authentication and TLS; unset: PLAINTEXT without credentials."
     )
+    isolation_level: Literal["read_committed", "read_uncommitted"] = Field(
+        default="read_committed",
+        description="read_committed: records of aborted or open Kafka transactions are never "
+        "landed; read_uncommitted also lands those of aborted ones (Kafka's isolation.level).",
+    )
+    options: Annotated[
+        dict[str, Annotated[str, Field(max_length=1024)]],
+        Field(
+            max_length=32,
+            description="Further Kafka consumer settings for Spark's consumers, as Spark users "
+            "write them: kafka.fetch.max.bytes, kafka.client.rack, kafka.request.timeout.ms, "
+            "kafka.ssl.endpoint.identification.algorithm... Deltaflow's own keys (group, "
+            "offsets, deserializers, isolation level, security) are refused.",
+        ),
+    ] = {}
     rules = (
+        Rule(
+            cel=f"!has(self.options) || self.options.all(k, {kafka_option_spelled_cel('k')})",
+            message=f"options keys {_OPTIONS_SPELLING}",
+            explain=lambda v: (
+                f"options {_refused_options(v, lambda k: not kafka_option_spelled(k))} "
+                f"{_OPTIONS_SPELLING}"
+            ),
+            check=lambda v: all(kafka_option_spelled(str(k)) for k in v.get("options") or {}),
+            field_path=".options",
+        ),
+        *_owned_option_rules(),
+        Rule(
+            cel=f"!has(self.options) || self.options.all(k, !{secret_like_conf_key_cel('k')})",
+            message=f"options named like a password, secret, token, credential or key "
+            f"{_OPTIONS_SECRET}",
+            explain=lambda v: (
+                f"options {_refused_options(v, secret_like_conf_key)} {_OPTIONS_SECRET}"
+            ),
+            check=lambda v: not any(secret_like_conf_key(str(k)) for k in v.get("options") or {}),
+            field_path=".options",
+        ),
         Rule(
             cel="has(self.topic) != has(self.topicPattern)",
             message="set exactly one of topic or topicPattern",

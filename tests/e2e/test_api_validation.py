@@ -23,6 +23,10 @@ from devstack.kube import KubeControlPlane
 from support.manifests import (
     IMMUTABLE_UPDATES,
     INVALID_CASES,
+    MSK_AUTH,
+    MTLS_AUTH,
+    OAUTH_AUTH,
+    SCRAM_AUTH,
     VALID_LOOK_ALIKES,
     InvalidCase,
     set_field,
@@ -194,6 +198,49 @@ _FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
     ),
     "spec.source.maxOffsetsPerTrigger": st.sampled_from([None, 0, 1, 100_000_000, 100_000_001]),
     "spec.source.startingOffsets": st.sampled_from(["earliest", "latest", "beginning"]),
+    "spec.source.isolationLevel": st.sampled_from(["read_committed", "read_uncommitted", "x"]),
+    # Each mechanism's valid form, and each with one thing changed.
+    "spec.source.auth": st.sampled_from(
+        [
+            SCRAM_AUTH,
+            MTLS_AUTH,
+            OAUTH_AUTH,
+            MSK_AUTH,
+            {**SCRAM_AUTH, "clientCertificate": MTLS_AUTH["clientCertificate"]},
+            {**SCRAM_AUTH, "saslMechanism": "OAUTHBEARER"},
+            {**SCRAM_AUTH, "securityProtocol": "SSL"},
+            {**SCRAM_AUTH, "securityProtocol": "SASL_PLAINTEXT"},
+            {**MTLS_AUTH, "securityProtocol": "SASL_SSL"},
+            {**MTLS_AUTH, "securityProtocol": "PLAINTEXT"},
+            {**MTLS_AUTH, "username": SCRAM_AUTH["username"]},
+            {**OAUTH_AUTH, "saslMechanism": "PLAIN"},
+            {**OAUTH_AUTH, "awsMskIam": {}},
+            {**MSK_AUTH, "securityProtocol": "SASL_PLAINTEXT"},
+            {**MSK_AUTH, "awsMskIam": {"region": "eu-west-1"}},
+            {"securityProtocol": "SASL_SSL"},
+            {"securityProtocol": "PLAINTEXT"},
+            {},
+            {
+                **OAUTH_AUTH,
+                "oauthBearer": {**OAUTH_AUTH["oauthBearer"], "extensions": {"auth": "x"}},
+            },
+        ]
+    ),
+    "spec.source.options": st.sampled_from(
+        [
+            {},
+            {"kafka.fetch.max.bytes": "1"},
+            {"kafka.group.id": "g"},
+            {"kafka.GROUP.ID": "g"},
+            {"group.id": "g"},
+            {"kafka.sasl.login.refresh.buffer.seconds": "60"},
+            {"kafka.sasl.mechanism": "PLAIN"},
+            {"kafka.ssl.keystore.location": "/x"},
+            {"kafka.ssl.endpoint.identification.algorithm": ""},
+            {"kafka.basic.auth.user.info": "u:p", "kafka.client.rack": "a"},
+            {"kafka.client.secret": "s"},
+        ]
+    ),
     "spec.format.type": st.sampled_from(["json", "avro", "raw", "xml"]),
     "spec.format.schema": st.sampled_from([None, "id BIGINT", ""]),
     "spec.sink.tablePath": st.sampled_from(

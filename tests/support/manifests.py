@@ -57,7 +57,7 @@ def set_field(manifest: Manifest, path: str, value: Any) -> None:
 
 def _set(path: str, value: Any) -> Callable[[Manifest], None]:
     def apply(m: Manifest) -> None:
-        set_field(m, path, value)
+        set_field(m, path, copy.deepcopy(value))  # later edits must not change shared values
 
     return apply
 
@@ -75,6 +75,55 @@ def _delete(path: str) -> Callable[[Manifest], None]:
 
 def _volume(name: str = "lake", mount: str = "/lake") -> dict[str, Any]:
     return {"name": name, "claimName": f"{name}-pvc", "mountPath": mount}
+
+
+def _ref(key: str, name: str = "kafka-creds") -> dict[str, str]:
+    return {"name": name, "key": key}
+
+
+# A valid spec.source.auth per mechanism, for cases that change one thing in it.
+SCRAM_AUTH: dict[str, Any] = {
+    "securityProtocol": "SASL_SSL",
+    "saslMechanism": "SCRAM-SHA-512",
+    "username": _ref("username"),
+    "password": _ref("password"),
+    "caCertificate": _ref("ca.crt", "kafka-ca"),
+}
+MTLS_AUTH: dict[str, Any] = {
+    "securityProtocol": "SSL",
+    "caCertificate": _ref("ca.crt", "kafka-ca"),
+    "clientCertificate": {
+        "certificate": _ref("tls.crt", "stream-tls"),
+        "key": _ref("tls.key", "stream-tls"),
+    },
+}
+OAUTH_AUTH: dict[str, Any] = {
+    "securityProtocol": "SASL_SSL",
+    "saslMechanism": "OAUTHBEARER",
+    "oauthBearer": {
+        "tokenEndpointUrl": "https://login.example.com/oauth2/token",
+        "clientId": "orders-stream",
+        "clientSecret": _ref("client-secret", "kafka-oauth"),
+        "scope": "kafka:read kafka:describe",
+        "extensions": {"logicalCluster": "lkc-a1b2c3", "identityPoolId": "pool-XyZ"},
+    },
+}
+MSK_AUTH: dict[str, Any] = {
+    "securityProtocol": "SASL_SSL",
+    "saslMechanism": "AWS_MSK_IAM",
+    "awsMskIam": {},
+}
+
+
+def _auth(base: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    """``base`` with top-level fields changed (a value of None removes the field)."""
+    auth = copy.deepcopy(base)
+    for key, value in changes.items():
+        if value is None:
+            auth.pop(key, None)
+        else:
+            auth[key] = value
+    return auth
 
 
 @dataclass(frozen=True)
@@ -145,6 +194,127 @@ INVALID_CASES: list[InvalidCase] = [
                 "password": {"name": "kafka-creds", "key": "password"},
             },
         ),
+    ),
+    _case(
+        "scram-without-password",
+        "spec.source.auth.username",
+        _set("spec.source.auth", _auth(SCRAM_AUTH, password=None)),
+    ),
+    _case(
+        "password-without-sasl",
+        "spec.source.auth.username",
+        _set("spec.source.auth", _auth(MTLS_AUTH, password=_ref("password"))),
+    ),
+    _case(
+        "mechanism-without-sasl-protocol",
+        "spec.source.auth.saslMechanism",
+        _set("spec.source.auth", _auth(SCRAM_AUTH, securityProtocol="SSL")),
+    ),
+    _case(
+        "unknown-sasl-mechanism",
+        "spec.source.auth.saslMechanism",
+        _set("spec.source.auth", _auth(SCRAM_AUTH, saslMechanism="GSSAPI")),
+    ),
+    _case(
+        "client-certificate-without-tls",
+        "spec.source.auth.clientCertificate",
+        _set("spec.source.auth", _auth(MTLS_AUTH, securityProtocol="PLAINTEXT")),
+    ),
+    _case(
+        "client-certificate-without-key",
+        "spec.source.auth.clientCertificate.key",
+        _set(
+            "spec.source.auth",
+            _auth(MTLS_AUTH, clientCertificate={"certificate": _ref("tls.crt", "stream-tls")}),
+        ),
+    ),
+    _case(
+        "oauthbearer-without-its-settings",
+        "spec.source.auth.oauthBearer",
+        _set("spec.source.auth", _auth(OAUTH_AUTH, oauthBearer=None)),
+    ),
+    _case(
+        "oauth-settings-with-scram",
+        "spec.source.auth.oauthBearer",
+        _set("spec.source.auth", _auth(SCRAM_AUTH, oauthBearer=OAUTH_AUTH["oauthBearer"])),
+    ),
+    _case(
+        "oauth-token-endpoint-over-http",
+        "spec.source.auth.oauthBearer.tokenEndpointUrl",
+        _set(
+            "spec.source.auth.oauthBearer",
+            {**OAUTH_AUTH["oauthBearer"], "tokenEndpointUrl": "http://idp/token"},
+        ),
+        _set("spec.source.auth.securityProtocol", "SASL_SSL"),
+        _set("spec.source.auth.saslMechanism", "OAUTHBEARER"),
+    ),
+    _case(
+        "oauth-client-id-with-a-quote",
+        "spec.source.auth.oauthBearer.clientId",
+        _set("spec.source.auth", OAUTH_AUTH),
+        _set("spec.source.auth.oauthBearer.clientId", 'orders"stream'),
+    ),
+    _case(
+        "oauth-extension-named-auth",
+        "spec.source.auth.oauthBearer.extensions",
+        _set("spec.source.auth", OAUTH_AUTH),
+        _set("spec.source.auth.oauthBearer.extensions", {"auth": "x"}),
+    ),
+    _case(
+        "oauth-extension-value-with-a-comma",
+        "spec.source.auth.oauthBearer.extensions.pool",
+        _set("spec.source.auth", OAUTH_AUTH),
+        _set("spec.source.auth.oauthBearer.extensions", {"pool": "a,b"}),
+    ),
+    _case(
+        "msk-iam-over-sasl-plaintext",
+        "spec.source.auth.securityProtocol",
+        _set("spec.source.auth", _auth(MSK_AUTH, securityProtocol="SASL_PLAINTEXT")),
+    ),
+    _case(
+        "msk-iam-without-its-settings",
+        "spec.source.auth.awsMskIam",
+        _set("spec.source.auth", _auth(MSK_AUTH, awsMskIam=None)),
+    ),
+    _case(
+        "msk-iam-role-not-an-arn",
+        "spec.source.auth.awsMskIam.roleArn",
+        _set("spec.source.auth", _auth(MSK_AUTH, awsMskIam={"roleArn": "orders-reader"})),
+    ),
+    _case(
+        "option-owned-group-id",
+        "spec.source.options",
+        _set("spec.source.options", {"kafka.fetch.max.bytes": "1048576", "kafka.group.id": "g"}),
+    ),
+    _case(
+        "option-owned-jaas",
+        "spec.source.options",
+        _set("spec.source.options", {"kafka.sasl.jaas.config": "x"}),
+    ),
+    _case(
+        "option-owned-truststore",
+        "spec.source.options",
+        _set("spec.source.options", {"kafka.ssl.truststore.location": "/x"}),
+    ),
+    _case(
+        "option-in-upper-case",
+        "spec.source.options",
+        _set("spec.source.options", {"kafka.Group.Id": "g"}),
+    ),
+    _case(
+        "option-without-kafka-prefix",
+        "spec.source.options",
+        _set("spec.source.options", {"fetch.max.bytes": "1"}),
+    ),
+    _case(
+        "option-holding-a-secret",
+        "spec.source.options",
+        _set("spec.source.options", {"kafka.basic.auth.user.info.password": "x"}),
+    ),
+    _case(
+        "unknown-isolation-level",
+        "spec.source.isolationLevel",
+        _set("spec.source.isolationLevel", "committed"),
     ),
     _case("unknown-placement", "spec.placement", _set("spec.placement", "shared")),
     _case(
@@ -544,6 +714,54 @@ INVALID_CASES: list[InvalidCase] = [
 
 # Manifests close to a mistake above that are fine and must stay accepted.
 VALID_LOOK_ALIKES: list[InvalidCase] = [
+    *(
+        _case(f"auth-{name}", "spec.source.auth", _set("spec.source.auth", auth))
+        for name, auth in (
+            ("scram", SCRAM_AUTH),
+            ("mtls", MTLS_AUTH),
+            (
+                "mtls-with-key-password",
+                _auth(
+                    MTLS_AUTH,
+                    clientCertificate={**MTLS_AUTH["clientCertificate"], "keyPassword": _ref("pw")},
+                ),
+            ),
+            (
+                "mtls-under-scram",
+                {**SCRAM_AUTH, "clientCertificate": MTLS_AUTH["clientCertificate"]},
+            ),
+            ("oauthbearer", OAUTH_AUTH),
+            ("msk-iam", MSK_AUTH),
+            (
+                "msk-iam-with-role",
+                _auth(
+                    MSK_AUTH,
+                    awsMskIam={
+                        "region": "eu-west-1",
+                        "roleArn": "arn:aws:iam::123456789012:role/streams/orders-reader",
+                    },
+                ),
+            ),
+            ("tls-only", {"securityProtocol": "SSL"}),
+        )
+    ),
+    _case(
+        "ordinary-kafka-options",
+        "spec.source.options",
+        _set(
+            "spec.source.options",
+            {
+                "kafka.fetch.max.bytes": "52428800",
+                "kafka.client.rack": "use1-az1",
+                "kafka.request.timeout.ms": "60000",
+                "kafka.ssl.endpoint.identification.algorithm": "",
+                "kafka.sasl.login.refresh.buffer.seconds": "120",
+                "kafka.max.partition.fetch.bytes": "1048576",
+                "kafka.client.dns.lookup": "use_all_dns_ips",
+            },
+        ),
+        _set("spec.source.isolationLevel", "read_uncommitted"),
+    ),
     _case(
         "checkpoint-beside-the-table-sharing-its-name",
         "spec.sink.checkpointPath",

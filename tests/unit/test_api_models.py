@@ -345,3 +345,64 @@ def test_the_default_dead_letter_place_follows_the_identity() -> None:
         ingestion = DeltaIngestion.model_validate(_with(sink={"tablePath": table}, deadLetter={}))
         derived = identity(ingestion).dead_letter_table_path
         assert dead_letter_place(table, None) == canonical_path(derived)
+
+
+def _with_source(**fields: Any) -> dict[str, Any]:
+    manifest = valid_manifest()
+    manifest["spec"]["source"].update(fields)
+    return manifest
+
+
+# (options, the keys the error must name; none: accepted)
+KAFKA_OPTION_CASES: list[tuple[dict[str, str], list[str]]] = [
+    ({"kafka.fetch.max.bytes": "1", "kafka.client.rack": "az1"}, []),
+    ({"kafka.sasl.login.refresh.window.factor": "0.8"}, []),
+    ({"kafka.sasl.oauthbearer.scope.claim.name": "scp"}, []),
+    ({"kafka.ssl.endpoint.identification.algorithm": ""}, []),
+    ({"kafka.ssl.enabled.protocols": "TLSv1.3", "kafka.ssl.cipher.suites": "x"}, []),
+    ({"kafka.group.id": "g", "kafka.fetch.min.bytes": "1"}, ["kafka.group.id"]),
+    ({"kafka.group.instance.id": "g"}, ["kafka.group.instance.id"]),
+    ({"kafka.enable.auto.commit": "true"}, ["kafka.enable.auto.commit"]),
+    ({"kafka.auto.offset.reset": "latest"}, ["kafka.auto.offset.reset"]),
+    ({"kafka.isolation.level": "read_uncommitted"}, ["kafka.isolation.level"]),
+    ({"kafka.bootstrap.servers": "other:9092"}, ["kafka.bootstrap.servers"]),
+    ({"kafka.security.protocol": "PLAINTEXT"}, ["kafka.security.protocol"]),
+    ({"kafka.sasl.mechanism": "PLAIN"}, ["kafka.sasl.mechanism"]),
+    (
+        {"kafka.sasl.jaas.config": "x", "kafka.ssl.keystore.type": "PEM"},
+        ["kafka.sasl.jaas.config", "kafka.ssl.keystore.type"],
+    ),
+    ({"kafka.sasl.login.callback.handler.class": "x"}, ["kafka.sasl.login.callback.handler.class"]),
+    ({"kafka.sasl.kerberos.service.name": "kafka"}, ["kafka.sasl.kerberos.service.name"]),
+    ({"kafka.ssl.truststore.certificates": "x"}, ["kafka.ssl.truststore.certificates"]),
+    ({"kafka.config.providers": "file"}, ["kafka.config.providers"]),
+    (
+        {"kafka.key.deserializer": "x", "kafka.value.deserializer": "y"},
+        ["kafka.key.deserializer", "kafka.value.deserializer"],
+    ),
+    ({"kafka.Fetch.Max.Bytes": "1"}, ["kafka.Fetch.Max.Bytes"]),
+    ({"KAFKA.GROUP.ID": "g"}, ["KAFKA.GROUP.ID"]),
+    ({"fetch.max.bytes": "1"}, ["fetch.max.bytes"]),
+    ({"kafka.basic.auth.credentials.source": "x"}, ["kafka.basic.auth.credentials.source"]),
+]
+
+
+@pytest.mark.parametrize(("options", "refused"), KAFKA_OPTION_CASES)
+def test_kafka_options_deltaflow_owns_are_refused_naming_each_key(
+    options: dict[str, str], refused: list[str]
+) -> None:
+    manifest = _with_source(options=options)
+    if not refused:
+        assert DeltaIngestion.model_validate(manifest).spec.source.options == options
+        return
+    with pytest.raises(ValidationError) as err:
+        DeltaIngestion.model_validate(manifest)
+    lines = [line for line in describe(err.value) if line.startswith("spec.source.options:")]
+    named = {key for line in lines for key in options if f" {key} " in line or f" {key}," in line}
+    assert named == set(refused), lines
+
+
+def test_isolation_level_defaults_to_read_committed() -> None:
+    spec = DeltaIngestion.model_validate(valid_manifest()).spec
+    assert spec.source.isolation_level == "read_committed"
+    assert spec.source.options == {}
