@@ -20,7 +20,8 @@ from pathlib import Path
 from deltaflow_api.cadence import plan_trigger
 from deltaflow_runtime import session
 from deltaflow_runtime.config import Pipeline, load_ingestion
-from deltaflow_runtime.source import KafkaSecrets, spark_kafka_options
+from deltaflow_runtime.kafka_auth import KafkaMaterial
+from deltaflow_runtime.source import spark_kafka_options
 
 
 def main() -> int:
@@ -45,7 +46,7 @@ def main() -> int:
     from pyspark.sql import functions as F  # noqa: N812
 
     options = spark_kafka_options(
-        spec.source, KafkaSecrets(), min_partitions=spec.tasks_per_batch(scaled_executors=False)
+        spec.source, KafkaMaterial({}), min_partitions=spec.tasks_per_batch(scaled_executors=False)
     )
     records = spark.readStream.format("kafka").options(**options).load()
     if args.validate:

@@ -5,12 +5,64 @@ cannot turn them off). One owner, both sides read it."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from deltaflow_api.v1alpha1 import KafkaAuth, SecretKeyRef
+
 # Where the operator mounts the pod's configuration (the pipeline config, Spark's, the Kafka CA).
 CONFIG_MOUNT = "/etc/deltaflow"
-# spec.source.auth.caCertificate, mounted as this file.
-KAFKA_CA_DIR = f"{CONFIG_MOUNT}/kafka-ca"
-KAFKA_CA_FILE_NAME = "ca.crt"
-KAFKA_CA_FILE = f"{KAFKA_CA_DIR}/{KAFKA_CA_FILE_NAME}"
+
+
+@dataclass(frozen=True)
+class KafkaSecretFile:
+    """Where a Secret key that spec.source.auth references is mounted, in every pod of the
+    stream: one secret volume per field (fields may name different Secrets), read-only. No
+    Kafka secret travels as an environment variable or a Spark option: Java clients read the
+    file through Kafka's DirectoryConfigProvider, the Python clients read it themselves."""
+
+    field: str  # under spec.source.auth, e.g. "oauthBearer.clientSecret"
+    volume: str  # the pod volume, also the folder's name
+    file: str
+
+    @property
+    def directory(self) -> str:
+        return f"{CONFIG_MOUNT}/{self.volume}"
+
+    @property
+    def path(self) -> str:
+        return f"{self.directory}/{self.file}"
+
+
+KAFKA_SECRET_FILES = (
+    KafkaSecretFile("caCertificate", "kafka-ca", "ca.crt"),
+    KafkaSecretFile("clientCertificate.certificate", "kafka-client-cert", "tls.crt"),
+    KafkaSecretFile("clientCertificate.key", "kafka-client-key", "tls.key"),
+    KafkaSecretFile("clientCertificate.keyPassword", "kafka-key-password", "password"),
+    KafkaSecretFile("username", "kafka-username", "username"),
+    KafkaSecretFile("password", "kafka-password", "password"),
+    KafkaSecretFile("oauthBearer.clientSecret", "kafka-client-secret", "client-secret"),
+    KafkaSecretFile("oauthBearer.tokenEndpointCaCertificate", "kafka-token-ca", "ca.crt"),
+)
+KAFKA_SECRET_VOLUMES = tuple(f.volume for f in KAFKA_SECRET_FILES)
+
+
+def kafka_secret_refs(auth: KafkaAuth | None) -> list[tuple[KafkaSecretFile, SecretKeyRef]]:
+    """The Secret keys ``auth`` references, each with where it is mounted."""
+    if auth is None:
+        return []
+    found: list[tuple[KafkaSecretFile, SecretKeyRef]] = []
+    for secret_file in KAFKA_SECRET_FILES:
+        node: object = auth
+        for part in secret_file.field.split("."):
+            node = getattr(node, _snake(part), None) if node is not None else None
+        if isinstance(node, SecretKeyRef):
+            found.append((secret_file, node))
+    return found
+
+
+def _snake(camel: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in camel)
+
 
 # The driver's own address and master: the operator sets these variables on the driver pod, the
 # runtime resolves them at start (neither is known before the pod runs).
@@ -28,9 +80,6 @@ def local_master(task_slots: int) -> str:
     return f"local[{max(1, task_slots)}]"
 
 
-# Kafka's SASL credentials, filled by the kubelet from the spec's secretKeyRefs.
-ENV_KAFKA_USERNAME = "DELTAFLOW_KAFKA_USERNAME"
-ENV_KAFKA_PASSWORD = "DELTAFLOW_KAFKA_PASSWORD"
 # The operator's Spark properties for the driver (spark-defaults.conf, from the ConfigMap): the
 # runtime reads the file itself. Handed to spark-submit as SPARK_CONF_DIR, the folder would go on
 # the JVM's class path, and Java refuses a class-data archive (jvm_archive) for a class path

@@ -42,6 +42,9 @@ class FailureReason(StrEnum):
     BUCKET_NOT_FOUND = "BucketNotFound"
     OBJECT_STORE_UNREACHABLE = "ObjectStoreUnreachable"
     OBJECT_STORE_ERROR = "ObjectStoreError"
+    # A Secret key spec.source.auth references is not mounted (the Secret or its key is
+    # missing): a driver started after it is created mounts it.
+    KAFKA_CREDENTIALS_MISSING = "KafkaCredentialsMissing"
     # The store ignores If-None-Match: two writers could replace each other's commits.
     CONDITIONAL_PUT_IGNORED = "ConditionalPutIgnored"
     # Maintenance and recover-checkpoint jobs.

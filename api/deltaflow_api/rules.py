@@ -90,7 +90,19 @@ def unique_cel(items: str, field: str) -> str:
 
 
 # Volume names the pods already use for their own volumes (Spark's start with "spark-").
-RESERVED_VOLUME_NAMES = ("config", "tmp", "kafka-ca")
+RESERVED_VOLUME_NAMES = (
+    "config",
+    "tmp",
+    # Kafka's secrets (driver_pod.KAFKA_SECRET_FILES; a unit test holds the two lists together).
+    "kafka-ca",
+    "kafka-client-cert",
+    "kafka-client-key",
+    "kafka-key-password",
+    "kafka-username",
+    "kafka-password",
+    "kafka-client-secret",
+    "kafka-token-ca",
+)
 RESERVED_VOLUME_PREFIX = "spark-"
 
 

@@ -10,31 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from deltaflow_api.v1alpha1 import KafkaSource
 from deltaflow_runtime.checkpoint import TopicOffsets
 from deltaflow_runtime.topics import matching_topics
-
-
-def client_config(
-    source: KafkaSource,
-    username: str | None = None,
-    password: str | None = None,
-    ca: Mapping[str, str] | None = None,
-) -> dict[str, str]:
-    """librdkafka settings for ``source``; ``ca`` adds the CA setting (``ssl.ca.location``
-    for the driver's mounted file); credentials are the values the Secrets referenced by
-    ``source.auth`` hold."""
-    config = {"bootstrap.servers": source.bootstrap_servers}
-    auth = source.auth
-    if auth is None:
-        return config
-    config["security.protocol"] = auth.security_protocol
-    if auth.security_protocol.startswith("SASL") and auth.sasl_mechanism is not None:
-        config["sasl.mechanisms"] = auth.sasl_mechanism
-        config["sasl.username"] = username or ""
-        config["sasl.password"] = password or ""
-    config.update(ca or {})
-    return config
 
 
 @dataclass(frozen=True)

@@ -43,19 +43,14 @@ from deltaflow_runtime.freshness import FreshnessWindow, ages_at_commit
 from deltaflow_runtime.guard import StreamFacts, check_checkpoint, check_kafka_identity
 from deltaflow_runtime.jvm import jvm
 from deltaflow_runtime.kafka_admin import KafkaIdentity
+from deltaflow_runtime.kafka_auth import KafkaMaterial, librdkafka_config
 from deltaflow_runtime.metrics import RuntimeMetrics, progress_sample
 from deltaflow_runtime.offsets import DataLossError, KafkaAdmin, data_loss_gaps, describe_gaps
 from deltaflow_runtime.parse import parse_spec
 from deltaflow_runtime.pod_channel import PodChannel
 from deltaflow_runtime.scaling_agent import ScalingAgent, SpecBounds
 from deltaflow_runtime.sink import SCHEDULER_POOL, BatchReport, BatchWriter, read_tasks
-from deltaflow_runtime.source import (
-    KafkaSecrets,
-    librdkafka_config,
-    read_range,
-    read_stream,
-    spark_kafka_options,
-)
+from deltaflow_runtime.source import read_range, read_stream, spark_kafka_options
 from deltaflow_runtime.table import (
     METADATA_KEY,
     SNAPSHOT_PARTITIONS,
@@ -196,8 +191,9 @@ class StreamRunner:
         self._stop = options.stop
         self._done = threading.Event()
         source = pipeline.ingestion.spec.source
-        self.secrets = KafkaSecrets.from_env(source)
-        self.admin = KafkaAdmin(librdkafka_config(source, self.secrets))
+        self.kafka_material = KafkaMaterial.locate(source)
+        self.kafka_material.check(source)
+        self.admin = KafkaAdmin(librdkafka_config(source, self.kafka_material))
         self.checkpoint = Checkpoint(spark, pipeline.identity.checkpoint_path)
         self.query: StreamingQuery | None = None
         self.writer: BatchWriter | None = None
@@ -320,7 +316,9 @@ class StreamRunner:
             scheduler_pool=self.options.pool_member,
         )
         writer.seed_committed(resume)
-        options = spark_kafka_options(ingestion.spec.source, self.secrets, min_partitions=tasks)
+        options = spark_kafka_options(
+            ingestion.spec.source, self.kafka_material, min_partitions=tasks
+        )
         self._kafka_options = options
         # Dead letters a stopped driver left waiting: written after this run's first table
         # commit, so that a recovery's start does not wait for them; at once when no record

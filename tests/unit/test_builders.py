@@ -81,47 +81,24 @@ def test_secrets_only_by_reference() -> None:
     ing = ingestion(**spec_auth)
     pod = b.driver_pod(ing, SETTINGS)
     env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
-    assert env["DELTAFLOW_KAFKA_PASSWORD"] == {
-        "name": "DELTAFLOW_KAFKA_PASSWORD",
-        "valueFrom": {"secretKeyRef": {"name": "kc", "key": "p"}},
-    }
     assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"] == {
         "secretKeyRef": {"name": "lake", "key": "secret"}
     }
-    assert all(
-        "value" not in e for n, e in env.items() if n.startswith(("DELTAFLOW_KAFKA", "AWS_"))
-    )
+    assert all("value" not in e for n, e in env.items() if n.startswith("AWS_"))
+    # Kafka's secrets are files, never environment variables (Spark copies its environment
+    # into its event log and executors' pod specs).
+    assert not any(n.startswith("DELTAFLOW_KAFKA") for n in env)
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
-    assert volumes["kafka-ca"]["secret"] == {
-        "secretName": "kca",
-        "items": [{"key": "ca.pem", "path": "ca.crt"}],
+    assert volumes["kafka-password"]["secret"] == {
+        "secretName": "kc",
+        "items": [{"key": "p", "path": "password"}],
+        "optional": True,
+        "defaultMode": 0o440,
     }
+    assert volumes["kafka-ca"]["secret"]["items"] == [{"key": "ca.pem", "path": "ca.crt"}]
     conf = b.spark_conf(ing, SETTINGS)
     assert conf["spark.kubernetes.executor.secretKeyRef.AWS_SECRET_ACCESS_KEY"] == "lake:secret"
-    # The driver's executors may name exactly these Secrets, this image and no claim (the
-    # chart's admission policy reads them off the driver's ServiceAccount).
-    assert b.service_account(ing, SETTINGS)["metadata"]["annotations"] == {
-        b.EXECUTOR_IMAGE_ANNOTATION: "deltaflow:1.2.3",
-        b.EXECUTOR_SECRETS_ANNOTATION: "kc kca lake",
-        b.EXECUTOR_CLAIMS_ANNOTATION: "",
-    }
-    with_volumes = ingestion(
-        volumes=[
-            {"name": "lake", "claimName": "lake-pvc", "mountPath": "/lake"},
-            {"name": "ref", "claimName": "ref-pvc", "mountPath": "/ref", "readOnly": True},
-        ],
-        image="registry.example/deltaflow:9",
-    )
-    allowance = b.executor_allowance(with_volumes, SETTINGS)
-    assert allowance[b.EXECUTOR_CLAIMS_ANNOTATION] == "lake-pvc ref-pvc"
-    assert allowance[b.EXECUTOR_IMAGE_ANNOTATION] == "registry.example/deltaflow:9"
-    assert set(b.secret_refs(ing)) == {
-        "spec.source.auth.username",
-        "spec.source.auth.password",
-        "spec.source.auth.caCertificate",
-        "spec.sink.storage.accessKeyId",
-        "spec.sink.storage.secretAccessKey",
-    }
+    assert not any("KAFKA" in k for k in conf)
 
 
 def test_spark_conf_runs_client_mode_against_kubernetes() -> None:
@@ -349,48 +326,44 @@ def test_volumes_replace_the_driver_when_they_change() -> None:
     )
 
 
-def test_executors_get_the_kafka_ca_and_credentials_the_driver_has() -> None:
+def test_executors_get_the_kafka_secrets_the_driver_has() -> None:
     ing = ingestion(source={**valid_manifest()["spec"]["source"], "auth": SASL_AUTH})
     driver, executor = b.driver_pod(ing, SETTINGS)["spec"], b.executor_pod_template(ing)["spec"]
-    # The CA bundle: same Secret, same key, same path (the Kafka consumers run on executors and
-    # read ssl.truststore.location from the options the driver built).
-    assert _volumes(executor)["kafka-ca"] == _volumes(driver)["kafka-ca"]
-    assert _mounts(executor)["kafka-ca"] == _mounts(driver)["kafka-ca"]
+    # Same Secrets, same keys, same paths: the Kafka consumers run on executors and resolve the
+    # file references in the options the driver built.
+    for name in ("kafka-ca", "kafka-username", "kafka-password"):
+        assert _volumes(executor)[name] == _volumes(driver)[name]
+        assert _mounts(executor)[name] == _mounts(driver)[name]
     assert _mounts(executor)["kafka-ca"]["mountPath"] == "/etc/deltaflow/kafka-ca"
-    # SASL username and password: by reference, like the driver's environment.
-    conf = b.spark_conf(ing, SETTINGS)
-    assert conf["spark.kubernetes.executor.secretKeyRef.DELTAFLOW_KAFKA_USERNAME"] == "kc:u"
-    assert conf["spark.kubernetes.executor.secretKeyRef.DELTAFLOW_KAFKA_PASSWORD"] == "kc:p"
-    driver_env = {
-        e["name"]: e["valueFrom"]["secretKeyRef"]
-        for e in driver["containers"][0]["env"]
-        if "secretKeyRef" in e.get("valueFrom", {})
-    }
-    executor_env = {
-        key.rsplit(".", 1)[1]: dict(zip(("name", "key"), value.split(":"), strict=True))
-        for key, value in conf.items()
-        if key.startswith("spark.kubernetes.executor.secretKeyRef.")
-    }
-    assert executor_env == driver_env
-    # No CA, no SASL: executors get neither.
+    # No auth: neither gets any.
     plain = ingestion()
-    assert "kafka-ca" not in _volumes(b.executor_pod_template(plain)["spec"])
-    assert not any("secretKeyRef" in k for k in b.spark_conf(plain, SETTINGS))
+    for pod_spec in (b.executor_pod_template(plain)["spec"], b.driver_pod(plain, SETTINGS)["spec"]):
+        assert not any(n.startswith("kafka-") for n in _volumes(pod_spec))
 
 
-def test_the_runtime_finds_the_ca_where_executors_mount_it() -> None:
+def test_the_runtime_finds_each_secret_where_the_pods_mount_it() -> None:
     from deltaflow_api.v1alpha1 import KafkaSource
-    from deltaflow_runtime.source import KafkaSecrets, spark_kafka_options
+    from deltaflow_runtime.kafka_auth import KafkaMaterial
 
-    ing = ingestion(source={**valid_manifest()["spec"]["source"], "auth": SASL_AUTH})
+    auth = {
+        **SASL_AUTH,
+        "clientCertificate": {
+            "certificate": {"name": "tls", "key": "tls.crt"},
+            "key": {"name": "tls", "key": "tls.key"},
+            "keyPassword": {"name": "tls", "key": "pw"},
+        },
+    }
+    ing = ingestion(source={**valid_manifest()["spec"]["source"], "auth": auth})
     source: KafkaSource = ing.spec.source
-    env = {"DELTAFLOW_KAFKA_USERNAME": "u", "DELTAFLOW_KAFKA_PASSWORD": "p"}
-    options = spark_kafka_options(source, KafkaSecrets.from_env(source, env))
-    ca_file = options["kafka.ssl.truststore.location"]
-    template = b.executor_pod_template(ing)["spec"]
-    ca_mount = _mounts(template)["kafka-ca"]
-    item = _volumes(template)["kafka-ca"]["secret"]["items"][0]
-    assert ca_file == f"{ca_mount['mountPath']}/{item['path']}"
+    material = KafkaMaterial.locate(source, env={})
+    assert len(material.files) == 6
+    for pod_spec in (b.executor_pod_template(ing)["spec"], b.driver_pod(ing, SETTINGS)["spec"]):
+        mounted = {
+            f"{_mounts(pod_spec)[name]['mountPath']}/{volume['secret']['items'][0]['path']}"
+            for name, volume in _volumes(pod_spec).items()
+            if name.startswith("kafka-")
+        }
+        assert mounted == set(material.files.values())
 
 
 def test_config_map_holds_no_secret_values_and_no_address_needing_dns() -> None:
@@ -402,7 +375,6 @@ def test_config_map_holds_no_secret_values_and_no_address_needing_dns() -> None:
     assert "spark.driver.host" not in keys  # the pod's IP, known only in the pod
     assert ".svc" not in defaults
     assert "kubernetes.default" not in defaults
-    assert "spark.kubernetes.executor.secretKeyRef.DELTAFLOW_KAFKA_PASSWORD kc:p" in settings_lines
     assert "sasl.jaas.config" not in defaults
 
 

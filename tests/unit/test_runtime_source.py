@@ -1,21 +1,19 @@
-"""Kafka options for Spark and for the admin client, from the spec and the environment."""
+"""Kafka options for Spark's source, from the spec (security: tests/unit/test_kafka_auth.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from deltaflow_api.v1alpha1 import DeltaIngestionSpec, KafkaSource
-from deltaflow_runtime.source import (
-    KafkaSecrets,
-    SourceConfigError,
-    librdkafka_config,
-    spark_kafka_options,
-)
+from deltaflow_runtime.kafka_auth import KafkaMaterial, librdkafka_config
+from deltaflow_runtime.source import spark_kafka_options
+
+NO_SECRETS = KafkaMaterial({})
 
 
 def test_plain_topic_options() -> None:
     source = KafkaSource(bootstrap_servers="k:9092", topic="orders", max_offsets_per_trigger=500)
-    options = spark_kafka_options(source, KafkaSecrets())
+    options = spark_kafka_options(source, NO_SECRETS)
     assert options == {
         "kafka.bootstrap.servers": "k:9092",
         "subscribe": "orders",
@@ -25,7 +23,7 @@ def test_plain_topic_options() -> None:
         "kafka.isolation.level": "read_committed",
         "maxOffsetsPerTrigger": "500",
     }
-    assert librdkafka_config(source, KafkaSecrets()) == {"bootstrap.servers": "k:9092"}
+    assert librdkafka_config(source, NO_SECRETS) == {"bootstrap.servers": "k:9092"}
 
 
 def _spec(source: dict[str, object], **more: object) -> DeltaIngestionSpec:
@@ -43,15 +41,14 @@ def test_min_partitions_reaches_sparks_kafka_source() -> None:
     spec = _spec({"minPartitions": 48})
     tasks = spec.tasks_per_batch(scaled_executors=True)
     assert (
-        spark_kafka_options(spec.source, KafkaSecrets(), min_partitions=tasks)["minPartitions"]
-        == "48"
+        spark_kafka_options(spec.source, NO_SECRETS, min_partitions=tasks)["minPartitions"] == "48"
     )
     # A local run keeps Spark's default unless the spec asks.
     assert spec.tasks_per_batch(scaled_executors=False) == 48
     plain = _spec({})
     local = plain.tasks_per_batch(scaled_executors=False)
     assert "minPartitions" not in spark_kafka_options(
-        plain.source, KafkaSecrets(), min_partitions=local
+        plain.source, NO_SECRETS, min_partitions=local
     )
 
 
@@ -69,7 +66,7 @@ def test_a_scaled_stream_reads_two_tasks_per_core_at_max_executors_by_default(
 ) -> None:
     spec = _spec({}, scaling=scaling, executor={"cores": cores, "memory": "2g"})
     assert spec.tasks_per_batch(scaled_executors=True) == tasks
-    options = spark_kafka_options(spec.source, KafkaSecrets(), min_partitions=tasks)
+    options = spark_kafka_options(spec.source, NO_SECRETS, min_partitions=tasks)
     assert options["minPartitions"] == str(tasks)
 
 
@@ -80,53 +77,32 @@ def test_pattern_latest_and_data_loss_tolerated() -> None:
         starting_offsets="latest",
         fail_on_data_loss=False,
     )
-    options = spark_kafka_options(source, KafkaSecrets())
+    options = spark_kafka_options(source, NO_SECRETS)
     assert options["subscribePattern"] == "orders-.*"
     assert "subscribe" not in options
     assert options["startingOffsets"] == "latest"
     assert options["failOnDataLoss"] == "false"
 
 
-def _sasl_source() -> KafkaSource:
-    return KafkaSource.model_validate(
+def test_user_options_reach_spark_but_never_override_deltaflow_s_own() -> None:
+    source = KafkaSource.model_validate(
         {
-            "bootstrapServers": "k:9093",
+            "bootstrapServers": "k:9092",
             "topic": "orders",
-            "auth": {
-                "securityProtocol": "SASL_SSL",
-                "saslMechanism": "SCRAM-SHA-512",
-                "username": {"name": "kafka", "key": "user"},
-                "password": {"name": "kafka", "key": "pass"},
-                "caCertificate": {"name": "kafka", "key": "ca.crt"},
-            },
+            "isolationLevel": "read_uncommitted",
+            "options": {"kafka.fetch.max.bytes": "1048576", "kafka.client.rack": "az1"},
         }
     )
-
-
-def test_sasl_ssl_from_the_environment() -> None:
-    source = _sasl_source()
-    env = {"DELTAFLOW_KAFKA_USERNAME": "ingest", "DELTAFLOW_KAFKA_PASSWORD": 'p"w'}
-    secrets = KafkaSecrets.from_env(source, env)
-    assert secrets.ca_file == "/etc/deltaflow/kafka-ca/ca.crt"
-    options = spark_kafka_options(source, secrets)
-    assert options["kafka.security.protocol"] == "SASL_SSL"
-    assert options["kafka.sasl.mechanism"] == "SCRAM-SHA-512"
-    assert options["kafka.sasl.jaas.config"] == (
-        "org.apache.kafka.common.security.scram.ScramLoginModule required "
-        'username="ingest" password="p\\"w";'
-    )
-    assert options["kafka.ssl.truststore.type"] == "PEM"
-    assert options["kafka.ssl.truststore.location"] == "/etc/deltaflow/kafka-ca/ca.crt"
-    assert librdkafka_config(source, secrets) == {
-        "bootstrap.servers": "k:9093",
-        "security.protocol": "SASL_SSL",
-        "sasl.mechanisms": "SCRAM-SHA-512",
-        "sasl.username": "ingest",
-        "sasl.password": 'p"w',
-        "ssl.ca.location": "/etc/deltaflow/kafka-ca/ca.crt",
+    options = spark_kafka_options(source, NO_SECRETS)
+    assert options["kafka.fetch.max.bytes"] == "1048576"
+    assert options["kafka.client.rack"] == "az1"
+    assert options["kafka.isolation.level"] == "read_uncommitted"
+    # A resource stored before admission refused the key cannot override the spec's level.
+    stored = source.model_copy(update={"options": {"kafka.isolation.level": "read_uncommitted"}})
+    stored = stored.model_copy(update={"isolation_level": "read_committed"})
+    assert spark_kafka_options(stored, NO_SECRETS)["kafka.isolation.level"] == "read_committed"
+    # librdkafka takes the few settings it shares with Java's consumer, no others.
+    assert librdkafka_config(source, NO_SECRETS) == {
+        "bootstrap.servers": "k:9092",
+        "client.rack": "az1",
     }
-
-
-def test_missing_credentials_name_the_variable() -> None:
-    with pytest.raises(SourceConfigError, match="DELTAFLOW_KAFKA_PASSWORD"):
-        KafkaSecrets.from_env(_sasl_source(), {"DELTAFLOW_KAFKA_USERNAME": "ingest"})

@@ -23,18 +23,15 @@ from deltaflow_api.driver_pod import (
     BLOCK_MANAGER_PORT,
     CONFIG_MOUNT,
     DRIVER_PORT,
-    ENV_KAFKA_PASSWORD,
-    ENV_KAFKA_USERNAME,
     ENV_METRICS_PORT,
     ENV_POD_IP,
     ENV_SPARK_DEFAULTS,
     ENV_SPARK_MASTER,
     IN_CLUSTER_MASTER,
-    KAFKA_CA_DIR,
-    KAFKA_CA_FILE_NAME,
     NETWORK_CONF,
     SPARK_DEFAULTS_FILE,
     SPARK_MODE_ANNOTATION,
+    kafka_secret_refs,
     local_master,
 )
 from deltaflow_api.v1alpha1 import Resources, Scaling, SecretKeyRef, Volume
@@ -62,6 +59,7 @@ from deltaflow_operator.settings import Settings
 EXECUTOR_CONTAINER = "executor"
 # Environment variables the runtime reads its secrets from (values come from secretKeyRefs).
 ENV_STORAGE_KEY_ID = "AWS_ACCESS_KEY_ID"
+KAFKA_SECRET_FILE_MODE = 0o440
 ENV_STORAGE_SECRET = "AWS_SECRET_ACCESS_KEY"
 
 
@@ -114,19 +112,19 @@ def driver_spec_hash(ingestion: DeltaIngestion, settings: Settings) -> str:
             "identity": service_account_name(ingestion.name),
             # A move between local mode and executor pods is a new driver (decisions.placement).
             "master": spark_master(ingestion),
+            # Kafka's secrets moved from environment variables to mounted files: a driver
+            # started with them in its environment reads them from files once replaced.
+            "kafkaSecrets": "files",
         }
     )
 
 
 def secret_refs(ingestion: DeltaIngestion) -> dict[str, SecretKeyRef]:
     """Every Secret key the stream references, by the field that references it."""
-    refs: dict[str, SecretKeyRef] = {}
-    auth = ingestion.spec.source.auth
-    if auth is not None:
-        for field in ("username", "password", "ca_certificate"):
-            ref = getattr(auth, field)
-            if ref is not None:
-                refs[f"spec.source.auth.{_camel(field)}"] = ref
+    refs = {
+        f"spec.source.auth.{secret_file.field}": ref
+        for secret_file, ref in kafka_secret_refs(ingestion.spec.source.auth)
+    }
     storage = ingestion.spec.sink.storage
     if storage is not None:
         for field in ("access_key_id", "secret_access_key"):
@@ -146,11 +144,9 @@ def _secret_env(name: str, ref: SecretKeyRef) -> dict[str, Any]:
 
 
 def secret_env_refs(ingestion: DeltaIngestion) -> list[tuple[str, SecretKeyRef]]:
-    """(environment variable, Secret key) pairs the runtime reads its credentials from."""
+    """(environment variable, Secret key) pairs the runtime reads the object store's keys from
+    (Kafka's secrets are files: :func:`kafka_secret_volumes`)."""
     refs: list[tuple[str, SecretKeyRef]] = []
-    auth = ingestion.spec.source.auth
-    if auth is not None and auth.username is not None and auth.password is not None:
-        refs += [(ENV_KAFKA_USERNAME, auth.username), (ENV_KAFKA_PASSWORD, auth.password)]
     storage = ingestion.spec.sink.storage
     if (
         storage is not None
@@ -291,33 +287,36 @@ def data_volume_mounts(ingestion: DeltaIngestion) -> list[dict[str, Any]]:
     return [_pvc_mount(v) for v in ingestion.spec.volumes]
 
 
-def kafka_ca_volumes(ingestion: DeltaIngestion) -> list[dict[str, Any]]:
-    """The Kafka CA bundle (spec.source.auth.caCertificate) as a volume, if the spec has one."""
-    auth = ingestion.spec.source.auth
-    if auth is None or auth.ca_certificate is None:
-        return []
-    ref = auth.ca_certificate
+def kafka_secret_volumes(ingestion: DeltaIngestion) -> list[dict[str, Any]]:
+    """One secret volume per Secret key spec.source.auth references (driver_pod's
+    KAFKA_SECRET_FILES). Optional: a pod whose Secret is missing still starts, and its driver
+    names the missing field (KafkaCredentialsMissing) instead of the pod waiting unseen in
+    ContainerCreating. Readable by the pod's group only (the pods set fsGroup)."""
     return [
         {
-            "name": "kafka-ca",
+            "name": secret_file.volume,
             "secret": {
                 "secretName": ref.name,
-                "items": [{"key": ref.key, "path": KAFKA_CA_FILE_NAME}],
+                "items": [{"key": ref.key, "path": secret_file.file}],
+                "optional": True,
+                "defaultMode": KAFKA_SECRET_FILE_MODE,
             },
         }
+        for secret_file, ref in kafka_secret_refs(ingestion.spec.source.auth)
     ]
 
 
-def kafka_ca_mounts(ingestion: DeltaIngestion) -> list[dict[str, Any]]:
-    """Where the runtime's Kafka clients find the CA bundle (driver_pod.KAFKA_CA_FILE), if any."""
-    if not kafka_ca_volumes(ingestion):
-        return []
-    return [{"name": "kafka-ca", "mountPath": KAFKA_CA_DIR, "readOnly": True}]
+def kafka_secret_mounts(ingestion: DeltaIngestion) -> list[dict[str, Any]]:
+    """Where the runtime's Kafka clients find those files: the same folders in every pod."""
+    return [
+        {"name": secret_file.volume, "mountPath": secret_file.directory, "readOnly": True}
+        for secret_file, _ in kafka_secret_refs(ingestion.spec.source.auth)
+    ]
 
 
 def executor_pod_template(ingestion: DeltaIngestion) -> Manifest:
     """Pod template Spark uses for executors: restricted, no API token, writable /tmp, the
-    Kafka CA bundle at the driver's path (the Kafka consumers run here) and spec.volumes."""
+    Kafka secrets at the driver's paths (the Kafka consumers run here) and spec.volumes."""
     options = ingestion.spec.executor.pod
     meta: dict[str, Any] = {"labels": pod_labels(ingestion, "executor", options)}
     if pod_annotations(options):
@@ -337,14 +336,14 @@ def executor_pod_template(ingestion: DeltaIngestion) -> Manifest:
                     "securityContext": restricted_container_security(),
                     "volumeMounts": [
                         {"name": "tmp", "mountPath": "/tmp"},
-                        *kafka_ca_mounts(ingestion),
+                        *kafka_secret_mounts(ingestion),
                         *data_volume_mounts(ingestion),
                     ],
                 }
             ],
             "volumes": [
                 {"name": "tmp", "emptyDir": {}},
-                *kafka_ca_volumes(ingestion),
+                *kafka_secret_volumes(ingestion),
                 *data_volumes(ingestion),
             ],
         },
@@ -412,7 +411,7 @@ def driver_pod(ingestion: DeltaIngestion, settings: Settings) -> Manifest:
     mounts = [
         {"name": "config", "mountPath": CONFIG_MOUNT, "readOnly": True},
         {"name": "tmp", "mountPath": "/tmp"},
-        *kafka_ca_mounts(ingestion),
+        *kafka_secret_mounts(ingestion),
         *data_volume_mounts(ingestion),
     ]
     return {
@@ -460,7 +459,7 @@ def driver_pod(ingestion: DeltaIngestion, settings: Settings) -> Manifest:
             "volumes": [
                 config_volume(ingestion),
                 {"name": "tmp", "emptyDir": {}},
-                *kafka_ca_volumes(ingestion),
+                *kafka_secret_volumes(ingestion),
                 *data_volumes(ingestion),
             ],
         },
