@@ -89,14 +89,16 @@ RUN --mount=type=cache,id=deltaflow-maven,target=/root/.m2 \
       -Dspark.version="$SPARK_VERSION" -Dspark.minor="${SPARK_VERSION%.*}" \
       -Dscala.binary="$SCALA_BINARY" -Ddelta.version="$DELTA_VERSION" \
       -Dspark.avro.version="$SPARK_AVRO_VERSION" -Dhadoop.version="$HADOOP_VERSION" \
-      -Daws.sdk.version="$AWS_SDK_VERSION" \
+      -Daws.sdk.version="$AWS_SDK_VERSION" -Djose4j.version="$JOSE4J_VERSION" \
+      -Dmsk.iam.version="$MSK_IAM_VERSION" \
       org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
       -DoutputDirectory=/jars -DincludeScope=runtime -DexcludeTransitive=false \
  && mvn -B -q -Dstyle.color=never -f /build/jvm/pom.xml -Dbuild.dir=/tmp/jvm \
       -Ddelta.version="$DELTA_VERSION" -Dhadoop.version="$HADOOP_VERSION" \
       -Djackson.version="$JACKSON_VERSION" -Davro.version="$AVRO_VERSION" \
       -Dspark.version="$SPARK_VERSION" -Dspark.minor="${SPARK_VERSION%.*}" \
-      -Dscala.binary="$SCALA_BINARY" -Dscala.version="$SCALA_VERSION" package \
+      -Dscala.binary="$SCALA_BINARY" -Dscala.version="$SCALA_VERSION" \
+      -Dkafka.clients.version="$KAFKA_CLIENTS_VERSION" package \
  && cp /tmp/jvm/deltaflow-jvm-*.jar /jars/
 
 # --- Runtime ------------------------------------------------------------------------------------
@@ -130,7 +132,7 @@ RUN --mount=type=bind,from=jars,source=/jars,target=/mnt/connector-jars \
       base=$(basename "$jar" | sed -E 's/-[0-9][^-]*(-[A-Za-z0-9.]+)?\.jar$//'); \
       ls "$SPARK_HOME/jars/$base"-[0-9]*.jar >/dev/null 2>&1 || cp "$jar" "$SPARK_HOME/jars/"; \
     done \
- && for j in delta-spark_ spark-sql-kafka-0-10_ spark-avro_ hadoop-aws- deltaflow-jvm-; do \
+ && for j in delta-spark_ spark-sql-kafka-0-10_ spark-avro_ hadoop-aws- jose4j- aws-msk-iam-auth- deltaflow-jvm-; do \
       ls "$SPARK_HOME/jars/$j"*.jar >/dev/null || exit 1; \
     done
 COPY image/entrypoint.sh /usr/local/bin/deltaflow-entrypoint

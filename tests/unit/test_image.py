@@ -50,8 +50,12 @@ def test_the_image_tag_hashes_every_file_the_build_reads() -> None:
         assert (REPO / path).exists(), path
 
 
+# Maven property names as the poms spell them (jose4j.version has a digit).
+_PROPERTY = r"[a-z][a-z0-9.]*"
+
+
 def _maven_properties(text: str) -> set[str]:
-    return set(re.findall(r"-D([a-z.]+)=", text))
+    return set(re.findall(rf"-D({_PROPERTY})=", text))
 
 
 @pytest.mark.parametrize(
@@ -65,16 +69,42 @@ def test_maven_stage_passes_every_property_the_pom_needs_like_the_local_stack(
     own = (
         set(
             re.findall(
-                r"<([a-z.]+)>[^<]*</\1>", pom.split("<properties>")[1].split("</properties>")[0]
+                rf"<({_PROPERTY})>[^<]*</\1>",
+                pom.split("<properties>")[1].split("</properties>")[0],
             )
         )
         if "<properties>" in pom
         else set()
     )
-    needed = set(re.findall(r"\$\{([a-z.]+)\}", pom)) - own - {"project.basedir"}
+    needed = set(re.findall(r"\$\{([^}]+)\}", pom)) - own - {"project.basedir"}
     local = (REPO / "stack/install/spark-jars.sh").read_text()
     assert needed <= _maven_properties(DOCKERFILE), needed - _maven_properties(DOCKERFILE)
     assert needed <= _maven_properties(local), needed - _maven_properties(local)
+
+
+def test_maven_properties_come_from_the_stack_pins() -> None:
+    # Each -D the image passes is a versions.env pin (or derived from one), as in spark-jars.sh.
+    pins = set(
+        re.findall(r"^([A-Z0-9_]+)=", (REPO / "stack/install/versions.env").read_text(), re.M)
+    )
+    for name, value in re.findall(rf'-D({_PROPERTY})="([^"]*)"', DOCKERFILE):
+        used = set(re.findall(r"\$\{?([A-Z0-9_]+)", value))
+        assert used, (name, value)
+        assert used <= pins, (name, value)
+
+
+def test_image_checks_for_the_same_jars_as_the_local_stack() -> None:
+    # The authentication extras (jose4j for OAUTHBEARER, aws-msk-iam-auth) are loaded by name
+    # from the client properties: nothing fails at start when one is missing, only the first
+    # connection that needs it.
+    def checked(text: str) -> list[str]:
+        match = re.search(r"for j in ([^;]+); do", text)
+        assert match, "the jar check loop"
+        return match.group(1).split()
+
+    local = checked((REPO / "stack/install/spark-jars.sh").read_text())
+    assert checked(DOCKERFILE) == local
+    assert {"jose4j-", "aws-msk-iam-auth-", "spark-sql-kafka-0-10_", "deltaflow-jvm-"} <= set(local)
 
 
 def test_image_leaves_out_the_jars_pyspark_ships_like_the_local_stack() -> None:

@@ -1,0 +1,258 @@
+"""The Java Kafka client in Spark's jar set authenticates as the client properties say:
+io.deltaflow.kafka.ConnectCheck, run in the session's JVM (what the driver's check will do) and
+from the command line (what an image check does), reaches the broker, and the classes that the
+SASL mechanisms load by name from the properties (AWS_MSK_IAM's login module and callback handler,
+OAUTHBEARER's login handler and the jose4j it references) are on the classpath: each fails where it
+must, at the SASL handshake or at the token endpoint, not for a missing class. Real broker, real
+Spark; no AWS account, and a stub token endpoint of the test's own."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import pytest
+from runtime_kit import create_topic, unique
+
+from devstack.kafka import KafkaBroker
+from devstack.spark import spark_jars
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = [pytest.mark.spark]
+
+CONNECT_CHECK = "io.deltaflow.kafka.ConnectCheck"
+TIMEOUT_MS = 5_000
+
+# The Java client properties of a stream on MSK with IAM (docs/plans/kafka-auth.md, section 3).
+MSK_IAM = {
+    "sasl.mechanism": "AWS_MSK_IAM",
+    "sasl.jaas.config": "software.amazon.msk.auth.iam.IAMLoginModule required;",
+    "sasl.client.callback.handler.class": "software.amazon.msk.auth.iam.IAMClientCallbackHandler",
+}
+# OIDC client credentials against a token endpoint where nothing listens; quick retries.
+OAUTHBEARER = {
+    "sasl.mechanism": "OAUTHBEARER",
+    "sasl.login.callback.handler.class": (
+        "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
+    ),
+    "sasl.oauthbearer.token.endpoint.url": "https://127.0.0.1:1/token",
+    "sasl.jaas.config": (
+        "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required"
+        ' clientId="deltaflow-test" clientSecret="not-a-secret";'
+    ),
+    "sasl.login.retry.backoff.ms": "50",
+    "sasl.login.retry.backoff.max.ms": "200",
+}
+# What a class missing from the classpath looks like, wherever in the chain it shows.
+MISSING_CLASS = (
+    "ClassNotFoundException",
+    "NoClassDefFoundError",
+    "could not be found",
+    "No LoginModule found",
+)
+
+
+def _check(
+    spark: SparkSession, props: dict[str, str], timeout_ms: int = TIMEOUT_MS
+) -> dict[str, str]:
+    jvm: Any = spark.sparkContext._jvm
+    return dict(getattr(jvm, CONNECT_CHECK).check(props, timeout_ms))
+
+
+def _loaded_every_class(answer: dict[str, str]) -> None:
+    text = json.dumps(answer)
+    assert not any(sign in text for sign in MISSING_CLASS), answer
+
+
+def test_the_plaintext_listener_and_its_topics_answer(
+    spark: SparkSession, kafka: KafkaBroker
+) -> None:
+    topic = unique("connect-check")
+    create_topic(kafka.bootstrap_servers, topic, 1)
+    plain = {"bootstrap.servers": kafka.bootstrap_servers}
+    assert _check(spark, plain) == {"ok": "true"}
+    assert _check(spark, {**plain, "deltaflow.check.topic": topic}) == {"ok": "true"}
+
+    missing = _check(spark, {**plain, "deltaflow.check.topic": unique("no-such-topic")})
+    assert missing["ok"] == "false"
+    assert missing["exceptionClass"] == (
+        "org.apache.kafka.common.errors.UnknownTopicOrPartitionException"
+    ), missing
+    assert missing["exceptionChain"].startswith("java.util.concurrent.ExecutionException,")
+
+
+def test_msk_iam_properties_load_their_classes_and_reach_the_sasl_handshake(
+    spark: SparkSession, kafka: KafkaBroker
+) -> None:
+    # The PLAINTEXT listener answers a SASL handshake with ILLEGAL_SASL_STATE, naming the
+    # client's mechanism: the client got there only once the JAAS line was parsed, IAMLoginModule
+    # had logged in and IAMClientCallbackHandler had made the SASL client.
+    answer = _check(
+        spark,
+        {
+            "bootstrap.servers": kafka.bootstrap_servers,
+            "security.protocol": "SASL_PLAINTEXT",
+            **MSK_IAM,
+        },
+    )
+    _loaded_every_class(answer)
+    assert answer["ok"] == "false"
+    assert answer["exceptionClass"] == "org.apache.kafka.common.errors.IllegalSaslStateException"
+    assert "client mechanism AWS_MSK_IAM" in answer["message"], answer
+
+
+def test_oauthbearer_properties_fail_at_the_token_endpoint_not_on_a_missing_class(
+    spark: SparkSession, kafka: KafkaBroker
+) -> None:
+    # Nothing listens at the token endpoint. Kafka's OAuthBearerLoginModule logs the callback
+    # handler's IOException and throws a LoginException without it as cause: this message is what
+    # the handler failing to fetch a token looks like (a missing class is an Error it does not
+    # catch, and would show in the chain).
+    answer = _check(
+        spark,
+        {
+            "bootstrap.servers": kafka.bootstrap_servers,
+            "security.protocol": "SASL_PLAINTEXT",
+            **OAUTHBEARER,
+        },
+    )
+    _loaded_every_class(answer)
+    assert answer["ok"] == "false"
+    assert answer["exceptionClass"] == "javax.security.auth.login.LoginException", answer
+    assert answer["message"] == (
+        "An internal error occurred while retrieving token from callback handler"
+    ), answer
+
+
+class _TokenEndpoint(BaseHTTPRequestHandler):
+    """Answers every client-credentials request with one unsigned token (the client checks a
+    token's shape and expiry, the broker its signature)."""
+
+    requests: ClassVar[list[tuple[str, str, str]]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0"))).decode()
+        self.requests.append((self.path, self.headers.get("Authorization", ""), body))
+        now = int(time.time())
+        claims = {"sub": "deltaflow-test", "iat": now, "exp": now + 300, "scope": "kafka"}
+        token = ".".join(
+            base64.urlsafe_b64encode(part).rstrip(b"=").decode()
+            for part in (
+                json.dumps({"alg": "none", "typ": "JWT"}).encode(),
+                json.dumps(claims).encode(),
+                b"signature",
+            )
+        )
+        reply = json.dumps({"access_token": token, "token_type": "bearer", "expires_in": 300})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(reply)))
+        self.end_headers()
+        self.wfile.write(reply.encode())
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def token_endpoint() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _TokenEndpoint)
+    _TokenEndpoint.requests.clear()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/token"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def test_oauthbearer_properties_fetch_a_token_and_reach_the_sasl_handshake(
+    spark: SparkSession, kafka: KafkaBroker, token_endpoint: str
+) -> None:
+    # With a token endpoint that answers, the whole client side runs: the login handler posts the
+    # client credentials, validates the token it gets, and the client offers OAUTHBEARER at the
+    # handshake (which the PLAINTEXT listener refuses, naming it).
+    answer = _check(
+        spark,
+        {
+            "bootstrap.servers": kafka.bootstrap_servers,
+            "security.protocol": "SASL_PLAINTEXT",
+            **OAUTHBEARER,
+            "sasl.oauthbearer.token.endpoint.url": token_endpoint,
+        },
+    )
+    _loaded_every_class(answer)
+    assert answer["exceptionClass"] == "org.apache.kafka.common.errors.IllegalSaslStateException"
+    assert "client mechanism OAUTHBEARER" in answer["message"], answer
+    path, authorization, body = _TokenEndpoint.requests[0]
+    assert path == "/token"
+    assert "grant_type=client_credentials" in body
+    assert authorization == "Basic " + base64.b64encode(b"deltaflow-test:not-a-secret").decode()
+
+
+def test_a_class_missing_from_the_classpath_is_named_not_thrown(
+    spark: SparkSession, kafka: KafkaBroker
+) -> None:
+    # The failure the two tests above rule out, for real: the check answers it too.
+    answer = _check(
+        spark,
+        {
+            "bootstrap.servers": kafka.bootstrap_servers,
+            "security.protocol": "SASL_PLAINTEXT",
+            **MSK_IAM,
+            "sasl.client.callback.handler.class": "software.amazon.msk.auth.iam.NoSuchHandler",
+        },
+    )
+    assert answer["ok"] == "false"
+    assert "NoSuchHandler" in answer["message"], answer
+    with pytest.raises(AssertionError):
+        _loaded_every_class(answer)
+
+
+def test_an_unreachable_broker_is_answered_within_the_timeout(spark: SparkSession) -> None:
+    answer = _check(spark, {"bootstrap.servers": "127.0.0.1:1"}, timeout_ms=1_500)
+    assert answer["ok"] == "false"
+    assert answer["exceptionClass"] == "org.apache.kafka.common.errors.TimeoutException", answer
+
+
+def test_the_command_line_prints_one_json_line(tmp_path: Path, kafka: KafkaBroker) -> None:
+    import pyspark
+
+    classpath = ":".join(
+        [str(Path(pyspark.__file__).parent / "jars" / "*"), *(str(j) for j in spark_jars())]
+    )
+    props = tmp_path / "client.properties"
+    props.write_text(
+        "".join(
+            f"{k}={v}\n"
+            for k, v in {
+                "bootstrap.servers": kafka.bootstrap_servers,
+                "security.protocol": "SASL_PLAINTEXT",
+                **MSK_IAM,
+            }.items()
+        )
+    )
+    done = subprocess.run(
+        ["java", "-cp", classpath, CONNECT_CHECK, str(props), "5000"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 1, (done.stdout, done.stderr)
+    answer = json.loads(lines[0])
+    assert answer["exceptionClass"] == "org.apache.kafka.common.errors.IllegalSaslStateException"
+    assert "AWS_MSK_IAM" in answer["message"]
+    assert done.returncode == 1, done.stderr
