@@ -1,7 +1,8 @@
 """The Java Kafka client in Spark's jar set authenticates as the client properties say:
 io.deltaflow.kafka.ConnectCheck, run in the session's JVM (what the driver's check will do) and
-from the command line (what an image check does), reaches the broker, and the classes that the
-SASL mechanisms load by name from the properties (AWS_MSK_IAM's login module and callback handler,
+from the command line (what an image check does), connects over PLAINTEXT, mTLS (PEM read through
+Kafka's DirectoryConfigProvider) and SCRAM over SASL_SSL; and the classes that the other SASL
+mechanisms load by name from the properties (AWS_MSK_IAM's login module and callback handler,
 OAUTHBEARER's login handler and the jose4j it references) are on the classpath: each fails where it
 must, at the SASL handshake or at the token endpoint, not for a missing class. Real broker, real
 Spark; no AWS account, and a stub token endpoint of the test's own."""
@@ -90,12 +91,33 @@ def test_the_plaintext_listener_and_its_topics_answer(
     assert missing["exceptionChain"].startswith("java.util.concurrent.ExecutionException,")
 
 
+def _msk_iam(kafka: KafkaBroker) -> dict[str, str]:
+    """A stream's MSK IAM properties, aimed at the broker's SASL_SSL listener (which offers PLAIN,
+    SCRAM and OAUTHBEARER, not AWS_MSK_IAM)."""
+    return {
+        "bootstrap.servers": kafka.sasl_ssl_bootstrap,
+        "security.protocol": "SASL_SSL",
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(kafka.ca_file),
+        **MSK_IAM,
+    }
+
+
 def test_msk_iam_properties_load_their_classes_and_reach_the_sasl_handshake(
     spark: SparkSession, kafka: KafkaBroker
 ) -> None:
-    # The PLAINTEXT listener answers a SASL handshake with ILLEGAL_SASL_STATE, naming the
-    # client's mechanism: the client got there only once the JAAS line was parsed, IAMLoginModule
-    # had logged in and IAMClientCallbackHandler had made the SASL client.
+    # The broker refuses the mechanism at the SASL handshake, after TLS: the client got there only
+    # once the JAAS line was parsed, IAMLoginModule had logged in and IAMClientCallbackHandler had
+    # made the SASL client. No AWS credentials are looked up before the broker's challenge.
+    answer = _check(spark, _msk_iam(kafka))
+    _loaded_every_class(answer)
+    assert answer["ok"] == "false"
+    assert answer["exceptionClass"] == (
+        "org.apache.kafka.common.errors.UnsupportedSaslMechanismException"
+    ), answer
+    assert answer["message"].startswith("Client SASL mechanism 'AWS_MSK_IAM' not enabled"), answer
+
+    # The same on a listener without SASL (the handshake comes back as ILLEGAL_SASL_STATE).
     answer = _check(
         spark,
         {
@@ -105,9 +127,49 @@ def test_msk_iam_properties_load_their_classes_and_reach_the_sasl_handshake(
         },
     )
     _loaded_every_class(answer)
-    assert answer["ok"] == "false"
     assert answer["exceptionClass"] == "org.apache.kafka.common.errors.IllegalSaslStateException"
     assert "client mechanism AWS_MSK_IAM" in answer["message"], answer
+
+
+def test_mtls_and_scram_properties_connect(spark: SparkSession, kafka: KafkaBroker) -> None:
+    # The Java client reads the PEM key and certificate through Kafka's DirectoryConfigProvider,
+    # as the driver's and executors' clients do from the mounted Secrets.
+    pki = kafka.pki
+    mtls = {
+        "bootstrap.servers": kafka.mtls_bootstrap,
+        "security.protocol": "SSL",
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(kafka.ca_file),
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.certificate.chain": f"${{dir:{pki.mtls_cert.parent}:{pki.mtls_cert.name}}}",
+        "ssl.keystore.key": f"${{dir:{pki.mtls_key.parent}:{pki.mtls_key.name}}}",
+        "config.providers": "dir",
+        "config.providers.dir.class": (
+            "org.apache.kafka.common.config.provider.DirectoryConfigProvider"
+        ),
+    }
+    assert _check(spark, mtls) == {"ok": "true"}
+
+    user, password = unique("connect-check"), "scram-" + unique("pw")
+    kafka.add_scram_user(user, "SCRAM-SHA-512", password)
+    scram = {
+        "bootstrap.servers": kafka.sasl_ssl_bootstrap,
+        "security.protocol": "SASL_SSL",
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(kafka.ca_file),
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.jaas.config": (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required"
+            f' username="{user}" password="{password}";'
+        ),
+    }
+    assert _check(spark, scram) == {"ok": "true"}
+    wrong = _check(
+        spark, {**scram, "sasl.jaas.config": scram["sasl.jaas.config"].replace(password, "wrong")}
+    )
+    assert wrong["exceptionClass"] == (
+        "org.apache.kafka.common.errors.SaslAuthenticationException"
+    ), wrong
 
 
 def test_oauthbearer_properties_fail_at_the_token_endpoint_not_on_a_missing_class(
@@ -233,16 +295,7 @@ def test_the_command_line_prints_one_json_line(tmp_path: Path, kafka: KafkaBroke
         [str(Path(pyspark.__file__).parent / "jars" / "*"), *(str(j) for j in spark_jars())]
     )
     props = tmp_path / "client.properties"
-    props.write_text(
-        "".join(
-            f"{k}={v}\n"
-            for k, v in {
-                "bootstrap.servers": kafka.bootstrap_servers,
-                "security.protocol": "SASL_PLAINTEXT",
-                **MSK_IAM,
-            }.items()
-        )
-    )
+    props.write_text("".join(f"{k}={v}\n" for k, v in _msk_iam(kafka).items()))
     done = subprocess.run(
         ["java", "-cp", classpath, CONNECT_CHECK, str(props), "5000"],
         capture_output=True,
@@ -253,6 +306,8 @@ def test_the_command_line_prints_one_json_line(tmp_path: Path, kafka: KafkaBroke
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     assert len(lines) == 1, (done.stdout, done.stderr)
     answer = json.loads(lines[0])
-    assert answer["exceptionClass"] == "org.apache.kafka.common.errors.IllegalSaslStateException"
-    assert "AWS_MSK_IAM" in answer["message"]
+    assert answer["exceptionClass"] == (
+        "org.apache.kafka.common.errors.UnsupportedSaslMechanismException"
+    ), answer
+    assert "'AWS_MSK_IAM'" in answer["message"]
     assert done.returncode == 1, done.stderr
