@@ -1,0 +1,180 @@
+"""Streams that authenticate: mutual TLS, SCRAM-SHA-512 over TLS and OAUTHBEARER (OIDC client
+credentials against the stack's token issuer), each as its own principal holding only the ACLs
+the README lists, against the stack's real broker. Spark's consumers, the driver's lag poll,
+the dead-letter path and the consumer-group commit all go over the secured listener; the
+secrets are files laid out as the kubelet mounts a Secret (``..data`` symlinks)."""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from confluent_kafka import ConsumerGroupTopicPartitions
+from runtime_kit import (
+    create_topic,
+    duplicates,
+    manifest,
+    order,
+    pipeline,
+    produce,
+    read_table,
+    tpos,
+    unique,
+)
+
+from deltaflow_api.driver_pod import KAFKA_SECRET_FILES
+from deltaflow_runtime.kafka_auth import file_env
+from deltaflow_runtime.stream import StreamOptions, StreamRunner
+from devstack.kafka import KafkaBroker
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+
+BAD = [b"not json", b'{"id": "abc"}', b"[1]"]
+
+
+@dataclass(frozen=True)
+class Login:
+    """How one mechanism's stream logs in: its principal, spec.source.auth and the values its
+    Secrets hold (by field under spec.source.auth)."""
+
+    principal: str
+    bootstrap: str
+    auth: dict[str, Any]
+    files: dict[str, str]
+
+
+def _ref(key: str) -> dict[str, str]:
+    return {"name": "kafka-creds", "key": key}  # only named: the files stand for the Secret
+
+
+def _mtls(kafka: KafkaBroker) -> Login:
+    pki = kafka.pki
+    return Login(
+        "stream-mtls",  # the certificate's CN (the broker's principal mapping rule)
+        kafka.mtls_bootstrap,
+        {
+            "securityProtocol": "SSL",
+            "caCertificate": _ref("ca.crt"),
+            "clientCertificate": {"certificate": _ref("tls.crt"), "key": _ref("tls.key")},
+        },
+        {
+            "caCertificate": pki.ca_file.read_text(),
+            "clientCertificate.certificate": pki.mtls_cert.read_text(),
+            "clientCertificate.key": pki.mtls_key.read_text(),
+        },
+    )
+
+
+def _scram(kafka: KafkaBroker) -> Login:
+    user, password = unique("scram"), secrets.token_urlsafe(18)
+    kafka.add_scram_user(user, "SCRAM-SHA-512", password)
+    return Login(
+        user,
+        kafka.sasl_ssl_bootstrap,
+        {
+            "securityProtocol": "SASL_SSL",
+            "saslMechanism": "SCRAM-SHA-512",
+            "username": _ref("username"),
+            "password": _ref("password"),
+            "caCertificate": _ref("ca.crt"),
+        },
+        {"username": user, "password": password, "caCertificate": kafka.ca_file.read_text()},
+    )
+
+
+def _oauth(kafka: KafkaBroker) -> Login:
+    client_id = unique("oidc")
+    secret = kafka.issuer.register_client(client_id)
+    return Login(
+        client_id,  # the token's sub
+        kafka.sasl_ssl_bootstrap,
+        {
+            "securityProtocol": "SASL_SSL",
+            "saslMechanism": "OAUTHBEARER",
+            "caCertificate": _ref("ca.crt"),
+            "oauthBearer": {
+                "tokenEndpointUrl": kafka.issuer.token_url,
+                "clientId": client_id,
+                "clientSecret": _ref("client-secret"),
+                "scope": "kafka",
+                "tokenEndpointCaCertificate": _ref("issuer-ca.crt"),
+            },
+        },
+        {
+            "caCertificate": kafka.ca_file.read_text(),
+            "oauthBearer.clientSecret": secret,
+            "oauthBearer.tokenEndpointCaCertificate": kafka.issuer.ca_file.read_text(),
+        },
+    )
+
+
+LOGINS: dict[str, Callable[[KafkaBroker], Login]] = {
+    "mtls": _mtls,
+    "scram-sha-512-over-tls": _scram,
+    "oauthbearer": _oauth,
+}
+
+
+def mount_like_kubelet(root: Path, login: Login, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each Secret key as the kubelet mounts it (``<dir>/<file> -> ..data/<file>``, ``..data ->
+    ..<timestamp>``), named to the runtime as a local run names them."""
+    for secret_file in KAFKA_SECRET_FILES:
+        if secret_file.field not in login.files:
+            continue
+        folder = root / secret_file.volume
+        version = folder / "..2026_12_05_12_00_00.000000001"
+        version.mkdir(parents=True)
+        (version / secret_file.file).write_text(login.files[secret_file.field])
+        (folder / "..data").symlink_to(version.name)
+        (folder / secret_file.file).symlink_to(f"..data/{secret_file.file}")
+        monkeypatch.setenv(file_env(secret_file), str(folder / secret_file.file))
+
+
+@pytest.mark.parametrize("mechanism", list(LOGINS))
+def test_a_stream_authenticates_and_lands_every_record_once(
+    kafka: KafkaBroker,
+    runtime_spark: SparkSession,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    mechanism: str,
+) -> None:
+    login = LOGINS[mechanism](kafka)
+    topic = unique(f"auth-{mechanism}")
+    create_topic(kafka.bootstrap_servers, topic, partitions=2)
+    records = [(str(i).encode(), order(i)) for i in range(300)]
+    for n, value in enumerate(BAD):
+        records.insert(50 * (n + 1), (b"bad", value))
+    sent = produce(kafka.bootstrap_servers, topic, records)  # as the super user
+    document = manifest(unique(mechanism), topic, login.bootstrap, tmp_path)
+    document["spec"]["source"]["auth"] = login.auth
+    group = pipeline(document).identity.consumer_group
+    # What the README says a stream's principal needs: Read and Describe on its topic, Read on
+    # its consumer group (committed after each Delta commit, for lag tools).
+    kafka.grant(login.principal, topic=topic, group=group)
+    mount_like_kubelet(tmp_path / "secrets", login, monkeypatch)
+
+    runner = StreamRunner(runtime_spark, pipeline(document), StreamOptions(available_now=True))
+    runner.start()
+    runner.wait(timeout=300)
+
+    ident = runner.pipeline.identity
+    table, dead = tpos(read_table(ident.table_path)), tpos(read_table(ident.dead_letter_table_path))
+    bad = {s.tpo for s in sent if s.value in BAD}
+    assert duplicates(table) == [] and duplicates(dead) == []
+    assert set(table) == {s.tpo for s in sent} - bad
+    assert set(dead) == bad
+    # The driver's own client: its lag poll over the same listener, as the same principal.
+    assert runner.poll_kafka_once() == 0
+    assert runner.lag is not None and runner.lag["partitions"] == 2
+    committed = kafka.admin().list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
+    offsets = {tp.partition: tp.offset for tp in committed[group].result().topic_partitions}
+    assert offsets == {p: 1 + max(o for _, q, o in table + dead if q == p) for p in (0, 1)}
+    shutil.rmtree(tmp_path / "secrets")
