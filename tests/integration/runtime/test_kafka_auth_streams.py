@@ -168,12 +168,14 @@ def test_a_stream_authenticates_and_lands_every_record_once(
     ident = runner.pipeline.identity
     table, dead = tpos(read_table(ident.table_path)), tpos(read_table(ident.dead_letter_table_path))
     bad = {s.tpo for s in sent if s.value in BAD}
-    assert duplicates(table) == [] and duplicates(dead) == []
+    assert duplicates(table) == []
+    assert duplicates(dead) == []
     assert set(table) == {s.tpo for s in sent} - bad
     assert set(dead) == bad
     # The driver's own client: its lag poll over the same listener, as the same principal.
     assert runner.poll_kafka_once() == 0
-    assert runner.lag is not None and runner.lag["partitions"] == 2
+    assert runner.lag is not None
+    assert runner.lag["partitions"] == 2
     committed = kafka.admin().list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
     offsets = {tp.partition: tp.offset for tp in committed[group].result().topic_partitions}
     assert offsets == {p: 1 + max(o for _, q, o in table + dead if q == p) for p in (0, 1)}
