@@ -45,6 +45,14 @@ class FailureReason(StrEnum):
     # A Secret key spec.source.auth references is not mounted (the Secret or its key is
     # missing): a driver started after it is created mounts it.
     KAFKA_CREDENTIALS_MISSING = "KafkaCredentialsMissing"
+    # The Kafka preflight at a driver's start (deltaflow_runtime.kafka_preflight): each names
+    # the spec field or Secret key to fix; a driver started after the fix goes on by itself.
+    KAFKA_CREDENTIALS_INVALID = "KafkaCredentialsInvalid"
+    KAFKA_UNREACHABLE = "KafkaUnreachable"
+    KAFKA_TLS_FAILED = "KafkaTLSFailed"
+    KAFKA_AUTHENTICATION_FAILED = "KafkaAuthenticationFailed"
+    KAFKA_AUTHORIZATION_FAILED = "KafkaAuthorizationFailed"
+    KAFKA_TOPIC_NOT_FOUND = "KafkaTopicNotFound"
     # The store ignores If-None-Match: two writers could replace each other's commits.
     CONDITIONAL_PUT_IGNORED = "ConditionalPutIgnored"
     # Maintenance and recover-checkpoint jobs.
@@ -93,6 +101,21 @@ _NEEDS_ACTION: dict[FailureReason, str] = {
     FailureReason.BUCKET_NOT_FOUND: "create the bucket or fix the path",
     FailureReason.CONDITIONAL_PUT_IGNORED: "use an object store that honours If-None-Match on PUT",
 }
+
+
+# Failures a Kafka preflight names: a restart (with backoff) helps once the Secret, ACL, topic
+# or broker is fixed, and the Ready condition carries the reason itself.
+KAFKA_FAILURES = frozenset(
+    {
+        FailureReason.KAFKA_CREDENTIALS_MISSING,
+        FailureReason.KAFKA_CREDENTIALS_INVALID,
+        FailureReason.KAFKA_UNREACHABLE,
+        FailureReason.KAFKA_TLS_FAILED,
+        FailureReason.KAFKA_AUTHENTICATION_FAILED,
+        FailureReason.KAFKA_AUTHORIZATION_FAILED,
+        FailureReason.KAFKA_TOPIC_NOT_FOUND,
+    }
+)
 
 
 def restart_helps(reason: FailureReason) -> bool:

@@ -94,6 +94,13 @@ class Reason(StrEnum):
     OBJECT_STORE_NO_CREDENTIALS = FailureReason.OBJECT_STORE_NO_CREDENTIALS.value
     BUCKET_NOT_FOUND = FailureReason.BUCKET_NOT_FOUND.value
     CONDITIONAL_PUT_IGNORED = FailureReason.CONDITIONAL_PUT_IGNORED.value
+    # The Kafka preflight's failures (a restart with backoff helps once fixed), on Ready.
+    KAFKA_CREDENTIALS_MISSING = FailureReason.KAFKA_CREDENTIALS_MISSING.value
+    KAFKA_CREDENTIALS_INVALID = FailureReason.KAFKA_CREDENTIALS_INVALID.value
+    KAFKA_TLS_FAILED = FailureReason.KAFKA_TLS_FAILED.value
+    KAFKA_AUTHENTICATION_FAILED = FailureReason.KAFKA_AUTHENTICATION_FAILED.value
+    KAFKA_AUTHORIZATION_FAILED = FailureReason.KAFKA_AUTHORIZATION_FAILED.value
+    KAFKA_TOPIC_NOT_FOUND = FailureReason.KAFKA_TOPIC_NOT_FOUND.value
 
     # The Scaling condition: the autoscaler policy's verdicts (its Verdict type) ...
     HOLD = "Hold"

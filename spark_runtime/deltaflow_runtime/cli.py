@@ -399,9 +399,19 @@ def _dispatch(args: argparse.Namespace, pipeline: Pipeline) -> int:
         startup["interpreter"] = age  # Python, its imports and the manifest
     stop = threading.Event()
     if args.command in ("run", "stream"):
+        from deltaflow_runtime.kafka_auth import KafkaMaterial
+        from deltaflow_runtime.kafka_preflight import check_kafka
         from deltaflow_runtime.stream import install_stop_handlers
 
         install_stop_handlers(stop)  # before the JVM starts: a stop during start-up is graceful
+        # Before the JVM: a stream that cannot log in or read its topic says why in a second.
+        clock = time.monotonic()
+        source = pipeline.ingestion.spec.source
+        try:
+            check_kafka(source, KafkaMaterial.locate(source), pipeline.identity.consumer_group)
+        except DeltaflowError as error:
+            return failed_with(error)
+        startup["kafkaPreflight"] = time.monotonic() - clock
         log.info("starting the Spark session")
     clock = time.monotonic()
     spark = _session(pipeline, args, work_dir)

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, get_args
 
-from deltaflow_api.failures import FailureReason, restart_helps
+from deltaflow_api.failures import KAFKA_FAILURES, FailureReason, restart_helps
 from deltaflow_api.reasons import ConditionType, EventReason, Reason
 from deltaflow_api.v1alpha1 import DeltaIngestionStatus
 from deltaflow_operator.autoscaler.explain import LIMIT_VERDICTS
@@ -69,11 +69,14 @@ def test_a_failure_no_restart_fixes_keeps_its_name_on_conditions_and_events() ->
     for failure in NEEDS_ACTION:
         assert Reason(failure.value).value == failure.value
         assert EventReason(failure.value).value == failure.value
-    # And no failure a restart may fix is a reason: those say DriverFailed.
+    # And no other failure a restart may fix is a reason: those say DriverFailed, but for the
+    # Kafka preflight's, which Ready names (the message says what to fix).
     failures = {f.value for f in FailureReason}
-    for vocabulary in (Reason, EventReason):
-        borrowed = {r.value for r in vocabulary if r.value in failures}
-        assert borrowed == {f.value for f in NEEDS_ACTION}, vocabulary
+    borrowed = {r.value for r in EventReason if r.value in failures}
+    assert borrowed == {f.value for f in NEEDS_ACTION}
+    borrowed = {r.value for r in Reason if r.value in failures}
+    assert borrowed == {f.value for f in NEEDS_ACTION | KAFKA_FAILURES}
+    assert not KAFKA_FAILURES & NEEDS_ACTION
 
 
 def test_the_vocabularies_serialize_as_their_plain_strings() -> None:

@@ -15,7 +15,7 @@ from enum import StrEnum
 from typing import Literal
 
 from deltaflow_api import DeltaIngestion
-from deltaflow_api.failures import Termination, restart_helps, what_to_do
+from deltaflow_api.failures import KAFKA_FAILURES, Termination, restart_helps, what_to_do
 from deltaflow_api.reasons import ConditionType, EventReason, Reason
 from deltaflow_api.v1alpha1 import Condition, DriverStatus, SecretKeyRef
 from deltaflow_operator.builders.common import SPEC_HASH_ANNOTATION
@@ -373,7 +373,11 @@ def _failed(
     crash_loop = _crash_loop_message(driver, settings)
     if crash_loop:
         events.append(Event("Warning", EventReason.DRIVER_CRASH_LOOPING, crash_loop))
-    conds.set(ConditionType.READY, False, Reason.DRIVER_FAILED, reason)
+    # A Kafka preflight failure is named as such on Ready (its message says what to fix).
+    termination = pod.termination
+    named = termination is not None and termination.reason in KAFKA_FAILURES
+    ready_reason = Reason(termination.reason.value) if named and termination else None
+    conds.set(ConditionType.READY, False, ready_reason or Reason.DRIVER_FAILED, reason)
     conds.set(
         ConditionType.PROGRESSING,
         True,

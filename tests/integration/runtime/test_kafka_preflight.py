@@ -1,0 +1,231 @@
+"""The Kafka preflight against the stack's real broker and token issuer: each way a stream's
+login or rights can be wrong becomes its reason, names what to fix, quotes the broker, and
+repeats no secret. librdkafka only: no Spark."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from runtime_kit import create_topic, unique
+
+from deltaflow_api.driver_pod import KAFKA_SECRET_FILES
+from deltaflow_api.failures import FailureReason
+from deltaflow_api.v1alpha1 import KafkaSource
+from deltaflow_runtime.errors import DeltaflowError
+from deltaflow_runtime.kafka_auth import KafkaMaterial
+from deltaflow_runtime.kafka_preflight import check_kafka
+from devstack.kafka import KafkaBroker
+
+pytestmark = [pytest.mark.kafka]
+
+R = FailureReason
+GROUP = "deltaflow.preflight.orders"
+
+
+def _ref(key: str) -> dict[str, str]:
+    return {"name": "kafka-creds", "key": key}
+
+
+@dataclass
+class Attempt:
+    """A stream's source and the Secret contents it would have mounted."""
+
+    bootstrap: str
+    auth: dict[str, Any]
+    contents: dict[str, str] = field(default_factory=dict)
+    topic: str | None = None
+
+    def check(self, root: Path, topic: str) -> None:
+        source = KafkaSource.model_validate(
+            {"bootstrapServers": self.bootstrap, "topic": self.topic or topic, "auth": self.auth}
+        )
+        files = {}
+        for secret_file in KAFKA_SECRET_FILES:
+            if secret_file.field in self.contents:
+                path = root / secret_file.volume / secret_file.file
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(self.contents[secret_file.field])
+                files[secret_file.field] = str(path)
+        check_kafka(source, KafkaMaterial(files), GROUP, timeout=5.0, topic_wait=0.0)
+
+
+def _scram(kafka: KafkaBroker, user: str, password: str) -> Attempt:
+    return Attempt(
+        kafka.sasl_ssl_bootstrap,
+        {
+            "securityProtocol": "SASL_SSL",
+            "saslMechanism": "SCRAM-SHA-512",
+            "username": _ref("username"),
+            "password": _ref("password"),
+            "caCertificate": _ref("ca.crt"),
+        },
+        {"username": user, "password": password, "caCertificate": kafka.ca_file.read_text()},
+    )
+
+
+def _mtls(kafka: KafkaBroker, cert: Path | None, key: Path | None) -> Attempt:
+    auth: dict[str, Any] = {"securityProtocol": "SSL", "caCertificate": _ref("ca.crt")}
+    contents = {"caCertificate": kafka.ca_file.read_text()}
+    if cert is not None and key is not None:
+        auth["clientCertificate"] = {"certificate": _ref("tls.crt"), "key": _ref("tls.key")}
+        contents["clientCertificate.certificate"] = cert.read_text()
+        contents["clientCertificate.key"] = key.read_text()
+    return Attempt(kafka.mtls_bootstrap, auth, contents)
+
+
+def _oauth(kafka: KafkaBroker, client_id: str, secret: str) -> Attempt:
+    return Attempt(
+        kafka.sasl_ssl_bootstrap,
+        {
+            "securityProtocol": "SASL_SSL",
+            "saslMechanism": "OAUTHBEARER",
+            "caCertificate": _ref("ca.crt"),
+            "oauthBearer": {
+                "tokenEndpointUrl": kafka.issuer.token_url,
+                "clientId": client_id,
+                "clientSecret": _ref("client-secret"),
+                "tokenEndpointCaCertificate": _ref("issuer-ca"),
+            },
+        },
+        {
+            "caCertificate": kafka.ca_file.read_text(),
+            "oauthBearer.clientSecret": secret,
+            "oauthBearer.tokenEndpointCaCertificate": kafka.issuer.ca_file.read_text(),
+        },
+    )
+
+
+@dataclass(frozen=True)
+class Principals:
+    topic: str
+    user: str  # SCRAM: Read+Describe on the topic, Read on the group
+    password: str
+    describe_only: str  # SCRAM: Describe on the topic only
+    no_group: str  # SCRAM: the topic, not the group
+    client_id: str  # OIDC client with the full grants
+    client_secret: str
+
+
+@pytest.fixture(scope="module")
+def principals(kafka: KafkaBroker) -> Principals:
+    topic = unique("preflight")
+    create_topic(kafka.bootstrap_servers, topic, partitions=1)
+    password = secrets.token_urlsafe(16)
+    user, describe_only, no_group = unique("pf"), unique("pf-describe"), unique("pf-nogroup")
+    for name in (user, describe_only, no_group):
+        kafka.add_scram_user(name, "SCRAM-SHA-512", password)
+    client_id = unique("pf-oidc")
+    client_secret = kafka.issuer.register_client(client_id)
+    for principal in (user, client_id, "stream-mtls"):
+        kafka.grant(principal, topic=topic, group=GROUP)
+    kafka.grant(describe_only, topic=topic, group=GROUP, operations=("DESCRIBE",))
+    kafka.grant(no_group, topic=topic)
+    return Principals(topic, user, password, describe_only, no_group, client_id, client_secret)
+
+
+CASES: dict[str, tuple[Callable[[KafkaBroker, Principals], Attempt], R | None, str, str]] = {
+    # name: (attempt, reason, the field named, the broker's or client's words quoted)
+    "scram-good": (lambda k, p: _scram(k, p.user, p.password), None, "", ""),
+    "mtls-good": (lambda k, p: _mtls(k, k.pki.mtls_cert, k.pki.mtls_key), None, "", ""),
+    "oauth-good": (lambda k, p: _oauth(k, p.client_id, p.client_secret), None, "", ""),
+    "wrong-password": (
+        lambda k, p: _scram(k, p.user, "wrong-" + p.password),
+        R.KAFKA_AUTHENTICATION_FAILED,
+        # The broker does not say which of the two is wrong.
+        "spec.source.auth.username (Secret kafka-creds, key username) or "
+        "spec.source.auth.password (Secret kafka-creds, key password)",
+        "invalid credentials with SASL mechanism SCRAM-SHA-512",
+    ),
+    "rogue-client-certificate": (
+        lambda k, p: _mtls(k, k.pki.rogue_cert, k.pki.rogue_key),
+        R.KAFKA_TLS_FAILED,
+        "spec.source.auth.clientCertificate.certificate (Secret kafka-creds, key tls.crt)",
+        "bad certificate",
+    ),
+    "no-client-certificate": (
+        lambda k, p: _mtls(k, None, None),
+        R.KAFKA_TLS_FAILED,
+        "spec.source.auth.clientCertificate",
+        "bad certificate",
+    ),
+    "untrusted-broker": (
+        lambda k, p: Attempt(
+            k.sasl_ssl_bootstrap,
+            _scram(k, p.user, p.password).auth,
+            {
+                **_scram(k, p.user, p.password).contents,
+                "caCertificate": k.pki.rogue_ca_file.read_text(),
+            },
+        ),
+        R.KAFKA_TLS_FAILED,
+        "spec.source.auth.caCertificate (Secret kafka-creds, key ca.crt)",
+        "certificate verify failed",
+    ),
+    "wrong-client-secret": (
+        lambda k, p: _oauth(k, p.client_id, "not-" + p.client_secret),
+        R.KAFKA_AUTHENTICATION_FAILED,
+        "spec.source.auth.oauthBearer.clientSecret (Secret kafka-creds, key client-secret)",
+        "invalid_client",
+    ),
+    "pkcs1-key": (
+        lambda k, p: _mtls(k, k.pki.pkcs1_cert, k.pki.pkcs1_key),
+        R.KAFKA_CREDENTIALS_INVALID,
+        "spec.source.auth.clientCertificate.key (Secret kafka-creds, key tls.key)",
+        "openssl pkcs8 -topk8",
+    ),
+    "nothing-listening": (
+        lambda k, p: Attempt("127.0.0.1:1", {"securityProtocol": "PLAINTEXT"}),
+        R.KAFKA_UNREACHABLE,
+        "spec.source.bootstrapServers",
+        "Connection refused",
+    ),
+    "missing-topic": (
+        lambda k, p: Attempt(
+            k.sasl_ssl_bootstrap,
+            _scram(k, p.user, p.password).auth,
+            _scram(k, p.user, p.password).contents,
+            topic="no-such-topic-anywhere",
+        ),
+        # The principal may not describe a topic that does not exist either: Kafka hides
+        # existence from who lacks rights, and the message says both.
+        R.KAFKA_AUTHORIZATION_FAILED,
+        "spec.source.topic",
+        "or it does not exist",
+    ),
+    "no-read-on-the-topic": (
+        lambda k, p: _scram(k, p.describe_only, p.password),
+        R.KAFKA_AUTHORIZATION_FAILED,
+        "spec.source.topic",
+        "may describe but not read Topic:",
+    ),
+    "no-read-on-the-group": (
+        lambda k, p: _scram(k, p.no_group, p.password),
+        R.KAFKA_AUTHORIZATION_FAILED,
+        "spec.source",
+        f"Group:{GROUP}",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_each_mistake_gets_its_reason_the_field_and_the_broker_s_words(
+    kafka: KafkaBroker, principals: Principals, tmp_path: Path, case: str
+) -> None:
+    make, reason, field_named, words = CASES[case]
+    attempt = make(kafka, principals)
+    if reason is None:
+        attempt.check(tmp_path, principals.topic)  # no exception: the stream may start
+        return
+    with pytest.raises(DeltaflowError) as err:
+        attempt.check(tmp_path, principals.topic)
+    message = str(err.value)
+    assert err.value.reason == reason, message
+    assert message.startswith(f"{field_named}:"), message
+    assert words in message, message
+    for value in (principals.password, principals.client_secret):
+        assert value not in message
