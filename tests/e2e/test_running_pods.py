@@ -20,6 +20,7 @@ import gzip
 import json
 import os
 import re
+import secrets
 import signal
 import subprocess
 import threading
@@ -53,6 +54,7 @@ from support.pod_watch import PodWatch
 NS = "lakehouse"
 NAME = "orders"
 TOPIC = "orders-e2e"
+KAFKA_USER = "orders-e2e-reader"
 PARTITIONS = 3
 DRIVER = f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=driver"
 POOL_PODS = "app.kubernetes.io/component=pool"
@@ -95,6 +97,7 @@ class Stream:
     next_id: int = 0
     produced_broken: int = 0
     timings: dict[str, float] = field(default_factory=dict)
+    kafka_password: str = ""  # the stream's SCRAM password (in the Secret kafka-creds only)
 
     @property
     def driver(self) -> str:
@@ -323,16 +326,40 @@ def stream(
     kube.kubectl("label", "namespace", NS, "pod-security.kubernetes.io/enforce=restricted")
     lake_credentials(kube, NS, object_store)
     create_topic(kafka, TOPIC, PARTITIONS)
-    assert kafka.pod_bootstrap_servers is not None
+    # The stream logs in as its own SCRAM-SHA-512 user over TLS (the broker's SASL_SSL listener
+    # on the pod network's gateway), holding only the ACLs the README lists; the user name,
+    # password and CA reach the driver and executors from the Secret kafka-creds.
+    password = secrets.token_urlsafe(18)
+    kafka.add_scram_user(KAFKA_USER, "SCRAM-SHA-512", password)
+    kafka.grant(KAFKA_USER, topic=TOPIC, group=f"deltaflow.{NS}.{NAME}")
+    creds = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "kafka-creds", "namespace": NS},
+        "type": "Opaque",
+        "stringData": {
+            "username": KAFKA_USER,
+            "password": password,
+            "ca.crt": kafka.ca_file.read_text(),
+        },
+    }
+    kube.kubectl("create", "-f", "-", stdin=json.dumps(creds))  # stdin: on no command line
     manifest = cluster_manifest(
         NAME,
-        kafka.pod_bootstrap_servers,
+        kafka.sasl_ssl_bootstrap,
         topic=TOPIC,
         trigger="2s",
         namespace=NS,
         storage=object_store.storage_spec(),
         lake=LAKE,
     )
+    manifest["spec"]["source"]["auth"] = {
+        "securityProtocol": "SASL_SSL",
+        "saslMechanism": "SCRAM-SHA-512",
+        "username": {"name": "kafka-creds", "key": "username"},
+        "password": {"name": "kafka-creds", "key": "password"},
+        "caCertificate": {"name": "kafka-creds", "key": "ca.crt"},
+    }
     assert "volumes" not in manifest["spec"]  # the pods mount nothing: the tables are in S3
     s = Stream(
         kube,
@@ -342,6 +369,7 @@ def stream(
         dead_letter=manifest["spec"]["deadLetter"]["tablePath"],
         # The operator's default: beside the table, never in it.
         checkpoint=f"{LAKE}/_checkpoints/{NS}/{NAME}",
+        kafka_password=password,
     )
     assert s.table == f"{LAKE}/{NAME}"
     assert s.dead_letter == f"{LAKE}/{NAME}_dead_letter"
@@ -944,19 +972,14 @@ def _env_refs(pod_spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
     }
 
 
-def test_the_object_stores_secret_key_is_in_no_object_event_status_or_log(stream: Stream) -> None:
-    kube, secret = stream.kube, stream.store.secret_key
+def test_no_secret_value_is_in_any_object_event_status_or_log(stream: Stream) -> None:
+    # The object store's secret key and the stream's Kafka password (SCRAM over TLS, read by
+    # the driver's and the executors' Kafka clients from mounted Secret files).
+    kube, secret, kafka_password = stream.kube, stream.store.secret_key, stream.kafka_password
     wait_for("a running driver", stream.driver_uid, timeout=120)
     wait_for("a running executor", lambda: stream.running(EXECUTORS), timeout=120)
 
-    # Positive control: the same search finds the key where it does belong, in the Secret (base64
-    # in the API object, as is once decoded): a leak anywhere else would be found the same way.
-    stored = kube.kubectl("-n", NS, "get", "secret", "lake-creds", "-o", "json").stdout
-    data = json.loads(stored)["data"]
-    assert base64.b64decode(data["AWS_SECRET_ACCESS_KEY"]).decode() == secret
-    assert _leaks(stored, secret), "the search does not find the key in its own Secret"
-    decoded = "\n".join(base64.b64decode(v).decode() for v in data.values())
-    assert _leaks(decoded, secret)
+    _the_search_finds_them_in_their_secrets(kube, secret, kafka_password)
 
     # The key reaches the pods only by reference: driver, executors and the maintenance jobs.
     driver = stream.running(DRIVER)[0]
@@ -1028,12 +1051,52 @@ def test_the_object_stores_secret_key_is_in_no_object_event_status_or_log(stream
 
     found = {what: hits for what, text in sources.items() if (hits := _leaks(text, secret))}
     assert not found, f"the secret key is written out in: {found}"
+    found = {what: hits for what, text in sources.items() if (hits := _leaks(text, kafka_password))}
+    assert not found, f"the Kafka password is written out in: {found}"
+    # Kafka's secrets are files on the driver and the executors, no variable anywhere.
+    for what, spec in specs.items():
+        if what != "optimize CronJob":
+            volumes = {v["name"]: v for v in spec["volumes"]}
+            assert volumes["kafka-password"]["secret"]["secretName"] == "kafka-creds", what
+            env_names = {e["name"] for c in spec["containers"] for e in c.get("env", [])}
+            assert not any("KAFKA" in n for n in env_names), (what, env_names)
     size = sum(map(len, sources.values()))
     record(
-        f"secret key grep: 0 hits in {len(sources)} sources ({size / 1e6:.1f} MB: ConfigMaps, "
-        f"pods, Events, DeltaIngestions, CronJobs/Jobs, {len(others)} other kinds, {logged} "
-        "container logs, the node's log files); found in its Secret (control)"
+        f"secret key and Kafka password grep: 0 hits in {len(sources)} sources "
+        f"({size / 1e6:.1f} MB: ConfigMaps, pods, Events, DeltaIngestions, CronJobs/Jobs, "
+        f"{len(others)} other kinds, {logged} container logs, the node's log files); "
+        "found in their Secrets (control)"
     )
+
+
+def _the_search_finds_them_in_their_secrets(
+    kube: KubeControlPlane, secret: str, kafka_password: str
+) -> None:
+    """Positive control: the search finds each value where it does belong, in its Secret (base64
+    in the API object, as is once decoded): a leak anywhere else would be found the same way."""
+    stored = kube.kubectl("-n", NS, "get", "secret", "lake-creds", "-o", "json").stdout
+    data = json.loads(stored)["data"]
+    assert base64.b64decode(data["AWS_SECRET_ACCESS_KEY"]).decode() == secret
+    assert _leaks(stored, secret), "the search does not find the key in its own Secret"
+    decoded = "\n".join(base64.b64decode(v).decode() for v in data.values())
+    assert _leaks(decoded, secret)
+    kafka_creds = kube.kubectl("-n", NS, "get", "secret", "kafka-creds", "-o", "json").stdout
+    assert _leaks(kafka_creds, kafka_password), "the search does not find the Kafka password"
+
+
+def _assert_kafka_password_only_in_files(
+    sources: dict[str, str], specs: dict[str, dict[str, Any]], password: str
+) -> None:
+    """The Kafka password is in no searched source, and reaches the driver and the executors
+    as a mounted Secret file, never as an environment variable."""
+    found = {what: hits for what, text in sources.items() if (hits := _leaks(text, password))}
+    assert not found, f"the Kafka password is written out in: {found}"
+    for what in ("driver pod", "executor pod"):
+        spec = specs[what]
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        assert volumes["kafka-password"]["secret"]["secretName"] == "kafka-creds", what
+        env_names = {e["name"] for c in spec["containers"] for e in c.get("env", [])}
+        assert not any("KAFKA" in n for n in env_names), (what, env_names)
 
 
 def _startup_seconds(stream: Stream, pod: str) -> dict[str, float]:
