@@ -231,7 +231,8 @@ class AwsMskIam(ApiModel):
         str | None,
         Field(
             pattern=r"^[a-z]{2}(-[a-z]+)+-[0-9]{1,2}$",
-            description="The cluster's AWS region; unset: the pods' AWS_REGION.",
+            description="The region of the STS endpoint that assumes roleArn (only with "
+            "roleArn); the login is signed for the region in the brokers' host names.",
         ),
     ] = None
     role_arn: Annotated[
@@ -337,7 +338,7 @@ class KafkaAuth(ApiModel):
         Rule(
             cel=f"{_mechanism_in_cel('AWS_MSK_IAM')} == has(self.awsMskIam)",
             message="saslMechanism AWS_MSK_IAM goes with awsMskIam ({} to use the pods' "
-            "workload identity and AWS_REGION), and awsMskIam only with it",
+            "workload identity as it is), and awsMskIam only with it",
             check=lambda v: _mechanism_in(v, "AWS_MSK_IAM") == (v.get("awsMskIam") is not None),
             field_path=".awsMskIam",
         ),

@@ -559,3 +559,28 @@ def test_a_status_is_written_at_once_when_more_than_its_figures_changed_else_at_
     wanted: dict[str, Any], stored: dict[str, Any], written_ago: float | None, due: bool
 ) -> None:
     assert status_write_due(wanted, stored, NOW, written_ago) is due
+
+
+def test_a_kafka_preflight_failure_names_itself_on_ready_until_the_next_driver() -> None:
+    field = "spec.source.auth.password (Secret kafka-creds, key password)"
+    failed = _failed_with("KafkaAuthenticationFailed", f"{field}: the broker refused the login")
+    plan = decide_driver(observe(ingestion(), failed), SETTINGS)
+    assert plan.action == "delete"  # restarted with backoff: fixing the Secret is enough
+    assert conds(plan)["Ready"] == ("False", "KafkaAuthenticationFailed")
+    status = {
+        "driver": plan.driver.model_dump(by_alias=True, mode="json"),
+        "conditions": [c.model_dump(by_alias=True, mode="json") for c in plan.conditions],
+    }
+    # The pod is gone and the backoff runs: Ready still says what to fix, and when.
+    waiting = decide_driver(observe(ingestion(status=status), None), SETTINGS)
+    assert waiting.action == "wait"
+    assert conds(waiting)["Ready"] == ("False", "KafkaAuthenticationFailed")
+    assert conds(waiting)["Progressing"] == ("True", "BackoffWaiting")
+    ready = next(c for c in waiting.conditions if c.type == "Ready")
+    assert field in ready.message
+    assert "restarting the driver at" in ready.message
+    later = decide_driver(
+        observe(ingestion(status=status), None, now=NOW + timedelta(seconds=11)), SETTINGS
+    )
+    assert later.action == "create"
+    assert conds(later)["Ready"] == ("False", "DriverStarting")

@@ -15,7 +15,13 @@ from enum import StrEnum
 from typing import Literal
 
 from deltaflow_api import DeltaIngestion
-from deltaflow_api.failures import KAFKA_FAILURES, Termination, restart_helps, what_to_do
+from deltaflow_api.failures import (
+    KAFKA_FAILURES,
+    FailureReason,
+    Termination,
+    restart_helps,
+    what_to_do,
+)
 from deltaflow_api.reasons import ConditionType, EventReason, Reason
 from deltaflow_api.v1alpha1 import Condition, DriverStatus, SecretKeyRef
 from deltaflow_operator.builders.common import SPEC_HASH_ANNOTATION
@@ -85,6 +91,12 @@ def backoff_seconds(failures: int, settings: Settings) -> float:
     return float(
         min(settings.backoff_max_seconds, settings.backoff_base_seconds * 2 ** (failures - 1))
     )
+
+
+def kafka_failure(last_failure_reason: str | None) -> FailureReason | None:
+    """The Kafka preflight failure a ``lastFailureReason`` ("<reason>: <message>") names."""
+    name = (last_failure_reason or "").split(":", 1)[0]
+    return next((f for f in KAFKA_FAILURES if f.value == name), None)
 
 
 def pod_failure_reason(pod: Pod) -> str:
@@ -332,7 +344,14 @@ def _start(
     if wait_until is not None and now < wait_until:
         seconds = (wait_until - now).total_seconds()
         waiting = f"restarting the driver at {at_text(wait_until)}"
-        conds.set(ConditionType.READY, False, Reason.BACKOFF_WAITING, waiting)
+        # A Kafka preflight's failure stays Ready's reason until the next driver starts: it
+        # says what to fix, which "waiting" does not.
+        kafka = kafka_failure(driver.last_failure_reason)
+        if kafka is not None:
+            message = f"{driver.last_failure_reason}; {waiting}"
+            conds.set(ConditionType.READY, False, Reason(kafka.value), message)
+        else:
+            conds.set(ConditionType.READY, False, Reason.BACKOFF_WAITING, waiting)
         conds.set(ConditionType.PROGRESSING, True, Reason.BACKOFF_WAITING, waiting)
         return DriverPlan("wait", driver, conds.items, requeue_after=seconds)
     driver = driver.model_copy(update={"next_start_after": None})
