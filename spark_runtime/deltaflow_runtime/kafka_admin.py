@@ -56,7 +56,7 @@ class KafkaIdentity:
 class KafkaAdmin:
     """The few admin calls the runtime needs, over confluent-kafka's AdminClient."""
 
-    def __init__(self, config: Mapping[str, str], timeout: float = 15.0) -> None:
+    def __init__(self, config: Mapping[str, Any], timeout: float = 15.0) -> None:
         from confluent_kafka.admin import AdminClient
 
         self._admin: Any = AdminClient({**config, "log_level": 3})

@@ -14,11 +14,13 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from deltaflow_api.driver_pod import KAFKA_SECRET_FILES, KafkaSecretFile, kafka_secret_refs
 from deltaflow_api.failures import FailureReason
 from deltaflow_api.v1alpha1 import KafkaSource
-from deltaflow_runtime.errors import DeltaflowError, InvalidSpecError
+from deltaflow_runtime.errors import DeltaflowError
+from deltaflow_runtime.msk_iam import MskTokenProvider
 
 LOGIN_MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
@@ -177,10 +179,10 @@ def java_properties(source: KafkaSource, material: KafkaMaterial) -> dict[str, s
     return props
 
 
-def librdkafka_config(source: KafkaSource, material: KafkaMaterial) -> dict[str, str]:
+def librdkafka_config(source: KafkaSource, material: KafkaMaterial) -> dict[str, Any]:
     """The same connection for confluent-kafka's clients (librdkafka's property names), with
-    the secret values read from their files."""
-    config = {"bootstrap.servers": source.bootstrap_servers}
+    the secret values read from their files (and, for MSK IAM, a token callback)."""
+    config: dict[str, Any] = {"bootstrap.servers": source.bootstrap_servers}
     for key in LIBRDKAFKA_OPTIONS:
         value = source.options.get(f"kafka.{key}")
         if value is not None:
@@ -222,10 +224,11 @@ def librdkafka_config(source: KafkaSource, material: KafkaMaterial) -> dict[str,
         token_ca = material.path("oauthBearer.tokenEndpointCaCertificate")
         if token_ca is not None:
             config["https.ca.location"] = token_ca
-    elif mechanism == "AWS_MSK_IAM":
-        raise InvalidSpecError(
-            "spec.source.auth.saslMechanism: AWS_MSK_IAM is not yet supported by the driver's "
-            "own Kafka client (lag and consumer-group commits); Spark's consumers support it"
+    elif mechanism == "AWS_MSK_IAM" and auth.aws_msk_iam is not None:
+        # MSK takes OAUTHBEARER with a SigV4-signed token from non-Java clients.
+        config["sasl.mechanisms"] = "OAUTHBEARER"
+        config["oauth_cb"] = MskTokenProvider(
+            source.bootstrap_servers, auth.aws_msk_iam.role_arn, auth.aws_msk_iam.region
         )
     return config
 

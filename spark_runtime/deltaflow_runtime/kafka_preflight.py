@@ -23,6 +23,7 @@ from deltaflow_api.failures import FailureReason
 from deltaflow_api.v1alpha1 import KafkaSource
 from deltaflow_runtime.errors import DeltaflowError
 from deltaflow_runtime.kafka_auth import KafkaMaterial, librdkafka_config
+from deltaflow_runtime.msk_iam import MskIamError
 
 log = logging.getLogger(__name__)
 
@@ -253,7 +254,17 @@ def check_kafka(
     if problem is not None:
         raise problem.error()
     errors: list[tuple[str, str]] = []
-    config: dict[str, Any] = dict(librdkafka_config(source, material))
+    try:
+        config: dict[str, Any] = dict(librdkafka_config(source, material))
+        token = config.get("oauth_cb")
+        if token is not None:
+            token(None)  # MSK IAM: the workload identity signs a token (or says why not)
+    except MskIamError as e:
+        raise KafkaProblem(
+            FailureReason.KAFKA_AUTHENTICATION_FAILED,
+            "spec.serviceAccount (the pods' AWS workload identity)",
+            str(e),
+        ).error() from None
     config.update(
         log_level=0,  # its words come through error_cb, once, in the message
         error_cb=lambda e: errors.append((e.name(), e.str())),

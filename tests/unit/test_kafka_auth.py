@@ -12,7 +12,6 @@ from deltaflow_api.driver_pod import KAFKA_SECRET_FILES, KAFKA_SECRET_VOLUMES
 from deltaflow_api.failures import FailureReason
 from deltaflow_api.rules import RESERVED_VOLUME_NAMES
 from deltaflow_api.v1alpha1 import KafkaSource
-from deltaflow_runtime.errors import InvalidSpecError
 from deltaflow_runtime.kafka_auth import (
     KafkaCredentialsError,
     KafkaMaterial,
@@ -167,9 +166,14 @@ def test_aws_msk_iam_uses_the_workload_identity_and_no_file(tmp_path: Path) -> N
     assert java_properties(plain, _material(plain, tmp_path))["sasl.jaas.config"] == (
         "software.amazon.msk.auth.iam.IAMLoginModule required;"
     )
-    # Not yet for the driver's own client: said plainly, as the spec's fault to fix.
-    with pytest.raises(InvalidSpecError, match="AWS_MSK_IAM"):
-        librdkafka_config(source, material)
+    # The driver's own client: OAUTHBEARER with MSK's signed token (msk_iam), no file.
+    on_msk = source.model_copy(
+        update={"bootstrap_servers": "b-1.lake.x1.c2.kafka.eu-west-1.amazonaws.com:9098"}
+    )
+    config = librdkafka_config(on_msk, material)
+    assert config["security.protocol"] == "sasl_ssl"
+    assert config["sasl.mechanisms"] == "OAUTHBEARER"
+    assert config["oauth_cb"].region == "eu-west-1"  # from the brokers' host names
 
 
 @pytest.mark.parametrize(

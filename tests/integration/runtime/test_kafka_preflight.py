@@ -229,3 +229,38 @@ def test_each_mistake_gets_its_reason_the_field_and_the_broker_s_words(
     assert words in message, message
     for value in (principals.password, principals.client_secret):
         assert value not in message
+
+
+def test_msk_iam_signs_a_token_the_broker_receives_and_names_the_workload_identity(
+    kafka: KafkaBroker, principals: Principals, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No AWS here: the driver's client signs an MSK token from the pods' keys and sends it
+    # over OAUTHBEARER; this broker validates JWTs, not MSK tokens, and refuses it. That the
+    # refusal comes from the broker's login proves the token was made and sent.
+    attempt = Attempt(
+        kafka.sasl_ssl_bootstrap,
+        {
+            "securityProtocol": "SASL_SSL",
+            "saslMechanism": "AWS_MSK_IAM",
+            "awsMskIam": {},
+            "caCertificate": _ref("ca.crt"),
+        },
+        {"caCertificate": kafka.ca_file.read_text()},
+    )
+    for name in ("AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_WEB_IDENTITY_TOKEN_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY")
+    with pytest.raises(DeltaflowError) as err:
+        attempt.check(tmp_path, principals.topic)
+    assert err.value.reason == R.KAFKA_AUTHENTICATION_FAILED
+    assert str(err.value).startswith("the pods' workload identity (spec.serviceAccount):")
+    assert "invalid_token" in str(err.value)  # the broker's OAUTHBEARER validator read it
+    assert "wJalrXUtnFEMI" not in str(err.value)
+    # Without any identity in the pods, it says so before connecting.
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    with pytest.raises(DeltaflowError) as err:
+        attempt.check(tmp_path, principals.topic)
+    assert err.value.reason == R.KAFKA_AUTHENTICATION_FAILED
+    assert "no workload identity in the pods" in str(err.value)
