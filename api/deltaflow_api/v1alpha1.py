@@ -146,13 +146,15 @@ class SecretKeyRef(ApiModel):
     ]
 
 
-# Printable ASCII without space, '"' or '\\': what a JAAS value can carry between its quotes.
-JAAS_VALUE_PATTERN = r"^[!#-\[\]-~]{1,255}$"
+# Printable ASCII without space, '"', '\' or '$': what a JAAS value can carry between its
+# quotes, and no "${...}" reference the Java clients' config provider would resolve (it reads
+# the stream's own secret files: a client id could copy a password into every log line).
+JAAS_VALUE_PATTERN = r"^[!#%-\[\]-~]{1,255}$"
 # RFC 6749 scope tokens (the same characters), separated by single spaces.
-OAUTH_SCOPE_PATTERN = r"^[!#-\[\]-~]+( [!#-\[\]-~]+)*$"
+OAUTH_SCOPE_PATTERN = r"^[!#%-\[\]-~]+( [!#%-\[\]-~]+)*$"
 # RFC 7628 extension keys; their values also go into librdkafka's "k=v,k=v" list: no ','.
 OAUTH_EXTENSION_KEY = r"^[A-Za-z]{1,64}$"
-OAUTH_EXTENSION_VALUE_PATTERN = r"^[!#-+\--\[\]-~]{1,256}$"
+OAUTH_EXTENSION_VALUE_PATTERN = r"^[!#%-+\--\[\]-~]{1,256}$"
 USER_PASSWORD_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "AWS_MSK_IAM"]
 
@@ -179,7 +181,7 @@ class OAuthBearer(ApiModel):
     token_endpoint_url: Annotated[
         str,
         Field(
-            pattern=r'^https://[^\s"\\]+$',
+            pattern=r"^https://[!#%-\[\]-~]+$",
             max_length=2048,
             description="The identity provider's token endpoint (https://.../token).",
         ),
@@ -517,6 +519,13 @@ class KafkaSource(ApiModel):
             field_path=".options",
         ),
         *_owned_option_rules(),
+        Rule(
+            cel="!has(self.options) || self.options.all(k, !self.options[k].contains('${'))",
+            message="options values must not hold ${...}: Kafka's clients would resolve it "
+            "from the stream's mounted secret files",
+            check=lambda v: not any("${" in str(x) for x in (v.get("options") or {}).values()),
+            field_path=".options",
+        ),
         Rule(
             cel=f"!has(self.options) || self.options.all(k, !{secret_like_conf_key_cel('k')})",
             message=f"options named like a password, secret, token, credential or key "
@@ -1410,6 +1419,20 @@ class DeltaIngestionSpec(ApiModel):
         ),
     ] = []
     rules = (
+        Rule(
+            cel="!has(self.source.auth) || !has(self.source.auth.saslMechanism) || "
+            "self.source.auth.saslMechanism != 'AWS_MSK_IAM' || !has(self.sink.storage) || "
+            "!has(self.sink.storage.accessKeyId)",
+            message="AWS_MSK_IAM signs its login with the pods' AWS identity, and "
+            "sink.storage's keys would become it (AWS_ACCESS_KEY_ID in the pods): give the "
+            "object store the workload identity too (remove sink.storage.accessKeyId and "
+            "secretAccessKey)",
+            check=lambda v: (
+                ((v.get("source") or {}).get("auth") or {}).get("saslMechanism") != "AWS_MSK_IAM"
+                or ((v.get("sink") or {}).get("storage") or {}).get("accessKeyId") is None
+            ),
+            field_path=".source.auth.saslMechanism",
+        ),
         Rule(
             cel=f"!has(self.volumes) || {unique_cel('self.volumes', 'name')}",
             message="volume names must be unique",

@@ -399,18 +399,13 @@ def _dispatch(args: argparse.Namespace, pipeline: Pipeline) -> int:
         startup["interpreter"] = age  # Python, its imports and the manifest
     stop = threading.Event()
     if args.command in ("run", "stream"):
-        from deltaflow_runtime.kafka_auth import KafkaMaterial
-        from deltaflow_runtime.kafka_preflight import check_kafka
         from deltaflow_runtime.stream import install_stop_handlers
 
         install_stop_handlers(stop)  # before the JVM starts: a stop during start-up is graceful
-        # Before the JVM: a stream that cannot log in or read its topic says why in a second.
         clock = time.monotonic()
-        source = pipeline.ingestion.spec.source
-        try:
-            check_kafka(source, KafkaMaterial.locate(source), pipeline.identity.consumer_group)
-        except DeltaflowError as error:
-            return failed_with(error)
+        ended = _kafka_preflight(pipeline, stop)
+        if ended is not None:
+            return ended
         startup["kafkaPreflight"] = time.monotonic() - clock
         log.info("starting the Spark session")
     clock = time.monotonic()
@@ -454,6 +449,23 @@ def _dispatch(args: argparse.Namespace, pipeline: Pipeline) -> int:
         )
     finally:
         spark.stop()
+
+
+def _kafka_preflight(pipeline: Pipeline, stop: threading.Event) -> int | None:
+    """Before the JVM: a stream that cannot log in or read its topic says why in a second.
+    None to go on, else the exit code (0: stopped meanwhile)."""
+    from deltaflow_runtime.kafka_auth import KafkaMaterial
+    from deltaflow_runtime.kafka_preflight import check_kafka
+
+    source = pipeline.ingestion.spec.source
+    try:
+        material = KafkaMaterial.locate(source)
+        if not check_kafka(source, material, pipeline.identity.consumer_group, stop=stop):
+            log.info("stopped before the stream started")
+            return 0
+    except DeltaflowError as error:
+        return failed_with(error)
+    return None
 
 
 def _summary(spark: SparkSession, pipeline: Pipeline) -> None:

@@ -10,8 +10,10 @@ driver started after the Secret, the ACL or the topic is fixed goes on by itself
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import re
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,7 +31,12 @@ log = logging.getLogger(__name__)
 
 # Values that go between the quotes of a JAAS option: Kafka substitutes the file's content
 # there before parsing, so a quote, backslash or line break would change the login's meaning.
-_JAAS_CARRIED = ("username", "password", "oauthBearer.clientSecret")
+_JAAS_CARRIED = (
+    "username",
+    "password",
+    "oauthBearer.clientSecret",
+    "clientCertificate.keyPassword",  # a property value of its own, as exact
+)
 _NOT_IN_JAAS = re.compile(r'["\\\x00-\x1f\x7f]')
 
 
@@ -239,20 +246,55 @@ def check_kafka(
     source: KafkaSource,
     material: KafkaMaterial,
     group: str,
+    *,
     timeout: float = 10.0,
     topic_wait: float = 60.0,
-) -> None:
+    stop: threading.Event | None = None,
+) -> bool:
     """Raise :class:`KafkaPreflightError` (or the material's own error) unless the stream can
-    connect, log in, read its topic and commit its group. A missing topic is waited for up to
-    ``topic_wait`` seconds first (a producer's first record often creates it)."""
-    from confluent_kafka import KafkaException, TopicCollection
-    from confluent_kafka.admin import AdminClient
-
+    connect, log in and read its topic. A missing topic is waited for up to ``topic_wait``
+    seconds first (a producer's first record often creates it). A principal that may not use
+    the commit group is only warned about: that commit serves lag tools, not the stream.
+    Returns False when ``stop`` was set meanwhile (SIGTERM: the driver ends quietly)."""
+    stop = stop or threading.Event()
     material.check(source)
-    contents = {field: Path(path).read_text() for field, path in material.files.items()}
-    problem = material_problem(source, contents)
+    problem = material_problem(source, _contents(source, material))
     if problem is not None:
         raise problem.error()
+    try:
+        admin, errors = _admin(source, material)
+        return _check(
+            admin, errors, source, group, timeout=timeout, topic_wait=topic_wait, stop=stop
+        )
+    except KafkaPreflightError:
+        raise
+    except Exception as e:  # anything unforeseen still ends with a reason and the field
+        raise KafkaProblem(
+            FailureReason.KAFKA_UNREACHABLE,
+            "spec.source",
+            f"the Kafka preflight failed: {type(e).__name__}: {str(e)[:500]}",
+        ).error() from e
+
+
+def _contents(source: KafkaSource, material: KafkaMaterial) -> dict[str, str]:
+    contents = {}
+    for field, path in material.files.items():
+        try:
+            contents[field] = Path(path).read_text()
+        except UnicodeDecodeError:
+            raise KafkaProblem(
+                FailureReason.KAFKA_CREDENTIALS_INVALID,
+                secret_field(source, field),
+                "is not text: PEM (or a password) is expected, not DER or a Java keystore",
+            ).error() from None
+    return contents
+
+
+def _admin(source: KafkaSource, material: KafkaMaterial) -> tuple[Any, list[tuple[str, str]]]:
+    """The AdminClient on the stream's connection and the list its errors go to."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
     errors: list[tuple[str, str]] = []
     try:
         config: dict[str, Any] = dict(librdkafka_config(source, material))
@@ -269,16 +311,50 @@ def check_kafka(
         log_level=0,  # its words come through error_cb, once, in the message
         error_cb=lambda e: errors.append((e.name(), e.str())),
     )
-    admin = AdminClient(config)
+    try:
+        return AdminClient(config), errors
+    except KafkaException as e:
+        # librdkafka loads the TLS material when the client is made: a key that does not
+        # match its certificate, a CA file that is no PEM, a setting it does not take.
+        field = (
+            "spec.source.auth.clientCertificate"
+            if "key" in str(e).lower()
+            else ("spec.source.auth.caCertificate" if "ca" in str(e).lower() else "spec.source")
+        )
+        raise KafkaProblem(
+            FailureReason.KAFKA_CREDENTIALS_INVALID,
+            field,
+            f"the Kafka client cannot use it (Kafka client: {e.args[0].str()})",
+        ).error() from None
+
+
+# A refusal that repeats the same way on every try: no need to wait out the timeout.
+_FINAL = {"_AUTHENTICATION", "SASL_AUTHENTICATION_FAILED", "_SSL"}
+
+
+def _check(
+    admin: Any,
+    errors: list[tuple[str, str]],
+    source: KafkaSource,
+    group: str,
+    *,
+    timeout: float,
+    topic_wait: float,
+    stop: threading.Event,
+) -> bool:
+    from confluent_kafka import KafkaException, TopicCollection
+
     answered = admin.describe_cluster(request_timeout=timeout)
     started = time.monotonic()
     while not answered.done():
         admin.poll(0.25)  # an AdminClient serves error_cb only from poll()
-        # A refused login or handshake is final; a refused connection repeats every reconnect
-        # (~0.3 s). Either way there is no need to wait out the timeout.
-        refusals = [code for code, _ in errors if code != "_ALL_BROKERS_DOWN"]
-        final = {"_AUTHENTICATION", "SASL_AUTHENTICATION_FAILED", "_SSL"} & set(refusals)
-        if final or (len(refusals) >= 2 and time.monotonic() - started > 1.0):
+        if stop.is_set():
+            return False
+        codes = {code for code, _ in errors}
+        refused_cert = any(mark in text for _, text in errors for mark in _CLIENT_CERT_REFUSED)
+        # Every broker down (not one of several) or a final refusal decides early.
+        down = "_ALL_BROKERS_DOWN" in codes and time.monotonic() - started > 2.0
+        if codes & _FINAL or refused_cert or down:
             raise connection_problem(source, errors).error()
     try:
         answered.result()
@@ -289,7 +365,9 @@ def check_kafka(
         deadline = time.monotonic() + topic_wait
         while True:
             found = admin.describe_topics(
-                TopicCollection([source.topic]), include_authorized_operations=True
+                TopicCollection([source.topic]),
+                include_authorized_operations=True,
+                request_timeout=timeout,
             )[source.topic]
             code, operations = _outcome(found, timeout)
             problem = topic_problem(source.topic, code, operations)
@@ -297,7 +375,8 @@ def check_kafka(
             if not waiting or time.monotonic() >= deadline:
                 break
             log.info("waiting for topic %s to exist (spec.source.topic)", source.topic)
-            time.sleep(5.0)
+            if stop.wait(5.0):
+                return False
         if problem is not None:
             raise problem.error()
     described = admin.describe_consumer_groups(
@@ -306,7 +385,8 @@ def check_kafka(
     code, operations = _outcome(described, timeout)
     problem = group_problem(group, code, operations)
     if problem is not None:
-        raise problem.error()
+        log.warning("%s: %s (the stream runs without it)", problem.field, problem.message)
+    return True
 
 
 def _outcome(future: Any, timeout: float) -> tuple[str | None, list[str] | None]:
@@ -316,5 +396,7 @@ def _outcome(future: Any, timeout: float) -> tuple[str | None, list[str] | None]
         result = future.result(timeout=timeout)
     except KafkaException as e:
         return e.args[0].name(), None
+    except concurrent.futures.TimeoutError:
+        return "_TIMED_OUT", None
     operations = getattr(result, "authorized_operations", None)
     return None, None if operations is None else [op.name for op in operations]

@@ -16,6 +16,7 @@ import base64
 import hashlib
 import hmac
 import json
+import logging
 import os
 import re
 import threading
@@ -27,9 +28,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+log = logging.getLogger(__name__)
+
 TOKEN_SECONDS = 900
 USER_AGENT = "aws-msk-iam-sasl-signer-python/1.0.2"  # the token format this one reproduces
-_MSK_HOST = re.compile(r"\.kafka\.([a-z]{2}(?:-[a-z]+)+-[0-9]{1,2})\.amazonaws\.com(?::\d+)?$")
+_MSK_HOST = re.compile(
+    r"\.kafka(?:-serverless)?\.([a-z]{2}(?:-[a-z]+)+-[0-9]{1,2})\.amazonaws\.com(?:\.cn)?(?::\d+)?$"
+)
 _STS_VERSION = "2011-06-15"
 _HTTP_TIMEOUT = 10.0
 
@@ -179,11 +184,34 @@ def _sts_url(region: str) -> str:
 
 
 def workload_credentials(env: Mapping[str, str], region: str) -> AwsCredentials:
-    """The pods' own credentials, in the SDKs' order (environment, Pod Identity, IRSA)."""
+    """The pods' own credentials, in the AWS Java SDK's order (the login module's): the
+    environment, IRSA's web identity, then the container endpoint of EKS Pod Identity."""
     if env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY"):
         return AwsCredentials(
             env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"], env.get("AWS_SESSION_TOKEN")
         )
+    token_file, role = env.get("AWS_WEB_IDENTITY_TOKEN_FILE"), env.get("AWS_ROLE_ARN")
+    if token_file and role:
+        with open(token_file) as f:
+            identity = f.read().strip()
+        form = urllib.parse.urlencode(
+            {
+                "Action": "AssumeRoleWithWebIdentity",
+                "RoleArn": role,
+                "RoleSessionName": env.get("AWS_ROLE_SESSION_NAME") or "deltaflow",
+                "WebIdentityToken": identity,
+                "Version": _STS_VERSION,
+            }
+        )
+        sts_region = env.get("AWS_REGION") or region
+        request = urllib.request.Request(
+            _sts_url(sts_region),
+            data=form.encode(),
+            headers={"content-type": "application/x-www-form-urlencoded; charset=utf-8"},
+            method="POST",
+        )
+        answer = _read(request, "STS AssumeRoleWithWebIdentity (IRSA)")
+        return _sts_credentials(answer, "AssumeRoleWithWebIdentity")
     full = env.get("AWS_CONTAINER_CREDENTIALS_FULL_URI")
     relative = env.get("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
     if full or relative:
@@ -206,25 +234,6 @@ def workload_credentials(env: Mapping[str, str], region: str) -> AwsCredentials:
         return AwsCredentials(
             body["AccessKeyId"], body["SecretAccessKey"], body.get("Token"), expires
         )
-    token_file, role = env.get("AWS_WEB_IDENTITY_TOKEN_FILE"), env.get("AWS_ROLE_ARN")
-    if token_file and role:
-        with open(token_file) as f:
-            identity = f.read().strip()
-        query = urllib.parse.urlencode(
-            {
-                "Action": "AssumeRoleWithWebIdentity",
-                "RoleArn": role,
-                "RoleSessionName": env.get("AWS_ROLE_SESSION_NAME") or "deltaflow",
-                "WebIdentityToken": identity,
-                "Version": _STS_VERSION,
-            }
-        )
-        sts_region = env.get("AWS_REGION") or region
-        answer = _read(
-            urllib.request.Request(f"{_sts_url(sts_region)}?{query}"),
-            "STS AssumeRoleWithWebIdentity (IRSA)",
-        )
-        return _sts_credentials(answer, "AssumeRoleWithWebIdentity")
     raise MskIamError(
         "no workload identity in the pods: no AWS_ACCESS_KEY_ID, no EKS Pod Identity "
         "(AWS_CONTAINER_CREDENTIALS_FULL_URI) and no IRSA (AWS_WEB_IDENTITY_TOKEN_FILE with "
@@ -279,4 +288,12 @@ class MskTokenProvider:
             return self._creds
 
     def __call__(self, _config: str | None = None) -> tuple[str, float]:
-        return auth_token(self.region, self.credentials(), datetime.now(UTC))
+        try:
+            return auth_token(self.region, self.credentials(), datetime.now(UTC))
+        except MskIamError as e:
+            # librdkafka keeps only "OAuth callback raised exception": say why here.
+            log.error("no MSK IAM token: %s", e)
+            raise
+        except Exception as e:  # a file, an answer or a date that was not as expected
+            log.error("no MSK IAM token: %s: %s", type(e).__name__, e)
+            raise MskIamError(f"{type(e).__name__}: {e}") from e

@@ -239,6 +239,8 @@ _FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
             {"kafka.ssl.endpoint.identification.algorithm": ""},
             {"kafka.basic.auth.user.info": "u:p", "kafka.client.rack": "a"},
             {"kafka.client.secret": "s"},
+            {"kafka.client.id": "${dir:/etc/deltaflow/kafka-password:password}"},
+            {"kafka.client.id": "a$b"},
         ]
     ),
     "spec.format.type": st.sampled_from(["json", "avro", "raw", "xml"]),

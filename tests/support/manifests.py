@@ -312,6 +312,32 @@ INVALID_CASES: list[InvalidCase] = [
         _set("spec.source.options", {"kafka.basic.auth.user.info.password": "x"}),
     ),
     _case(
+        "option-value-referencing-a-secret-file",
+        "spec.source.options",
+        _set(
+            "spec.source.options",
+            {"kafka.client.id": "${dir:/etc/deltaflow/kafka-password:password}"},
+        ),
+    ),
+    _case(
+        "oauth-client-id-with-a-reference",
+        "spec.source.auth.oauthBearer.clientId",
+        _set("spec.source.auth", OAUTH_AUTH),
+        _set("spec.source.auth.oauthBearer.clientId", "${dir:/etc/deltaflow/kafka-ca:ca.crt}"),
+    ),
+    _case(
+        "msk-iam-with-static-object-store-keys",
+        "spec.source.auth.saslMechanism",
+        _set("spec.source.auth", MSK_AUTH),
+        _set(
+            "spec.sink.storage",
+            {
+                "accessKeyId": {"name": "lake", "key": "id"},
+                "secretAccessKey": {"name": "lake", "key": "secret"},
+            },
+        ),
+    ),
+    _case(
         "unknown-isolation-level",
         "spec.source.isolationLevel",
         _set("spec.source.isolationLevel", "committed"),
