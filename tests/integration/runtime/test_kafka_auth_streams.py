@@ -11,12 +11,12 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions
+from kafka_logins import Login, mtls, oauth, scram, secret_files
 from runtime_kit import (
     create_topic,
     duplicates,
@@ -43,79 +43,20 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 BAD = [b"not json", b'{"id": "abc"}', b"[1]"]
 
 
-@dataclass(frozen=True)
-class Login:
-    """How one mechanism's stream logs in: its principal, spec.source.auth and the values its
-    Secrets hold (by field under spec.source.auth)."""
-
-    principal: str
-    bootstrap: str
-    auth: dict[str, Any]
-    files: dict[str, str]
-
-
-def _ref(key: str) -> dict[str, str]:
-    return {"name": "kafka-creds", "key": key}  # only named: the files stand for the Secret
-
-
 def _mtls(kafka: KafkaBroker) -> Login:
-    pki = kafka.pki
-    return Login(
-        "stream-mtls",  # the certificate's CN (the broker's principal mapping rule)
-        kafka.mtls_bootstrap,
-        {
-            "securityProtocol": "SSL",
-            "caCertificate": _ref("ca.crt"),
-            "clientCertificate": {"certificate": _ref("tls.crt"), "key": _ref("tls.key")},
-        },
-        {
-            "caCertificate": pki.ca_file.read_text(),
-            "clientCertificate.certificate": pki.mtls_cert.read_text(),
-            "clientCertificate.key": pki.mtls_key.read_text(),
-        },
-    )
+    return mtls(kafka, kafka.pki.mtls_cert, kafka.pki.mtls_key)
 
 
 def _scram(kafka: KafkaBroker) -> Login:
     user, password = unique("scram"), secrets.token_urlsafe(18)
     kafka.add_scram_user(user, "SCRAM-SHA-512", password)
-    return Login(
-        user,
-        kafka.sasl_ssl_bootstrap,
-        {
-            "securityProtocol": "SASL_SSL",
-            "saslMechanism": "SCRAM-SHA-512",
-            "username": _ref("username"),
-            "password": _ref("password"),
-            "caCertificate": _ref("ca.crt"),
-        },
-        {"username": user, "password": password, "caCertificate": kafka.ca_file.read_text()},
-    )
+    return scram(kafka, user, password)
 
 
-def _oauth(kafka: KafkaBroker) -> Login:
+def _oauth(kafka: KafkaBroker, token_lifetime: int | None = None) -> Login:
     client_id = unique("oidc")
-    secret = kafka.issuer.register_client(client_id)
-    return Login(
-        client_id,  # the token's sub
-        kafka.sasl_ssl_bootstrap,
-        {
-            "securityProtocol": "SASL_SSL",
-            "saslMechanism": "OAUTHBEARER",
-            "caCertificate": _ref("ca.crt"),
-            "oauthBearer": {
-                "tokenEndpointUrl": kafka.issuer.token_url,
-                "clientId": client_id,
-                "clientSecret": _ref("client-secret"),
-                "scope": "kafka",
-                "tokenEndpointCaCertificate": _ref("issuer-ca.crt"),
-            },
-        },
-        {
-            "caCertificate": kafka.ca_file.read_text(),
-            "oauthBearer.clientSecret": secret,
-            "oauthBearer.tokenEndpointCaCertificate": kafka.issuer.ca_file.read_text(),
-        },
+    return oauth(
+        kafka, client_id, kafka.issuer.register_client(client_id, token_lifetime=token_lifetime)
     )
 
 
@@ -127,18 +68,11 @@ LOGINS: dict[str, Callable[[KafkaBroker], Login]] = {
 
 
 def mount_like_kubelet(root: Path, login: Login, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each Secret key as the kubelet mounts it (``<dir>/<file> -> ..data/<file>``, ``..data ->
-    ..<timestamp>``), named to the runtime as a local run names them."""
+    """The Secrets as the kubelet mounts them, named to the runtime as a local run names them."""
+    paths = secret_files(root, login, like_kubelet=True)
     for secret_file in KAFKA_SECRET_FILES:
-        if secret_file.field not in login.files:
-            continue
-        folder = root / secret_file.volume
-        version = folder / "..2026_12_05_12_00_00.000000001"
-        version.mkdir(parents=True)
-        (version / secret_file.file).write_text(login.files[secret_file.field])
-        (folder / "..data").symlink_to(version.name)
-        (folder / secret_file.file).symlink_to(f"..data/{secret_file.file}")
-        monkeypatch.setenv(file_env(secret_file), str(folder / secret_file.file))
+        if secret_file.field in paths:
+            monkeypatch.setenv(file_env(secret_file), paths[secret_file.field])
 
 
 @pytest.mark.parametrize("mechanism", list(LOGINS))
@@ -196,15 +130,7 @@ def test_oauthbearer_tokens_are_refreshed_before_they_expire(
 ) -> None:
     # The broker ends a session when its token expires (or at the listener's 60 s reauth): a
     # client that did not refresh its token could not fetch or commit after the first expiry.
-    client_id = unique("oidc-short")
-    secret = kafka.issuer.register_client(client_id, token_lifetime=TOKEN_SECONDS)
-    login = _oauth(kafka)
-    login = Login(
-        client_id,
-        login.bootstrap,
-        {**login.auth, "oauthBearer": {**login.auth["oauthBearer"], "clientId": client_id}},
-        {**login.files, "oauthBearer.clientSecret": secret},
-    )
+    login = _oauth(kafka, token_lifetime=TOKEN_SECONDS)
     topic = unique("auth-refresh")
     create_topic(kafka.bootstrap_servers, topic, partitions=1)
     document = manifest(unique("refresh"), topic, login.bootstrap, tmp_path)

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
+from kafka_logins import Login, mtls, oauth, ref, scram, secret_files
 from runtime_kit import create_topic, unique
 
-from deltaflow_api.driver_pod import KAFKA_SECRET_FILES
 from deltaflow_api.failures import FailureReason
 from deltaflow_api.v1alpha1 import KafkaSource
 from deltaflow_runtime.errors import DeltaflowError
@@ -27,77 +26,35 @@ R = FailureReason
 GROUP = "deltaflow.preflight.orders"
 
 
-def _ref(key: str) -> dict[str, str]:
-    return {"name": "kafka-creds", "key": key}
-
-
-@dataclass
+@dataclass(frozen=True)
 class Attempt:
-    """A stream's source and the Secret contents it would have mounted."""
+    """A stream's login, checked as its driver would before Spark starts."""
 
-    bootstrap: str
-    auth: dict[str, Any]
-    contents: dict[str, str] = field(default_factory=dict)
+    login: Login
     topic: str | None = None
 
     def check(self, root: Path, topic: str) -> None:
         source = KafkaSource.model_validate(
-            {"bootstrapServers": self.bootstrap, "topic": self.topic or topic, "auth": self.auth}
+            {
+                "bootstrapServers": self.login.bootstrap,
+                "topic": self.topic or topic,
+                "auth": self.login.auth,
+            }
         )
-        files = {}
-        for secret_file in KAFKA_SECRET_FILES:
-            if secret_file.field in self.contents:
-                path = root / secret_file.volume / secret_file.file
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(self.contents[secret_file.field])
-                files[secret_file.field] = str(path)
+        files = secret_files(root, self.login)
         check_kafka(source, KafkaMaterial(files), GROUP, timeout=5.0, topic_wait=0.0)
 
 
 def _scram(kafka: KafkaBroker, user: str, password: str) -> Attempt:
-    return Attempt(
-        kafka.sasl_ssl_bootstrap,
-        {
-            "securityProtocol": "SASL_SSL",
-            "saslMechanism": "SCRAM-SHA-512",
-            "username": _ref("username"),
-            "password": _ref("password"),
-            "caCertificate": _ref("ca.crt"),
-        },
-        {"username": user, "password": password, "caCertificate": kafka.ca_file.read_text()},
-    )
+    return Attempt(scram(kafka, user, password))
 
 
 def _mtls(kafka: KafkaBroker, cert: Path | None, key: Path | None) -> Attempt:
-    auth: dict[str, Any] = {"securityProtocol": "SSL", "caCertificate": _ref("ca.crt")}
-    contents = {"caCertificate": kafka.ca_file.read_text()}
-    if cert is not None and key is not None:
-        auth["clientCertificate"] = {"certificate": _ref("tls.crt"), "key": _ref("tls.key")}
-        contents["clientCertificate.certificate"] = cert.read_text()
-        contents["clientCertificate.key"] = key.read_text()
-    return Attempt(kafka.mtls_bootstrap, auth, contents)
+    return Attempt(mtls(kafka, cert, key))
 
 
 def _oauth(kafka: KafkaBroker, client_id: str, secret: str) -> Attempt:
-    return Attempt(
-        kafka.sasl_ssl_bootstrap,
-        {
-            "securityProtocol": "SASL_SSL",
-            "saslMechanism": "OAUTHBEARER",
-            "caCertificate": _ref("ca.crt"),
-            "oauthBearer": {
-                "tokenEndpointUrl": kafka.issuer.token_url,
-                "clientId": client_id,
-                "clientSecret": _ref("client-secret"),
-                "tokenEndpointCaCertificate": _ref("issuer-ca"),
-            },
-        },
-        {
-            "caCertificate": kafka.ca_file.read_text(),
-            "oauthBearer.clientSecret": secret,
-            "oauthBearer.tokenEndpointCaCertificate": kafka.issuer.ca_file.read_text(),
-        },
-    )
+    return Attempt(oauth(kafka, client_id, secret))
 
 
 @dataclass(frozen=True)
@@ -155,12 +112,9 @@ CASES: dict[str, tuple[Callable[[KafkaBroker, Principals], Attempt], R | None, s
     ),
     "untrusted-broker": (
         lambda k, p: Attempt(
-            k.sasl_ssl_bootstrap,
-            _scram(k, p.user, p.password).auth,
-            {
-                **_scram(k, p.user, p.password).contents,
-                "caCertificate": k.pki.rogue_ca_file.read_text(),
-            },
+            scram(k, p.user, p.password).with_contents(
+                caCertificate=k.pki.rogue_ca_file.read_text()
+            )
         ),
         R.KAFKA_TLS_FAILED,
         "spec.source.auth.caCertificate (Secret kafka-creds, key ca.crt)",
@@ -179,18 +133,13 @@ CASES: dict[str, tuple[Callable[[KafkaBroker, Principals], Attempt], R | None, s
         "openssl pkcs8 -topk8",
     ),
     "nothing-listening": (
-        lambda k, p: Attempt("127.0.0.1:1", {"securityProtocol": "PLAINTEXT"}),
+        lambda k, p: Attempt(Login("-", "127.0.0.1:1", {"securityProtocol": "PLAINTEXT"})),
         R.KAFKA_UNREACHABLE,
         "spec.source.bootstrapServers",
         "Connection refused",
     ),
     "missing-topic": (
-        lambda k, p: Attempt(
-            k.sasl_ssl_bootstrap,
-            _scram(k, p.user, p.password).auth,
-            _scram(k, p.user, p.password).contents,
-            topic="no-such-topic-anywhere",
-        ),
+        lambda k, p: Attempt(scram(k, p.user, p.password), topic="no-such-topic-anywhere"),
         # The principal may not describe a topic that does not exist either: Kafka hides
         # existence from who lacks rights, and the message says both.
         R.KAFKA_AUTHORIZATION_FAILED,
@@ -240,15 +189,14 @@ def test_msk_iam_signs_a_token_the_broker_receives_and_names_the_workload_identi
     # No AWS here: the driver's client signs an MSK token from the pods' keys and sends it
     # over OAUTHBEARER; this broker validates JWTs, not MSK tokens, and refuses it. That the
     # refusal comes from the broker's login proves the token was made and sent.
+    msk = {
+        "securityProtocol": "SASL_SSL",
+        "saslMechanism": "AWS_MSK_IAM",
+        "awsMskIam": {},
+        "caCertificate": ref("ca.crt"),
+    }
     attempt = Attempt(
-        kafka.sasl_ssl_bootstrap,
-        {
-            "securityProtocol": "SASL_SSL",
-            "saslMechanism": "AWS_MSK_IAM",
-            "awsMskIam": {},
-            "caCertificate": _ref("ca.crt"),
-        },
-        {"caCertificate": kafka.ca_file.read_text()},
+        Login("-", kafka.sasl_ssl_bootstrap, msk, {"caCertificate": kafka.ca_file.read_text()})
     )
     for name in ("AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_WEB_IDENTITY_TOKEN_FILE"):
         monkeypatch.delenv(name, raising=False)
