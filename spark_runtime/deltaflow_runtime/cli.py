@@ -456,9 +456,13 @@ def _kafka_preflight(pipeline: Pipeline, stop: threading.Event) -> int | None:
     None to go on, else the exit code (0: stopped meanwhile)."""
     from deltaflow_runtime.kafka_auth import KafkaMaterial
     from deltaflow_runtime.kafka_preflight import check_kafka
+    from deltaflow_runtime.topics import check_topic_pattern
 
     source = pipeline.ingestion.spec.source
     try:
+        # The spec's own mistakes first: they need a fix, not a restart (Java's judgement of
+        # the pattern follows once the JVM runs).
+        check_topic_pattern(None, source)
         material = KafkaMaterial.locate(source)
         if not check_kafka(source, material, pipeline.identity.consumer_group, stop=stop):
             log.info("stopped before the stream started")

@@ -54,14 +54,15 @@ def _java_error(spark: SparkSession, pattern: str) -> str | None:
     return None
 
 
-def check_topic_pattern(spark: SparkSession, source: KafkaSource) -> None:
+def check_topic_pattern(spark: SparkSession | None, source: KafkaSource) -> None:
     """Refuse a topicPattern Spark (java.util.regex) or the lag measure (Python's re) cannot
-    compile: Spark would fail every start, and the lag would never be measured."""
+    compile: Spark would fail every start, and the lag would never be measured. Without
+    ``spark`` (before the JVM starts), Python's judgement only."""
     pattern = source.topic_pattern
     if pattern is None:
         return
     problems = []
-    java = _java_error(spark, pattern)
+    java = _java_error(spark, pattern) if spark is not None else None
     if java is not None:
         problems.append(f"Java (Spark's Kafka source) refuses it: {java}")
     try:
