@@ -23,16 +23,13 @@ class Rule:
     check: Callable[[Mapping[str, Any]], bool]
     field_path: str | None = None  # where the API server points the error, e.g. ".maxExecutors"
     transition: bool = False  # compares with oldSelf: only on update, never in pydantic
-    # A message that names the offending value (e.g. the refused key): CEL for the API server's
-    # messageExpression and the same text from Python; ``message`` stays the server's fallback.
-    message_expression: str | None = None
+    # The Python side's message naming the offending values (e.g. the refused keys); the API
+    # server says ``message`` (a messageExpression over a map's keys exceeds CEL's cost budget).
     explain: Callable[[Mapping[str, Any]], str] | None = None
 
     def to_crd(self) -> dict[str, str]:
         """The ``x-kubernetes-validations`` entry for this rule."""
         entry = {"rule": self.cel, "message": self.message}
-        if self.message_expression:
-            entry["messageExpression"] = self.message_expression
         # The API server accepts a fieldPath only into properties the schema declares; metadata
         # declares none, so rules on metadata.name carry the field in their message instead.
         if self.field_path and not self.field_path.startswith(".metadata"):

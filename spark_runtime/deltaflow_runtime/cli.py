@@ -403,7 +403,7 @@ def _dispatch(args: argparse.Namespace, pipeline: Pipeline) -> int:
 
         install_stop_handlers(stop)  # before the JVM starts: a stop during start-up is graceful
         clock = time.monotonic()
-        ended = _kafka_preflight(pipeline, stop)
+        ended = _checks_before_the_jvm(pipeline, stop)
         if ended is not None:
             return ended
         startup["kafkaPreflight"] = time.monotonic() - clock
@@ -451,9 +451,10 @@ def _dispatch(args: argparse.Namespace, pipeline: Pipeline) -> int:
         spark.stop()
 
 
-def _kafka_preflight(pipeline: Pipeline, stop: threading.Event) -> int | None:
-    """Before the JVM: a stream that cannot log in or read its topic says why in a second.
-    None to go on, else the exit code (0: stopped meanwhile)."""
+def _checks_before_the_jvm(pipeline: Pipeline, stop: threading.Event) -> int | None:
+    """Before the JVM: a topicPattern no regex reads (a spec mistake), then the Kafka preflight
+    (a stream that cannot log in or read its topic says why in a second). None to go on, else
+    the exit code (0: stopped meanwhile)."""
     from deltaflow_runtime.kafka_auth import KafkaMaterial
     from deltaflow_runtime.kafka_preflight import check_kafka
     from deltaflow_runtime.topics import check_topic_pattern

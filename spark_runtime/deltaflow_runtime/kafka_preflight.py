@@ -195,6 +195,29 @@ def connection_problem(source: KafkaSource, errors: Sequence[tuple[str, str]]) -
     )
 
 
+# The librdkafka setting a client refused at its construction, and the auth field it holds.
+_CONSTRUCTION_FIELDS = (
+    ("https.ca.location", "oauthBearer.tokenEndpointCaCertificate"),
+    ("ssl.ca.location", "caCertificate"),
+    ("ssl.key.location", "clientCertificate.key"),
+    ("ssl.certificate.location", "clientCertificate.certificate"),
+)
+
+
+def construction_problem(source: KafkaSource, words: str) -> KafkaProblem:
+    """A Kafka client that could not be made from the stream's material, e.g. "ssl.key.location
+    failed: ... key values mismatch": the field and Secret key the setting came from."""
+    field = next(
+        (secret_field(source, f) for setting, f in _CONSTRUCTION_FIELDS if setting in words),
+        "spec.source",
+    )
+    return KafkaProblem(
+        FailureReason.KAFKA_CREDENTIALS_INVALID,
+        field,
+        f"the Kafka client cannot use it (Kafka client: {words})",
+    )
+
+
 def topic_problem(
     topic: str, code: str | None, operations: Sequence[str] | None
 ) -> KafkaProblem | None:
@@ -315,17 +338,8 @@ def _admin(source: KafkaSource, material: KafkaMaterial) -> tuple[Any, list[tupl
         return AdminClient(config), errors
     except KafkaException as e:
         # librdkafka loads the TLS material when the client is made: a key that does not
-        # match its certificate, a CA file that is no PEM, a setting it does not take.
-        field = (
-            "spec.source.auth.clientCertificate"
-            if "key" in str(e).lower()
-            else ("spec.source.auth.caCertificate" if "ca" in str(e).lower() else "spec.source")
-        )
-        raise KafkaProblem(
-            FailureReason.KAFKA_CREDENTIALS_INVALID,
-            field,
-            f"the Kafka client cannot use it (Kafka client: {e.args[0].str()})",
-        ).error() from None
+        # match its certificate, a CA file that is no PEM.
+        raise construction_problem(source, e.args[0].str()).error() from None
 
 
 # A refusal that repeats the same way on every try: no need to wait out the timeout.

@@ -11,6 +11,7 @@ from deltaflow_api.failures import FailureReason
 from deltaflow_api.v1alpha1 import KafkaSource
 from deltaflow_runtime.kafka_preflight import (
     connection_problem,
+    construction_problem,
     group_problem,
     material_problem,
     topic_problem,
@@ -282,3 +283,23 @@ def test_secret_contents_that_cannot_work_are_named_before_connecting(
         for value in contents.values():  # the value itself is never repeated
             if len(value.strip()) > 3:
                 assert value.strip() not in problem.message
+
+
+# What librdkafka says when it cannot make a client from the material (seen locally).
+CONSTRUCTION_CASES = [
+    ("ssl.ca.location failed: x509 certificate routines::no certificate or crl found",
+     "spec.source.auth.caCertificate (Secret kafka-ca, key ca.crt)"),
+    ("ssl.key.location failed: x509 certificate routines::key values mismatch",
+     "spec.source.auth.clientCertificate.key (Secret stream-tls, key tls.key)"),
+    ("ssl.certificate.location failed: SSL routines::PEM lib",
+     "spec.source.auth.clientCertificate.certificate (Secret stream-tls, key tls.crt)"),
+    ("some setting it does not take", "spec.source"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("words", "field"), CONSTRUCTION_CASES)
+def test_material_the_client_cannot_load_names_its_secret_key(words: str, field: str) -> None:
+    problem = construction_problem(_source(MTLS_AUTH), f"Failed to create admin client: {words}")
+    assert problem.reason == R.KAFKA_CREDENTIALS_INVALID
+    assert problem.field == field
+    assert words in problem.message
