@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 
 from deltaflow_api import DeltaIngestion
-from deltaflow_operator.builders.common import RUNTIME_UID, labels, service_account_name
+from deltaflow_operator.builders.common import labels, service_account_name
 from deltaflow_operator.builders.driver import (
     BLOCK_MANAGER_PORT,
     DRIVER_PORT,
@@ -48,6 +48,7 @@ from devstack.kafka import KafkaBroker
 from devstack.kube import KubeControlPlane
 from devstack.minio import ObjectStore
 from support.figures import record
+from support.image_pod import run_in_image
 from support.operator_harness import OPERATOR_NAMESPACE, restricted_namespace, wait_for
 
 NS = "guarded"
@@ -125,55 +126,10 @@ class Guarded:
         args: list[str],
         env: dict[str, str] | None = None,
     ) -> list[dict[str, Any]]:
-        """Run ``args`` in a pod of the project's image (restricted, like every pod here) until it
-        ends; its JSON output lines."""
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace, "labels": pod_labels},
-            "spec": {
-                "restartPolicy": "Never",
-                "automountServiceAccountToken": False,
-                "enableServiceLinks": False,
-                "securityContext": {
-                    "runAsNonRoot": True,
-                    "runAsUser": RUNTIME_UID,
-                    "runAsGroup": RUNTIME_UID,
-                    "seccompProfile": {"type": "RuntimeDefault"},
-                },
-                "containers": [
-                    {
-                        "name": "probe",
-                        "image": self.kube.image,
-                        "imagePullPolicy": "IfNotPresent",
-                        "command": args[:1],
-                        "args": args[1:],
-                        "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
-                        "resources": {
-                            "requests": {"cpu": "100m", "memory": "512Mi"},
-                            "limits": {"memory": "1Gi"},
-                        },
-                        "securityContext": {
-                            "allowPrivilegeEscalation": False,
-                            "capabilities": {"drop": ["ALL"]},
-                        },
-                    }
-                ],
-            },
-        }
-        self.kube.kubectl("apply", "-f", "-", stdin=json.dumps(pod))
-
-        def ended() -> str | None:
-            phase = self.kube.kubectl_json("-n", namespace, "get", "pod", name)["status"].get(
-                "phase"
-            )
-            return str(phase) if phase in ("Succeeded", "Failed") else None
-
-        phase = wait_for(f"probe pod {namespace}/{name} to finish", ended, timeout=240)
-        log = self.kube.kubectl("-n", namespace, "logs", name).stdout
-        self.kube.kubectl("-n", namespace, "delete", "pod", name, "--wait=false")
-        assert phase == "Succeeded", log[-3000:]
-        return [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+        """Run ``args`` in a pod of the project's image until it ends; its JSON output lines."""
+        run = run_in_image(self.kube, namespace, name, args, pod_labels=pod_labels, env=env)
+        assert run.phase == "Succeeded", run.log[-3000:]
+        return run.json_lines()
 
     def tcp(
         self, namespace: str, name: str, pod_labels: dict[str, str], targets: list[str]

@@ -34,7 +34,9 @@ from typing import Any
 
 import pytest
 
+from deltaflow_api import DeltaIngestion
 from deltaflow_operator.builders.common import RUNTIME_UID
+from deltaflow_runtime.kafka_auth import KafkaMaterial, java_properties
 from deltaflow_runtime.session import LOCAL_MODE_JAVA_OPTIONS
 from devstack.cluster import built_image_id, install_operator, lake_credentials
 from devstack.demo import BROKEN, cluster_manifest, create_topic, pods, produce_orders, running
@@ -42,6 +44,8 @@ from devstack.kafka import KafkaBroker
 from devstack.kube import KubeControlPlane
 from devstack.minio import ObjectStore
 from support.figures import record
+from support.image_pod import run_in_image
+from support.manifests import MSK_AUTH, valid_manifest
 from support.node_processes import (
     DriverProcessWatch,
     child_argv,
@@ -98,6 +102,7 @@ class Stream:
     produced_broken: int = 0
     timings: dict[str, float] = field(default_factory=dict)
     kafka_password: str = ""  # the stream's SCRAM password (in the Secret kafka-creds only)
+    retired_kafka_password: str = ""  # the one it had before the rotation test
     # What the burst test leaves for the check of its scale-down, a few tests later.
     burst: dict[str, Any] = field(default_factory=dict)
 
@@ -503,11 +508,15 @@ def _driver_main_pid(pod_name: str) -> int:
     return pids.pop()
 
 
-def test_driver_process_killed_is_replaced_and_resumes_from_its_checkpoint(
+def test_driver_killed_after_a_password_rotation_names_the_secret_and_resumes_once_it_is_fixed(
     stream: Stream,
 ) -> None:
     old = wait_for("a running driver", stream.driver_uid)
     stream.produce(1500)
+    # The broker's password for the stream's user is rotated and the Secret still holds the old
+    # one: the running driver keeps its logged-in connections; the next driver cannot log in.
+    retired, rotated = stream.kafka_password, secrets.token_urlsafe(18)
+    stream.kafka.add_scram_user(KAFKA_USER, "SCRAM-SHA-512", rotated)
     pid = _driver_main_pid(f"{NAME}-driver")
     # The image's user, as the pods' security context requires: never root on the node.
     uids = next(
@@ -518,17 +527,77 @@ def test_driver_process_killed_is_replaced_and_resumes_from_its_checkpoint(
     assert set(uids) == {str(RUNTIME_UID)}, uids
     os.kill(pid, signal.SIGKILL)
     killed = time.monotonic()
+    # The replacement's Kafka preflight is refused before Spark starts: Ready names the Secret
+    # key to fix and quotes the broker, and the driver is retried with backoff, not in a loop.
+    refused = wait_for(
+        "Ready=False KafkaAuthenticationFailed",
+        lambda: (c := stream.condition("Ready")).get("reason") == "KafkaAuthenticationFailed" and c,
+        timeout=120,
+    )
+    said = time.monotonic() - killed
+    record(f"Kafka password rotated, driver killed -> Ready names the Secret key {said:.0f}s")
+    message = refused["message"]
+    assert "spec.source.auth.password (Secret kafka-creds, key password)" in message, message
+    assert "invalid credentials with SASL mechanism SCRAM-SHA-512" in message, message
+    assert stream.condition("Progressing").get("reason") == "BackoffWaiting"
+    # The Secret is fixed (replaced from stdin: the password is on no command line and in no
+    # last-applied annotation); the next driver mounts it and resumes from the checkpoint.
+    creds = stream.kube.kubectl_json("-n", NS, "get", "secret", "kafka-creds")
+    creds["data"]["password"] = base64.b64encode(rotated.encode()).decode()
+    stream.kube.kubectl("replace", "-f", "-", stdin=json.dumps(creds))
+    fixed = time.monotonic()
+    stream.kafka_password, stream.retired_kafka_password = rotated, retired
     wait_for(
-        "a replacement driver",
+        "a driver that logged in",
         lambda: (u := stream.driver_uid()) not in (None, old) and u,
         timeout=120,
     )
     stream.produce(1500)
     stream.wait_all_landed()
-    record(f"driver process SIGKILLed -> all records landed again {time.monotonic() - killed:.0f}s")
+    record(f"Secret fixed -> all records landed again {time.monotonic() - fixed:.0f}s")
     stream.assert_exactly_once()
+    wait_for("Ready=True", lambda: stream.condition("Ready").get("status") == "True", timeout=120)
     restarts = stream.kube.kubectl_json("-n", NS, "get", "deltaingestion", NAME)["status"]
-    assert restarts["driver"]["restarts"] >= 1
+    assert restarts["driver"]["restarts"] >= 2  # the kill, and the refused login
+
+
+def test_the_images_java_kafka_client_loads_the_msk_iam_login(stream: Stream) -> None:
+    # No AWS account is reachable: the image's Java client, with the properties the runtime gives
+    # Spark for a stream on MSK with IAM, gets as far as the SASL handshake of the broker's
+    # SASL_SSL listener, which does not offer AWS_MSK_IAM. It got there only after the image's
+    # jars gave it IAMLoginModule and IAMClientCallbackHandler (a missing class fails earlier).
+    manifest = valid_manifest(name=NAME, namespace=NS)
+    manifest["spec"]["source"]["auth"] = {
+        **MSK_AUTH,
+        "caCertificate": {"name": "kafka-creds", "key": "ca.crt"},
+    }
+    source = DeltaIngestion.model_validate(manifest).spec.source
+    ca = "/tmp/kafka-ca/ca.crt"
+    props = {
+        "bootstrap.servers": stream.kafka.sasl_ssl_bootstrap,
+        **java_properties(source, KafkaMaterial({"caCertificate": ca})),
+    }
+    assert props["sasl.mechanism"] == "AWS_MSK_IAM", props
+    lines = "".join(f"{k}={v.replace(chr(92), chr(92) * 2)}\n" for k, v in props.items())
+    script = (
+        f'mkdir -p {os.path.dirname(ca)} && printf %s "$CA" > {ca} && printf %s "$PROPS" | '
+        'java -cp "$SPARK_HOME/jars/*" io.deltaflow.kafka.ConnectCheck /dev/stdin 20000; '
+        'echo "{\\"exit\\": \\"$?\\"}"'
+    )
+    run = run_in_image(
+        stream.kube,
+        NS,
+        "msk-iam-check",
+        ["sh", "-c", script],
+        env={"CA": stream.kafka.ca_file.read_text(), "PROPS": lines},
+    )
+    answer, ended = run.json_lines()
+    assert ended == {"exit": "1"}, run.log[-3000:]  # the check ran, and did not pass
+    assert not any(s in run.log for s in ("ClassNotFound", "NoClassDefFound")), run.log[-3000:]
+    assert answer["exceptionClass"] == (
+        "org.apache.kafka.common.errors.UnsupportedSaslMechanismException"
+    ), answer
+    assert answer["message"].startswith("Client SASL mechanism 'AWS_MSK_IAM' not enabled"), answer
 
 
 def test_deleted_executor_pod_is_replaced_by_spark(stream: Stream) -> None:
@@ -1096,6 +1165,10 @@ def test_no_secret_value_is_in_any_object_event_status_or_log(stream: Stream) ->
     found = {what: hits for what, text in sources.items() if (hits := _leaks(text, secret))}
     assert not found, f"the secret key is written out in: {found}"
     _assert_kafka_password_only_in_files(sources, specs, kafka_password)
+    # The password the Secret held while the broker refused it: the refusal quoted no value.
+    if retired := stream.retired_kafka_password:
+        found = {w: h for w, t in sources.items() if (h := _leaks(t, retired))}
+        assert not found, f"the retired Kafka password is written out in: {found}"
     size = sum(map(len, sources.values()))
     record(
         f"secret key and Kafka password grep: 0 hits in {len(sources)} sources "
