@@ -79,7 +79,7 @@ from deltaflow_operator.decisions.pooled import (
     member_verdict,
 )
 from deltaflow_operator.decisions.pools import auto_placement, moved_between_pools, wants_pool
-from deltaflow_operator.decisions.progress import stream_progress
+from deltaflow_operator.decisions.progress import group_commit_degraded, stream_progress
 from deltaflow_operator.decisions.status import status_write_due
 from deltaflow_operator.drift import (
     RESYNC_SECONDS,
@@ -326,6 +326,14 @@ class Reconciler:
             plan = self._plan(ingestion, pod, changed)
         status, reading = self._scale(body, ingestion, self._status(ingestion, plan), pod)
         status, recheck_in = self._progress(ingestion, status, pod, reading)
+        if reading.report is not None and pod is not None and pod.phase == "Running":
+            conditions = group_commit_degraded(
+                status.conditions,
+                reading.report.group_commit_error,
+                generation=ingestion.metadata.get("generation"),
+                now=datetime.now(UTC),
+            )
+            status = status.model_copy(update={"conditions": conditions})
         self._write_status(body, status)
         waits = [w for w in (plan.requeue_after, recheck_in) if w is not None]
         return min(waits) if waits else None
@@ -451,6 +459,10 @@ class Reconciler:
              "a pooled stream is not scaled: it shares its pool's task threads"),
         ):  # fmt: skip
             conditions = set_condition(conditions, type_, value, reason, message, generation, now)
+        if verdict.ready and report is not None:
+            conditions = group_commit_degraded(
+                conditions, report.group_commit_error, generation=generation, now=now
+            )
         reporting = (
             reported_at is not None and time.time() - reported_at <= POOL_REPORT_STALE_SECONDS
         )

@@ -40,6 +40,9 @@ _JAAS_CARRIED = (
 _NOT_IN_JAAS = re.compile(r'["\\\x00-\x1f\x7f]')
 
 
+GROUP_AUTHORIZATION_FAILED = "GROUP_AUTHORIZATION_FAILED"
+
+
 class KafkaPreflightError(DeltaflowError):
     """The stream cannot use its Kafka as configured; the message says what to fix."""
 
@@ -252,17 +255,31 @@ def group_problem(
     group: str, code: str | None, operations: Sequence[str] | None
 ) -> KafkaProblem | None:
     """The stream's commit group (its offsets after each Delta commit, for lag tools)."""
-    missing = code == "GROUP_AUTHORIZATION_FAILED" or (
+    missing = code == GROUP_AUTHORIZATION_FAILED or (
         code is None and operations is not None and "READ" not in operations
     )
     if not missing:
         return None
     return KafkaProblem(
         FailureReason.KAFKA_AUTHORIZATION_FAILED,
-        "spec.source",
+        "spec.source.auth",
         f"the stream's principal may not use Group:{group}, where it commits its offsets after "
         "each Delta commit (for lag tools and KEDA): grant it Read on the group",
     )
+
+
+def group_commit_problem(group: str, error: BaseException) -> str | None:
+    """What a group commit that failed tells the user, when the stream's principal may not use
+    the group; None for anything else (a broker hiccup: the next commit tries again)."""
+    first = error.args[0] if error.args else None
+    name = getattr(first, "name", None)
+    code = name() if callable(name) else None
+    text = str(error)
+    if code != GROUP_AUTHORIZATION_FAILED and GROUP_AUTHORIZATION_FAILED not in text:
+        return None
+    problem = group_problem(group, GROUP_AUTHORIZATION_FAILED, None)
+    assert problem is not None
+    return f"{problem.field}: {problem.message} (Kafka client: {text[:300]})"
 
 
 def check_kafka(

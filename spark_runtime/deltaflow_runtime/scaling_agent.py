@@ -110,8 +110,10 @@ class ScalingAgent:
         period: float = 2.0,
         freshness: Callable[[float], dict[str, Any]] | None = None,
         cost: Callable[[float], dict[str, Any] | None] | None = None,
+        group_commit_problem: Callable[[], str] | None = None,
     ) -> None:
         self.control, self.channel, self.period = control, channel, period
+        self.group_commit_problem = group_commit_problem
         self.freshness = freshness  # the report's freshness part, at a time
         self.cost = cost  # the report's cost part (None before it is measured)
         self.query_id = query_id
@@ -217,6 +219,7 @@ class ScalingAgent:
             freshness=None if self.freshness is None else self.freshness(now),
             cost=None if self.cost is None else self.cost(now),
             busy_cores=self.load.cores(),
+            group_commit_problem=self.group_commit_problem() if self.group_commit_problem else "",
         )
         # Publish on change, else as a heartbeat: the operator treats a report older than 30 s
         # as a driver that stopped reporting. Keeps the API server's load per stream low: a
@@ -257,6 +260,7 @@ def driver_report(
     freshness: dict[str, Any] | None = None,
     cost: dict[str, Any] | None = None,
     busy_cores: float | None = None,
+    group_commit_problem: str = "",
 ) -> dict[str, Any]:
     """The report the driver publishes on its pod (the operator's autoscaler and Ready read
     it; deltaflow_operator.autoscaler.observe parses it)."""
@@ -289,6 +293,8 @@ def driver_report(
         report["cost"] = cost
     if busy_cores is not None:
         report["busyCores"] = round(busy_cores, 4)
+    if group_commit_problem:
+        report["groupCommit"] = {"error": group_commit_problem[:500]}
     return report
 
 

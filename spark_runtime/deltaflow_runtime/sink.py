@@ -26,6 +26,7 @@ from deltaflow_runtime.dead_letters import DeadLetterLedger
 from deltaflow_runtime.errors import DeltaflowError
 from deltaflow_runtime.jvm import observation_handle
 from deltaflow_runtime.kafka_admin import KafkaIdentity
+from deltaflow_runtime.kafka_preflight import group_commit_problem
 from deltaflow_runtime.metrics import RuntimeMetrics
 from deltaflow_runtime.offsets import KafkaAdmin
 from deltaflow_runtime.parse import (
@@ -340,6 +341,9 @@ class BatchWriter:
         self.optimize_write = optimize_write
         self.checkpoint = checkpoint
         self.admin = admin
+        # Why the last group commit failed, when the principal may not use the group (the
+        # driver's report carries it to the Degraded condition); "" once a commit succeeds.
+        self.group_commit_problem = ""
         self.metrics = metrics
         self.table_batch = -1 if table_batch is None else table_batch
         self.replayable = self.table_batch  # batches up to here may be replays of a dead driver's
@@ -1011,13 +1015,20 @@ class BatchWriter:
         for attempt in range(3):
             try:
                 self.admin.commit_group_offsets(group, offsets)
+                self.group_commit_problem = ""
                 return
             except Exception as error:  # monitoring only: never fail a committed batch for it
-                if attempt == 2:
-                    self.metrics.group_commit_failures.inc()
-                    log.warning("committing offsets to %s failed: %s", group, error)
-                else:
+                problem = group_commit_problem(group, error)
+                if problem is None and attempt < 2:
                     time.sleep(0.5 * (attempt + 1))  # e.g. the group coordinator is loading
+                    continue
+                self.metrics.group_commit_failures.inc()
+                if problem is None:
+                    log.warning("committing offsets to %s failed: %s", group, error)
+                elif problem != self.group_commit_problem:  # said once, not after every batch
+                    log.warning("committing offsets to %s failed: %s", group, problem)
+                    self.group_commit_problem = problem
+                return
 
     def _record(self, report: BatchReport) -> None:
         m = self.metrics

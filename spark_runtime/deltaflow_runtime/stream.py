@@ -432,6 +432,7 @@ class StreamRunner:
             bounds=bounds,
             freshness=self.freshness_report,
             cost=lambda _now: self.cost.report(),
+            group_commit_problem=lambda: self.writer.group_commit_problem if self.writer else "",
         )
         self.scaling.set_run_id(str(query.runId))
         threading.Thread(

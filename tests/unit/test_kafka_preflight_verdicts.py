@@ -12,6 +12,7 @@ from deltaflow_api.v1alpha1 import KafkaSource
 from deltaflow_runtime.kafka_preflight import (
     connection_problem,
     construction_problem,
+    group_commit_problem,
     group_problem,
     material_problem,
     topic_problem,
@@ -202,6 +203,40 @@ def test_the_commit_group_needs_read(
     if problem is not None:
         assert problem.reason == R.KAFKA_AUTHORIZATION_FAILED
         assert "Group:deltaflow.data.orders" in problem.message
+
+
+def _kafka_exception(code: int) -> Exception:
+    from confluent_kafka import KafkaError, KafkaException
+
+    return KafkaException(KafkaError(code))
+
+
+def test_a_group_commit_refused_for_want_of_read_names_the_group_and_the_grant() -> None:
+    from confluent_kafka import KafkaError
+
+    refused = group_commit_problem(
+        "deltaflow.data.orders", _kafka_exception(KafkaError.GROUP_AUTHORIZATION_FAILED)
+    )
+    assert refused is not None
+    assert refused.startswith("spec.source.auth: the stream's principal may not use ")
+    assert "Group:deltaflow.data.orders" in refused
+    assert "grant it Read on the group" in refused
+    assert "(Kafka client: " in refused  # the client's own words
+    # Per partition, the admin client's failure names the code in its text.
+    partitions = RuntimeError(
+        "committing offsets to g failed: [TopicPartition{topic=orders,partition=0,offset=5,"
+        "error=KafkaError{code=GROUP_AUTHORIZATION_FAILED,val=30,str=...}}]"
+    )
+    assert group_commit_problem("g", partitions) is not None
+    # Anything else is a hiccup the next commit retries, not the principal's rights.
+    for other in (
+        _kafka_exception(KafkaError._TIMED_OUT),
+        _kafka_exception(KafkaError.COORDINATOR_LOAD_IN_PROGRESS),
+        _kafka_exception(KafkaError.TOPIC_AUTHORIZATION_FAILED),
+        RuntimeError("committing offsets to g failed: [...NOT_COORDINATOR...]"),
+        ValueError(),
+    ):
+        assert group_commit_problem("g", other) is None, other
 
 
 CERT = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"

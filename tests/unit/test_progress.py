@@ -1,18 +1,32 @@
-"""Ready means the stream makes progress: scenarios of driver reports, lag and time."""
+"""Ready means the stream makes progress: scenarios of driver reports, lag and time; Degraded
+names a consumer group the stream may not commit to."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 import pytest
 
-from deltaflow_operator.autoscaler.observe import REPORT_STALE_SECONDS, DriverReport, parse_report
+from deltaflow_api.reasons import ConditionType
+from deltaflow_api.v1alpha1 import Condition
+from deltaflow_operator.autoscaler.observe import (
+    MAX_TEXT_CHARS,
+    REPORT_STALE_SECONDS,
+    DriverReport,
+    parse_pool_report,
+    parse_report,
+)
+from deltaflow_operator.decisions.conditions import condition
 from deltaflow_operator.decisions.progress import (
     STALL_SECONDS,
     STARTUP_GRACE_SECONDS,
+    group_commit_degraded,
     stall_after_seconds,
     stream_progress,
 )
+from deltaflow_runtime.executors import ExecutorTotals
+from deltaflow_runtime.scaling_agent import driver_report
 
 NOW = 1_800_000_000.0
 
@@ -193,3 +207,95 @@ def test_a_stall_is_timed_from_when_records_began_to_wait(
         assert caught_up_ago is not None
         assert verdict.recheck_in is not None
         assert verdict.recheck_in <= stall_after_seconds(5) - caught_up_ago + 1e-6
+
+
+# --- the consumer group: a stream whose offsets cannot be committed there runs Degraded ---------
+
+GROUP_ERROR = (
+    "spec.source.auth: the stream's principal may not use Group:deltaflow.data.orders, where it "
+    "commits its offsets after each Delta commit (for lag tools and KEDA): grant it Read on the "
+    "group (Kafka client: Broker: Group authorization failed)"
+)
+WHEN = datetime.fromtimestamp(NOW, UTC)
+
+
+def _degraded(status: str, reason: str, message: str = "") -> list[Condition]:
+    return [
+        Condition(
+            type="Ready", status="True", reason="Streaming", message="", last_transition_time=WHEN
+        ),
+        Condition(
+            type="Degraded",
+            status=status,
+            reason=reason,
+            message=message,
+            last_transition_time=WHEN,
+        ),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("scenario", "before", "error", "expected"),
+    [
+        ("commits to its group", _degraded("False", "Healthy"), "", ("False", "Healthy")),
+        (
+            "may not use its group",
+            _degraded("False", "Healthy"),
+            GROUP_ERROR,
+            ("True", "KafkaAuthorizationFailed"),
+        ),
+        (
+            "crash looping says more",
+            _degraded("True", "DriverCrashLooping", "failed 3 times"),
+            GROUP_ERROR,
+            ("True", "DriverCrashLooping"),
+        ),
+        (
+            "no Degraded yet",
+            _degraded("False", "Healthy")[:1],
+            GROUP_ERROR,
+            ("True", "KafkaAuthorizationFailed"),
+        ),
+    ],
+)
+def test_a_group_it_may_not_commit_to_degrades_a_running_stream(
+    scenario: str, before: list[Condition], error: str, expected: tuple[str, str]
+) -> None:
+    after = group_commit_degraded(before, error, generation=3, now=WHEN)
+    degraded = condition(after, ConditionType.DEGRADED)
+    assert degraded is not None, scenario
+    assert (degraded.status, degraded.reason) == expected, scenario
+    if degraded.reason == "KafkaAuthorizationFailed":
+        assert degraded.message == f"the stream runs, but {GROUP_ERROR}"
+    # Ready is not the group's business: the stream lands its records.
+    assert condition(after, ConditionType.READY) == condition(before, ConditionType.READY)
+
+
+def test_the_reports_carry_the_group_commit_error_from_the_driver_and_the_pool() -> None:
+    published = driver_report(
+        at=NOW,
+        query_id="q",
+        run_id="r",
+        last_batch=7,
+        last_batch_at=NOW - 1,
+        target=1,
+        totals=ExecutorTotals(registered=[], cores=0, failed_tasks=0, busy_core_seconds=0.0),
+        released=0,
+        capacity=None,
+        executor_start_seconds=None,
+        kafka=None,
+        group_commit_problem=GROUP_ERROR,
+    )
+    parsed = parse_report(json.dumps(published))
+    assert parsed is not None
+    assert parsed.group_commit_error == GROUP_ERROR
+    published.pop("groupCommit")
+    assert parse_report(json.dumps(published)).group_commit_error == ""  # type: ignore[union-attr]
+    # Anyone who may patch the pod writes the annotation: odd shapes read as no error.
+    for odd in ("denied", ["denied"], {"error": None}):
+        text = json.dumps({**published, "groupCommit": odd})
+        assert parse_report(text).group_commit_error == ""  # type: ignore[union-attr]
+    member = {"phase": "Running", "failures": 0, "groupCommit": {"error": "x" * 10_000}}
+    pool = parse_pool_report(json.dumps({"at": NOW, "members": {"data/a": member}}), "data")
+    assert pool is not None
+    assert pool.members["data/a"].group_commit_error == "x" * MAX_TEXT_CHARS

@@ -109,6 +109,8 @@ class DriverReport:
     # Cores its tasks kept busy over the last minutes (None: not measured yet): how placement
     # auto compares it with a pool member's share.
     busy_cores: float | None = None
+    # Why its offsets cannot be committed to its consumer group ("": they are, or not tried).
+    group_commit_error: str = ""
 
     def fresh(self, now: float) -> bool:
         """Published recently enough to act on."""
@@ -166,7 +168,14 @@ def _parse(text: str) -> DriverReport:
         freshness=_optional_part(_freshness, raw.get("freshness")),
         cost=_optional_part(_cost, raw.get("cost")),
         busy_cores=_busy_cores(raw),
+        group_commit_error=_group_commit_error(raw),
     )
+
+
+def _group_commit_error(raw: dict[str, object]) -> str:
+    """A report's ``groupCommit.error`` (a driver's or a pool member's), as bounded text."""
+    part = raw.get("groupCommit")
+    return str(part.get("error") or "")[:MAX_TEXT_CHARS] if isinstance(part, dict) else ""
 
 
 def _busy_cores(raw: dict[str, object]) -> float | None:
@@ -542,6 +551,7 @@ class MemberReport:
     freshness: FreshnessReport | None
     busy_cores: float | None
     started_at: float | None = None  # when its query last started in the pool (epoch seconds)
+    group_commit_error: str = ""  # as DriverReport's
 
 
 @dataclass(frozen=True)
@@ -614,6 +624,7 @@ def _member_report(raw: object) -> MemberReport | None:
             freshness=_optional_part(_freshness, raw.get("freshness")),
             busy_cores=_busy_cores(raw),
             started_at=None if started_at is None else _time(raw, "startedAt"),
+            group_commit_error=_group_commit_error(raw),
         )
     except RefusedReportError:
         return None

@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from deltaflow_api.reasons import Reason
+from deltaflow_api.reasons import ConditionType, Reason
+from deltaflow_api.v1alpha1 import Condition
 from deltaflow_operator.autoscaler.observe import REPORT_STALE_SECONDS, DriverReport
+from deltaflow_operator.decisions.conditions import condition, set_condition
 from deltaflow_operator.decisions.driver import at_text
 
 # Time a new driver gets to start its JVM, its query and its first report.
@@ -128,3 +130,28 @@ def _streaming(report: DriverReport, lag_records: int | None, now: float) -> str
 
 def _at(epoch_seconds: float) -> str:
     return at_text(datetime.fromtimestamp(epoch_seconds, UTC))
+
+
+def group_commit_degraded(
+    conditions: list[Condition],
+    error: str,
+    *,
+    generation: int | None,
+    now: datetime,
+) -> list[Condition]:
+    """``conditions`` with Degraded naming why a running stream's offsets cannot be committed to
+    its consumer group (``error``, from its report): the stream goes on and Ready stands, but
+    lag tools and KEDA see none of its progress. A Degraded already True says something worse
+    and stays; without an error, Degraded is what the driver's verdict made it."""
+    degraded = condition(conditions, ConditionType.DEGRADED)
+    if not error or (degraded is not None and degraded.status == "True"):
+        return conditions
+    return set_condition(
+        conditions,
+        ConditionType.DEGRADED,
+        True,
+        Reason.KAFKA_AUTHORIZATION_FAILED,
+        f"the stream runs, but {error}",
+        generation,
+        now,
+    )

@@ -94,8 +94,11 @@ def test_a_stream_authenticates_and_lands_every_record_once(
     document["spec"]["source"]["auth"] = login.auth
     group = pipeline(document).identity.consumer_group
     # What the README says a stream's principal needs: Read and Describe on its topic, Read on
-    # its consumer group (committed after each Delta commit, for lag tools).
-    kafka.grant(login.principal, topic=topic, group=group)
+    # its consumer group (committed after each Delta commit, for lag tools). The mTLS principal
+    # is not given the group: the stream lands its records all the same, and says why its
+    # offsets are not in the group (its report carries that to Degraded).
+    with_group = mechanism != "mtls"
+    kafka.grant(login.principal, topic=topic, group=group if with_group else None)
     mount_like_kubelet(tmp_path / "secrets", login, monkeypatch)
 
     runner = StreamRunner(runtime_spark, pipeline(document), StreamOptions(available_now=True))
@@ -114,8 +117,21 @@ def test_a_stream_authenticates_and_lands_every_record_once(
     assert runner.lag is not None
     assert runner.lag["partitions"] == 2
     committed = kafka.admin().list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
-    offsets = {tp.partition: tp.offset for tp in committed[group].result().topic_partitions}
-    assert offsets == {p: 1 + max(o for _, q, o in table + dead if q == p) for p in (0, 1)}
+    offsets = {
+        tp.partition: tp.offset
+        for tp in committed[group].result().topic_partitions
+        if tp.offset >= 0  # -1001: none committed
+    }
+    assert runner.writer is not None
+    problem = runner.writer.group_commit_problem
+    if with_group:
+        assert offsets == {p: 1 + max(o for _, q, o in table + dead if q == p) for p in (0, 1)}
+        assert problem == ""
+    else:
+        assert offsets == {}
+        assert f"may not use Group:{group}" in problem, problem
+        assert "grant it Read on the group" in problem, problem
+        assert "authorization failed" in problem.lower(), problem  # the client's words
     shutil.rmtree(tmp_path / "secrets")
 
 

@@ -1,8 +1,9 @@
-"""Exactly once across crashes: SIGKILL a real driver process 8 times while records arrive.
+"""Exactly once across crashes: SIGKILL a real driver process while records arrive.
 
-CI size: >= 30k records at ~300/s for the whole kill phase (~1% hostile: eight kinds of bad
-record, so every batch has dead letters), then a last life drains and stops on SIGTERM (exit 0).
-The >= 1M record soak is ``bash bench/run.sh crash``: the same harness (crash_kit) at full size.
+CI size: >= 9k records at ~300/s for the whole kill phase (~1% hostile: eight kinds of bad
+record, so every batch has dead letters, and aborted transactions), three aimed kills, a life
+stopped by SIGTERM mid-batch, then a last life drains, all on the object store. The >= 1M record
+soak is ``bash bench/run.sh crash``: the same harness (crash_kit) at full size.
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ from runtime_kit import create_topic, unique, wait_for
 
 from deltaflow_runtime.jvm_archive import ARCHIVE_NAME
 from devstack.kafka import KafkaBroker
+from devstack.minio import ObjectStore
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from pyspark.sql import SparkSession
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -38,26 +39,31 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 @pytest.mark.timeout(1500)
 def test_sigkill_the_driver_three_times_loses_and_duplicates_nothing(
     kafka: KafkaBroker,
-    runtime_spark: SparkSession,
+    object_store: ObjectStore,
     tmp_path: Path,
     record_property: Callable[[str, object], None],
 ) -> None:
+    # Everything on the object store, as in production: the table, its dead-letter table and the
+    # checkpoint on s3a://, commits through S3ConditionalLogStore. (A kill on local files:
+    # test_runtime_stream's dead letters surviving a kill before their commit.)
     topic = unique("crash")
-    create_topic(kafka.bootstrap_servers, topic, partitions=4)
+    create_topic(kafka.bootstrap_servers, topic, partitions=3)
     result = crash_soak(
         kafka.bootstrap_servers,
         topic,
         tmp_path / "soak",
-        records=12_000,  # a floor (40 s at 300/s): production goes on until the last kill
+        # Produced while the kills happen (about 45 s at this rate): a bigger floor only made
+        # the test wait for the producer.
+        records=9_000,
         # Each aimed kill once. Right after a table commit, the kill lands before that
         # batch's dead-letter commit (they wait in the driver and are committed later). A
         # window is missed only when no batch comes for 60 s. The full-size soak, bench/run.sh
-        # crash, also kills at random moments, ten times over a million records; six kills
-        # here took 114-151 s, four 96-101 s, three 90 s.
+        # crash, also kills at random moments, ten times over a million records.
         kills=3,
         strategies=("after-table-commit", "mid-write", "after-plan"),
         rate=300,
-        max_offsets=5_000,
+        max_offsets=3_000,
+        store=object_store,
         # Each driver starts as a small stream's pod does (C1): 3-5 s less a restart at this volume.
         local_mode_jvm=True,
     )
@@ -78,7 +84,7 @@ def test_sigkill_the_driver_three_times_loses_and_duplicates_nothing(
     assert planned - done in (0, 1)
     assert result.aborted > 0  # transactions aborted after their records reached the log ...
     assert result.aborted_landed == 0  # ... and none of those records landed
-    assert result.produced >= 12_000
+    assert result.produced >= 9_000
     assert result.in_table + result.in_dead_letter == result.produced
     # The kills that matter most landed where they aim: mid-write and right after the commit.
     hits = {r.strategy for r in result.restarts if r.hit}
@@ -87,13 +93,6 @@ def test_sigkill_the_driver_three_times_loses_and_duplicates_nothing(
     # the restart had to finish the half-written batch (and did: nothing lost above).
     assert any(r.before_dead_letters for r in result.restarts), result.summary()
     assert result.in_dead_letter >= result.produced // 100
-
-    # Spark reads the same table: the same rows, each (topic, partition, offset) once.
-    table = str(tmp_path / "soak" / "lake" / "soak")
-    frame = runtime_spark.read.format("delta").load(table)
-    assert frame.count() == result.in_table
-    keys = frame.select("_kafka_topic", "_kafka_partition", "_kafka_offset").distinct().count()
-    assert keys == result.in_table
 
 
 @pytest.mark.timeout(900)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from crash_kit import crash_soak, write_config
+from crash_kit import write_config
 from runtime_kit import (
     create_topic,
     duplicates,
@@ -46,8 +46,6 @@ from devstack.process import record_pid
 from devstack.spark import spark_jars
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from pyspark.sql import SparkSession
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -362,45 +360,3 @@ def _fail_each(
             assert secret not in output
         # S3A's own retries would take minutes: the probe gives up after one attempt.
         assert took < 120, f"{what}: {took:.0f}s to fail"
-
-
-@pytest.mark.timeout(1200)
-def test_sigkill_the_driver_three_times_with_everything_on_the_object_store(
-    kafka: KafkaBroker,
-    object_store: ObjectStore,
-    tmp_path: Path,
-    record_property: Callable[[str, object], None],
-) -> None:
-    topic = unique("s3-crash")
-    create_topic(kafka.bootstrap_servers, topic, partitions=3)
-    result = crash_soak(
-        kafka.bootstrap_servers,
-        topic,
-        tmp_path / "soak",
-        # Produced while the three kills happen (about 45 s at this rate): a bigger floor only
-        # made the test wait for the producer.
-        records=9_000,
-        # The three aimed kills, once each (the full-size soak, bench/run.sh crash, also kills
-        # at random moments): mid-write, right after the table commit, right after planning.
-        kills=3,
-        strategies=("mid-write", "after-table-commit", "after-plan"),
-        rate=300,
-        max_offsets=3_000,
-        store=object_store,
-        # A SIGTERM's clean stop is the local soak's (test_runtime_crash): a driver life less here.
-        sigterm_mid_batch=False,
-        # Each driver starts as a small stream's pod does (C1): 3-5 s less a restart at this volume.
-        local_mode_jvm=True,
-    )
-    print(result.summary())
-    for restart in result.restarts:
-        record_property(f"recovery_seconds_{restart.number}", round(restart.recovery_seconds, 1))
-    assert len(result.restarts) == 3
-    assert result.duplicates == 0
-    assert result.lost == 0
-    assert result.unexpected == 0
-    assert result.mismatched == 0
-    assert result.produced >= 9_000
-    assert result.in_table + result.in_dead_letter == result.produced
-    hits = {r.strategy for r in result.restarts if r.hit}
-    assert {"mid-write", "after-table-commit"} <= hits
