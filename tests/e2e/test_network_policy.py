@@ -290,6 +290,30 @@ def _other_secret_volume(pod: dict[str, Any]) -> None:
     pod["spec"]["volumes"].append({"name": "loot", "secret": {"secretName": "other-team"}})
 
 
+def _token_volume(audience: str | None, extra: list[dict[str, Any]] | None = None) -> Any:
+    """A projected ServiceAccount token volume, as a workload identity webhook adds one (EKS
+    IRSA: aws-iam-token, audience sts.amazonaws.com), with ``extra`` sources beside it."""
+
+    def change(pod: dict[str, Any]) -> None:
+        token: dict[str, Any] = {"path": "token", "expirationSeconds": 86400}
+        if audience is not None:
+            token["audience"] = audience
+        sources = [{"serviceAccountToken": token}, *(extra or [])]
+        pod["spec"]["volumes"].append({"name": "aws-iam-token", "projected": {"sources": sources}})
+        container = pod["spec"]["containers"][0]
+        container.setdefault("env", []).extend(
+            [
+                {"name": "AWS_ROLE_ARN", "value": "arn:aws:iam::111122223333:role/orders"},
+                {"name": "AWS_WEB_IDENTITY_TOKEN_FILE", "value": "/var/run/aws/token"},
+            ]
+        )
+        container.setdefault("volumeMounts", []).append(
+            {"name": "aws-iam-token", "mountPath": "/var/run/aws", "readOnly": True}
+        )
+
+    return change
+
+
 def _other_secret_env(pod: dict[str, Any]) -> None:
     pod["spec"]["containers"][0]["env"].append(
         {"name": "LOOT", "valueFrom": {"secretKeyRef": {"name": "other-team", "key": "k"}}}
@@ -352,7 +376,18 @@ def test_the_drivers_identity_may_create_and_change_only_its_own_executors(
         return pod
 
     assert create(variant(lambda pod: None), as_driver).returncode == 0
+    # A workload identity's token (EKS IRSA, EKS Pod Identity), which the cloud's webhook adds
+    # to the pods of an annotated ServiceAccount: admitted, as no API server accepts it.
+    for audience in ("sts.amazonaws.com", "pods.eks.amazonaws.com"):
+        answer = create(variant(_token_volume(audience)), as_driver)
+        assert answer.returncode == 0, (audience, answer.stderr)
     refused = {
+        "a token for the API server": (_token_volume(None), "workload identity tokens"),
+        "a token of another audience": (_token_volume("vault"), "workload identity tokens"),
+        "a token beside a ConfigMap": (
+            _token_volume("sts.amazonaws.com", [{"configMap": {"name": "kube-root-ca.crt"}}]),
+            "workload identity tokens",
+        ),
         "other Secret as a volume": (_other_secret_volume, "only its stream's Secrets"),
         "other Secret in the environment": (_other_secret_env, "only its stream's Secrets"),
         "not owned by the driver pod": (_no_owner, "owned by its driver pod"),

@@ -32,20 +32,28 @@ def ref(key: str) -> dict[str, str]:
     return {"name": "kafka-creds", "key": key}
 
 
-def scram(kafka: KafkaBroker, user: str, password: str) -> Login:
-    """SCRAM-SHA-512 over the SASL_SSL listener."""
-    return Login(
-        user,
-        kafka.sasl_ssl_bootstrap,
-        {
-            "securityProtocol": "SASL_SSL",
-            "saslMechanism": "SCRAM-SHA-512",
-            "username": ref("username"),
-            "password": ref("password"),
-            "caCertificate": ref("ca.crt"),
-        },
-        {"username": user, "password": password, "caCertificate": kafka.ca_file.read_text()},
-    )
+def scram(
+    kafka: KafkaBroker,
+    user: str,
+    password: str,
+    mechanism: str = "SCRAM-SHA-512",
+    protocol: str = "SASL_SSL",
+) -> Login:
+    """A user name and password login (SCRAM-SHA-512, -256 or PLAIN), by default over the
+    SASL_SSL listener; SASL_PLAINTEXT uses the listener without TLS (SCRAM-SHA-512 only)."""
+    tls = protocol == "SASL_SSL"
+    auth = {
+        "securityProtocol": protocol,
+        "saslMechanism": mechanism,
+        "username": ref("username"),
+        "password": ref("password"),
+    }
+    contents = {"username": user, "password": password}
+    if tls:
+        auth["caCertificate"] = ref("ca.crt")
+        contents["caCertificate"] = kafka.ca_file.read_text()
+    bootstrap = kafka.sasl_ssl_bootstrap if tls else kafka.sasl_plaintext_bootstrap
+    return Login(user, bootstrap, auth, contents)
 
 
 def mtls(kafka: KafkaBroker, cert: Path | None, key: Path | None) -> Login:

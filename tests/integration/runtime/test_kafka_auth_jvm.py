@@ -20,8 +20,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import pytest
+from kafka_logins import scram, secret_files
 from runtime_kit import create_topic, unique
 
+from deltaflow_api.v1alpha1 import KafkaSource
+from deltaflow_runtime.kafka_auth import KafkaMaterial, java_properties
+from deltaflow_runtime.kafka_preflight import check_kafka
 from devstack.kafka import KafkaBroker
 from devstack.spark import spark_jars
 
@@ -170,6 +174,45 @@ def test_mtls_and_scram_properties_connect(spark: SparkSession, kafka: KafkaBrok
     assert wrong["exceptionClass"] == (
         "org.apache.kafka.common.errors.SaslAuthenticationException"
     ), wrong
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "protocol"),
+    [("PLAIN", "SASL_SSL"), ("SCRAM-SHA-256", "SASL_SSL"), ("SCRAM-SHA-512", "SASL_PLAINTEXT")],
+)
+def test_each_password_login_logs_in_from_both_clients_as_the_runtime_maps_it(
+    spark: SparkSession, kafka: KafkaBroker, tmp_path: Path, mechanism: str, protocol: str
+) -> None:
+    # The mechanisms the stream tests do not run (they run SCRAM-SHA-512 over TLS): the driver's
+    # librdkafka preflight and the Java client Spark reads with, each configured from the spec
+    # by the runtime itself, log in and may read the topic.
+    topic = unique("password-login")
+    create_topic(kafka.bootstrap_servers, topic, 1)
+    if mechanism == "PLAIN":  # the broker's PLAIN users are in its JAAS file
+        user, password = "stream-plain", kafka.plain_users["stream-plain"]
+    else:
+        user, password = unique("login"), "pw-" + unique("pw")
+        kafka.add_scram_user(user, mechanism, password)
+    login = scram(kafka, user, password, mechanism, protocol)
+    kafka.grant(login.principal, topic=topic)
+    source = KafkaSource.model_validate(
+        {"bootstrapServers": login.bootstrap, "topic": topic, "auth": login.auth}
+    )
+    material = KafkaMaterial(secret_files(tmp_path, login))
+    assert check_kafka(source, material, "deltaflow.check.group", timeout=5.0, topic_wait=0.0)
+    props = {
+        "bootstrap.servers": login.bootstrap,
+        **java_properties(source, material),
+        "deltaflow.check.topic": topic,
+    }
+    assert props["sasl.mechanism"] == mechanism
+    assert password not in json.dumps(props)  # a reference to the Secret's file, not the value
+    assert _check(spark, props) == {"ok": "true"}
+    wrong = KafkaMaterial(secret_files(tmp_path / "wrong", login.with_contents(password="nope")))
+    refused = _check(spark, {**props, **java_properties(source, wrong)})
+    assert refused["exceptionClass"] == (
+        "org.apache.kafka.common.errors.SaslAuthenticationException"
+    ), refused
 
 
 def test_oauthbearer_properties_fail_at_the_token_endpoint_not_on_a_missing_class(
