@@ -101,6 +101,9 @@ class Reason(StrEnum):
     KAFKA_AUTHENTICATION_FAILED = FailureReason.KAFKA_AUTHENTICATION_FAILED.value
     KAFKA_AUTHORIZATION_FAILED = FailureReason.KAFKA_AUTHORIZATION_FAILED.value
     KAFKA_TOPIC_NOT_FOUND = FailureReason.KAFKA_TOPIC_NOT_FOUND.value
+    # Degraded while the stream runs: its principal may not use its consumer group (its
+    # offsets there serve lag tools and KEDA, not the stream).
+    KAFKA_GROUP_AUTHORIZATION_FAILED = "KafkaGroupAuthorizationFailed"
 
     # The Scaling condition: the autoscaler policy's verdicts (its Verdict type) ...
     HOLD = "Hold"

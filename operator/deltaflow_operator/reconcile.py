@@ -326,14 +326,7 @@ class Reconciler:
             plan = self._plan(ingestion, pod, changed)
         status, reading = self._scale(body, ingestion, self._status(ingestion, plan), pod)
         status, recheck_in = self._progress(ingestion, status, pod, reading)
-        if reading.report is not None and pod is not None and pod.phase == "Running":
-            conditions = group_commit_degraded(
-                status.conditions,
-                reading.report.group_commit_error,
-                generation=ingestion.metadata.get("generation"),
-                now=datetime.now(UTC),
-            )
-            status = status.model_copy(update={"conditions": conditions})
+        status = self._group_commit(ingestion, status, pod, reading)
         self._write_status(body, status)
         waits = [w for w in (plan.requeue_after, recheck_in) if w is not None]
         return min(waits) if waits else None
@@ -747,6 +740,35 @@ class Reconciler:
             now,
         )
         return status.model_copy(update={"conditions": conditions}), verdict.recheck_in
+
+    def _group_commit(
+        self,
+        ingestion: DeltaIngestion,
+        status: DeltaIngestionStatus,
+        pod: Pod | None,
+        reading: ReportReading,
+    ) -> DeltaIngestionStatus:
+        """Degraded says so when a Ready stream's driver, running and reporting, may not commit
+        to its consumer group (see :func:`group_commit_degraded`)."""
+        now = datetime.now(UTC)
+        report = reading.report
+        ready = condition(status.conditions, ConditionType.READY)
+        if (
+            report is None
+            or not report.fresh(now.timestamp())
+            or pod is None
+            or not pod.running
+            or ready is None
+            or ready.status != "True"
+        ):
+            return status
+        conditions = group_commit_degraded(
+            status.conditions,
+            report.group_commit_error,
+            generation=ingestion.metadata.get("generation"),
+            now=now,
+        )
+        return status.model_copy(update={"conditions": conditions})
 
     def _spec_changes(self, ingestion: DeltaIngestion) -> tuple[bool, list[str]]:
         """(first reconcile?, spec fields changed since the config the driver was given).

@@ -120,8 +120,9 @@ class KafkaAdmin:
 
     def commit_group_offsets(self, group: str, offsets: TopicOffsets) -> None:
         """Set the consumer group's committed offsets (the group has no members: the stream
-        reads with Spark's own assignments, never by joining it)."""
-        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+        reads with Spark's own assignments, never by joining it). A partition the broker
+        refused raises its KafkaException (the first one's: they share a cause)."""
+        from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 
         tps = [TopicPartition(t, p, o) for t, ps in offsets.items() for p, o in sorted(ps.items())]
         if not tps:
@@ -130,9 +131,9 @@ class KafkaAdmin:
             [ConsumerGroupTopicPartitions(group, tps)], request_timeout=self.timeout
         )
         result = futures[group].result()
-        failed = [tp for tp in result.topic_partitions if tp.error is not None]
+        failed = [tp.error for tp in result.topic_partitions if tp.error is not None]
         if failed:
-            raise RuntimeError(f"committing offsets to {group} failed: {failed}")
+            raise KafkaException(failed[0])
 
     def group_offsets(self, group: str) -> TopicOffsets:
         """The consumer group's committed offsets (as any consumer-group tool reads them)."""

@@ -344,6 +344,7 @@ class BatchWriter:
         # Why the last group commit failed, when the principal may not use the group (the
         # driver's report carries it to the Degraded condition); "" once a commit succeeds.
         self.group_commit_problem = ""
+        self._group_synced = False  # the group holds this process's position (see sync_group)
         self.metrics = metrics
         self.table_batch = -1 if table_batch is None else table_batch
         self.replayable = self.table_batch  # batches up to here may be replays of a dead driver's
@@ -1010,12 +1011,25 @@ class BatchWriter:
             "the previous spec and image until this one batch commits, then apply the change."
         )
 
+    def sync_group(self) -> None:
+        """Commit the stream's position to its consumer group when this process has not yet
+        (an idle stream's start: a group it may not use is named without waiting for records),
+        and again while the group refuses it (a grant then clears Degraded without a batch)."""
+        if self._group_synced and not self.group_commit_problem:
+            return
+        offsets = self.committed_offsets
+        if offsets:
+            self._commit_group(offsets)
+
     def _commit_group(self, offsets: TopicOffsets) -> None:
+        if not any(offsets.values()):
+            return  # nothing to say: neither a success nor a refusal
         group = self.stream.consumer_group
         for attempt in range(3):
             try:
                 self.admin.commit_group_offsets(group, offsets)
                 self.group_commit_problem = ""
+                self._group_synced = True
                 return
             except Exception as error:  # monitoring only: never fail a committed batch for it
                 problem = group_commit_problem(group, error)

@@ -314,6 +314,12 @@ def _token_volume(audience: str | None, extra: list[dict[str, Any]] | None = Non
     return change
 
 
+def _as_default_with_token(pod: dict[str, Any]) -> None:
+    _token_volume("sts.amazonaws.com")(pod)
+    pod["spec"]["serviceAccountName"] = "default"
+    pod["spec"].pop("serviceAccount", None)
+
+
 def _other_secret_env(pod: dict[str, Any]) -> None:
     pod["spec"]["containers"][0]["env"].append(
         {"name": "LOOT", "valueFrom": {"secretKeyRef": {"name": "other-team", "key": "k"}}}
@@ -386,6 +392,11 @@ def test_the_drivers_identity_may_create_and_change_only_its_own_executors(
         "a token of another audience": (_token_volume("vault"), "workload identity tokens"),
         "a token beside a ConfigMap": (
             _token_volume("sts.amazonaws.com", [{"configMap": {"name": "kube-root-ca.crt"}}]),
+            "workload identity tokens",
+        ),
+        # The default ServiceAccount's token would be another identity's (its IRSA role).
+        "a token as the default ServiceAccount": (
+            _as_default_with_token,
             "workload identity tokens",
         ),
         "other Secret as a volume": (_other_secret_volume, "only its stream's Secrets"),

@@ -517,38 +517,43 @@ def test_driver_killed_after_a_password_rotation_names_the_secret_and_resumes_on
     # one: the running driver keeps its logged-in connections; the next driver cannot log in.
     retired, rotated = stream.kafka_password, secrets.token_urlsafe(18)
     stream.kafka.add_scram_user(KAFKA_USER, "SCRAM-SHA-512", rotated)
-    pid = _driver_main_pid(f"{NAME}-driver")
-    # The image's user, as the pods' security context requires: never root on the node.
-    uids = next(
-        line.split()[1:]
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-        if line.startswith("Uid:")
-    )
-    assert set(uids) == {str(RUNTIME_UID)}, uids
-    os.kill(pid, signal.SIGKILL)
-    killed = time.monotonic()
-    # The replacement's Kafka preflight is refused before Spark starts: Ready names the Secret
-    # key to fix and quotes the broker, and the driver is retried with backoff, not in a loop.
-    refused = wait_for(
-        "Ready=False KafkaAuthenticationFailed",
-        lambda: (c := stream.condition("Ready")).get("reason") == "KafkaAuthenticationFailed" and c,
-        timeout=120,
-    )
-    said = time.monotonic() - killed
-    record(f"Kafka password rotated, driver killed -> Ready names the Secret key {said:.0f}s")
-    message = refused["message"]
-    assert "spec.source.auth.password (Secret kafka-creds, key password)" in message, message
-    assert "invalid credentials with SASL mechanism SCRAM-SHA-512" in message, message
-    assert stream.condition("Progressing").get("reason") == "BackoffWaiting"
-    # The Secret is fixed (replaced from stdin: the password is on no command line and in no
-    # last-applied annotation); the next driver mounts it and resumes from the checkpoint.
-    creds = stream.kube.kubectl_json("-n", NS, "get", "secret", "kafka-creds")
-    creds["data"]["password"] = base64.b64encode(rotated.encode()).decode()
-    stream.kube.kubectl("replace", "-f", "-", stdin=json.dumps(creds))
+    try:
+        pid = _driver_main_pid(f"{NAME}-driver")
+        # The image's user, as the pods' security context requires: never root on the node.
+        uids = next(
+            line.split()[1:]
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+            if line.startswith("Uid:")
+        )
+        assert set(uids) == {str(RUNTIME_UID)}, uids
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+
+        # The replacement's Kafka preflight is refused before Spark starts: Ready names the
+        # Secret key to fix and quotes the broker, and the driver waits out a backoff.
+        def refused() -> dict[str, dict[str, Any]] | None:
+            conditions = {c["type"]: c for c in stream.status().get("conditions", [])}
+            ready = conditions.get("Ready", {})
+            return conditions if ready.get("reason") == "KafkaAuthenticationFailed" else None
+
+        conditions = wait_for("Ready=False KafkaAuthenticationFailed", refused, timeout=120)
+        said = time.monotonic() - killed
+        record(f"Kafka password rotated, driver killed -> Ready names the Secret key {said:.0f}s")
+        message = conditions["Ready"]["message"]
+        assert "spec.source.auth.password (Secret kafka-creds, key password)" in message, message
+        assert "invalid credentials with SASL mechanism SCRAM-SHA-512" in message, message
+        assert conditions["Progressing"]["reason"] == "BackoffWaiting", conditions["Progressing"]
+    finally:
+        # The Secret is fixed (replaced from stdin: the password is on no command line and in
+        # no last-applied annotation), also when the above failed: later tests need the login.
+        creds = stream.kube.kubectl_json("-n", NS, "get", "secret", "kafka-creds")
+        creds["data"]["password"] = base64.b64encode(rotated.encode()).decode()
+        stream.kube.kubectl("replace", "-f", "-", stdin=json.dumps(creds))
+        stream.kafka_password, stream.retired_kafka_password = rotated, retired
     fixed = time.monotonic()
-    stream.kafka_password, stream.retired_kafka_password = rotated, retired
+    # The next driver mounts it and resumes from the checkpoint.
     wait_for(
-        "a driver that logged in",
+        "a new driver running",
         lambda: (u := stream.driver_uid()) not in (None, old) and u,
         timeout=120,
     )

@@ -4,6 +4,7 @@ operator makes, and read what it printed."""
 from __future__ import annotations
 
 import json
+import secrets
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +35,9 @@ def run_in_image(
     env: dict[str, str] | None = None,
     timeout: float = 240,
 ) -> PodRun:
-    """Run ``args`` in a one-off pod of the node's image until it ends; the pod is deleted."""
+    """Run ``args`` in a one-off pod of the node's image until it ends; the pod is deleted (a
+    suffix makes each run's pod its own: a rerun never reads an earlier run's log)."""
+    name = f"{name}-{secrets.token_hex(3)}"
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -69,13 +72,15 @@ def run_in_image(
             ],
         },
     }
-    kube.kubectl("apply", "-f", "-", stdin=json.dumps(pod))
+    kube.kubectl("create", "-f", "-", stdin=json.dumps(pod))
 
     def ended() -> str | None:
         phase = kube.kubectl_json("-n", namespace, "get", "pod", name)["status"].get("phase")
         return str(phase) if phase in ("Succeeded", "Failed") else None
 
-    phase = wait_for(f"pod {namespace}/{name} to finish", ended, timeout=timeout)
-    log = kube.kubectl("-n", namespace, "logs", name).stdout
-    kube.kubectl("-n", namespace, "delete", "pod", name, "--wait=false")
+    try:
+        phase = wait_for(f"pod {namespace}/{name} to finish", ended, timeout=timeout)
+        log = kube.kubectl("-n", namespace, "logs", name).stdout
+    finally:
+        kube.kubectl("-n", namespace, "delete", "pod", name, "--wait=false", check=False)
     return PodRun(phase, log)

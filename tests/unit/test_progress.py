@@ -242,7 +242,7 @@ def _degraded(status: str, reason: str, message: str = "") -> list[Condition]:
             "may not use its group",
             _degraded("False", "Healthy"),
             GROUP_ERROR,
-            ("True", "KafkaAuthorizationFailed"),
+            ("True", "KafkaGroupAuthorizationFailed"),
         ),
         (
             "crash looping says more",
@@ -254,7 +254,7 @@ def _degraded(status: str, reason: str, message: str = "") -> list[Condition]:
             "no Degraded yet",
             _degraded("False", "Healthy")[:1],
             GROUP_ERROR,
-            ("True", "KafkaAuthorizationFailed"),
+            ("True", "KafkaGroupAuthorizationFailed"),
         ),
     ],
 )
@@ -265,7 +265,7 @@ def test_a_group_it_may_not_commit_to_degrades_a_running_stream(
     degraded = condition(after, ConditionType.DEGRADED)
     assert degraded is not None, scenario
     assert (degraded.status, degraded.reason) == expected, scenario
-    if degraded.reason == "KafkaAuthorizationFailed":
+    if degraded.reason == "KafkaGroupAuthorizationFailed":
         assert degraded.message == f"the stream runs, but {GROUP_ERROR}"
     # Ready is not the group's business: the stream lands its records.
     assert condition(after, ConditionType.READY) == condition(before, ConditionType.READY)
@@ -292,7 +292,7 @@ def test_the_reports_carry_the_group_commit_error_from_the_driver_and_the_pool()
     published.pop("groupCommit")
     assert parse_report(json.dumps(published)).group_commit_error == ""  # type: ignore[union-attr]
     # Anyone who may patch the pod writes the annotation: odd shapes read as no error.
-    for odd in ("denied", ["denied"], {"error": None}):
+    for odd in ("denied", ["denied"], {"error": None}, {"error": 1}, {"error": ["denied"]}):
         text = json.dumps({**published, "groupCommit": odd})
         assert parse_report(text).group_commit_error == ""  # type: ignore[union-attr]
     member = {"phase": "Running", "failures": 0, "groupCommit": {"error": "x" * 10_000}}

@@ -175,7 +175,8 @@ def _parse(text: str) -> DriverReport:
 def _group_commit_error(raw: dict[str, object]) -> str:
     """A report's ``groupCommit.error`` (a driver's or a pool member's), as bounded text."""
     part = raw.get("groupCommit")
-    return str(part.get("error") or "")[:MAX_TEXT_CHARS] if isinstance(part, dict) else ""
+    error = part.get("error") if isinstance(part, dict) else None
+    return error[:MAX_TEXT_CHARS] if isinstance(error, str) else ""
 
 
 def _busy_cores(raw: dict[str, object]) -> float | None:

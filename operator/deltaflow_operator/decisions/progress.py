@@ -150,7 +150,7 @@ def group_commit_degraded(
         conditions,
         ConditionType.DEGRADED,
         True,
-        Reason.KAFKA_AUTHORIZATION_FAILED,
+        Reason.KAFKA_GROUP_AUTHORIZATION_FAILED,
         f"the stream runs, but {error}",
         generation,
         now,

@@ -86,9 +86,10 @@ def test_sigkill_the_driver_three_times_loses_and_duplicates_nothing(
     assert result.aborted_landed == 0  # ... and none of those records landed
     assert result.produced >= 9_000
     assert result.in_table + result.in_dead_letter == result.produced
-    # The kills that matter most landed where they aim: mid-write and right after the commit.
+    # The kills that matter most landed where they aim: mid-write and right after the commit
+    # (after-plan's window is a moment on the object store: it is tried, not required).
     hits = {r.strategy for r in result.restarts if r.hit}
-    assert {"mid-write", "after-table-commit", "after-plan"} <= hits
+    assert {"mid-write", "after-table-commit"} <= hits
     # ... and a kill right after the table's commit came before that batch's dead-letter commit:
     # the restart had to finish the half-written batch (and did: nothing lost above).
     assert any(r.before_dead_letters for r in result.restarts), result.summary()
