@@ -635,6 +635,48 @@ def test_kafka_restart(stream: Stream) -> None:
     assert stream.driver_uid() == driver
 
 
+def test_a_group_the_stream_may_not_commit_to_is_named_on_degraded_while_it_runs(
+    stream: Stream,
+) -> None:
+    # The stream's offsets in its consumer group serve lag tools and KEDA, not the stream: with
+    # its Read on the group revoked it runs on (Ready) and Degraded names the group and the
+    # grant; a grant clears it within seconds, records or not (the driver retries the group).
+    group = f"deltaflow.{NS}.{NAME}"
+    wait_for("Ready=True", lambda: stream.condition("Ready").get("status") == "True", timeout=120)
+    stream.kafka.revoke(KAFKA_USER, group=group)
+    revoked = time.monotonic()
+    try:
+        stream.produce(300)  # its next batch's commit to the group is refused
+
+        def degraded() -> dict[str, dict[str, Any]] | None:
+            conditions = {c["type"]: c for c in stream.status().get("conditions", [])}
+            reason = conditions.get("Degraded", {}).get("reason")
+            return conditions if reason == "KafkaGroupAuthorizationFailed" else None
+
+        conditions = wait_for("Degraded=True KafkaGroupAuthorizationFailed", degraded, 120)
+        said = time.monotonic() - revoked
+        message = conditions["Degraded"]["message"]
+        assert conditions["Degraded"]["status"] == "True", conditions["Degraded"]
+        assert f"may not use Group:{group}" in message, message
+        assert "grant it Read on the group" in message, message
+        assert "Group authorization failed" in message, message  # the Kafka client's words
+        assert conditions["Ready"]["status"] == "True", conditions["Ready"]
+    finally:
+        stream.kafka.grant(KAFKA_USER, group=group)
+    granted = time.monotonic()
+    wait_for(
+        "Degraded=False after the grant",
+        lambda: stream.condition("Degraded").get("status") == "False",
+        timeout=120,
+    )
+    record(
+        f"Read on the consumer group revoked -> Degraded names it {said:.0f}s; "
+        f"granted -> Degraded=False {time.monotonic() - granted:.0f}s"
+    )
+    stream.wait_all_landed()
+    stream.assert_exactly_once()
+
+
 def test_a_hung_driver_is_not_ready_while_its_pod_runs(stream: Stream) -> None:
     wait_for("Ready=True", lambda: stream.condition("Ready").get("status") == "True", timeout=120)
     uid = stream.driver_uid()
