@@ -37,7 +37,7 @@ pytestmark = [pytest.mark.spark]
 CONNECT_CHECK = "io.deltaflow.kafka.ConnectCheck"
 TIMEOUT_MS = 5_000
 
-# The Java client properties of a stream on MSK with IAM (docs/plans/kafka-auth.md, section 3).
+# The Java client properties of a stream on MSK with IAM (kafka_auth.java_properties writes these).
 MSK_IAM = {
     "sasl.mechanism": "AWS_MSK_IAM",
     "sasl.jaas.config": "software.amazon.msk.auth.iam.IAMLoginModule required;",
