@@ -655,7 +655,7 @@ REPORT_MESSAGE_CHARS = 400
 
 
 # What in a member's report the operator acts on at once (the rest are figures it averages).
-SIGNAL_FIELDS = ("phase", "failures", "reason", "message", "retryAt", "startedAt")
+SIGNAL_FIELDS = ("phase", "failures", "reason", "message", "retryAt", "startedAt", "groupCommit")
 
 
 def report_signal(report: dict[str, Any]) -> str:
@@ -695,7 +695,7 @@ def fit_report(report: dict[str, Any]) -> dict[str, Any]:
             member["message"] = message[: REPORT_MESSAGE_CHARS - 1] + "…"
     if len(json.dumps(report, separators=(",", ":"))) <= MAX_REPORT_BYTES:
         return report
-    kept = ("phase", "failures", "reason", "lastBatch", "lag")
+    kept = ("phase", "failures", "reason", "lastBatch", "lag", "groupCommit")
     report["members"] = {k: {f: m[f] for f in kept if f in m} for k, m in members.items()}
     report["trimmed"] = True
     return report

@@ -344,7 +344,10 @@ class BatchWriter:
         # Why the last group commit failed, when the principal may not use the group (the
         # driver's report carries it to the Degraded condition); "" once a commit succeeds.
         self.group_commit_problem = ""
-        self._group_synced = False  # the group holds this process's position (see sync_group)
+        self._group_untried = True  # this process has not committed to the group yet
+        # One commit to the group at a time, each sending the newest position: the poll round's
+        # (sync_group) would otherwise land an older one over a batch's.
+        self._group_lock = threading.Lock()
         self.metrics = metrics
         self.table_batch = -1 if table_batch is None else table_batch
         self.replayable = self.table_batch  # batches up to here may be replays of a dead driver's
@@ -1014,32 +1017,40 @@ class BatchWriter:
     def sync_group(self) -> None:
         """Commit the stream's position to its consumer group when this process has not yet
         (an idle stream's start: a group it may not use is named without waiting for records),
-        and again while the group refuses it (a grant then clears Degraded without a batch)."""
-        if self._group_synced and not self.group_commit_problem:
+        and again while the group refuses it (a grant then clears Degraded without a batch).
+        One attempt: the caller's next round is the retry. Skipped while a batch commits."""
+        if not (self._group_untried or self.group_commit_problem):
             return
-        offsets = self.committed_offsets
-        if offsets:
-            self._commit_group(offsets)
+        if not self._group_lock.acquire(blocking=False):
+            return  # a batch is committing: it settles the group
+        try:
+            self._commit_group_locked(self.committed_offsets, attempts=1)
+        finally:
+            self._group_lock.release()
 
     def _commit_group(self, offsets: TopicOffsets) -> None:
+        with self._group_lock:
+            self._commit_group_locked(offsets, attempts=3)
+
+    def _commit_group_locked(self, offsets: TopicOffsets, attempts: int) -> None:
         if not any(offsets.values()):
             return  # nothing to say: neither a success nor a refusal
         group = self.stream.consumer_group
-        for attempt in range(3):
+        self._group_untried = False  # after any outcome: batches commit from here on
+        for attempt in range(attempts):
             try:
                 self.admin.commit_group_offsets(group, offsets)
                 self.group_commit_problem = ""
-                self._group_synced = True
                 return
             except Exception as error:  # monitoring only: never fail a committed batch for it
                 problem = group_commit_problem(group, error)
-                if problem is None and attempt < 2:
+                if problem is None and attempt < attempts - 1:
                     time.sleep(0.5 * (attempt + 1))  # e.g. the group coordinator is loading
                     continue
                 self.metrics.group_commit_failures.inc()
                 if problem is None:
                     log.warning("committing offsets to %s failed: %s", group, error)
-                elif problem != self.group_commit_problem:  # said once, not after every batch
+                elif problem != self.group_commit_problem:  # said once, not after every try
                     log.warning("committing offsets to %s failed: %s", group, problem)
                     self.group_commit_problem = problem
                 return

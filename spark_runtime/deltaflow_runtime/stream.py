@@ -477,8 +477,11 @@ class StreamRunner:
                 if self.scaling is not None:
                     self.scaling.kafka_failed(time.time(), str(error) or type(error).__name__)
             self._flush_due(caught_up=lag == 0)
-            if self.writer is not None:
-                self.writer.sync_group()  # never raises: the group serves lag tools only
+            try:
+                if self.writer is not None and not self._done.is_set():
+                    self.writer.sync_group()
+            except Exception as error:  # the group serves lag tools only, never the stream
+                log.warning("committing to the consumer group failed: %s", error)
             try:
                 if member is None:  # a pool's process is all its members'
                     self.sample_cost()
