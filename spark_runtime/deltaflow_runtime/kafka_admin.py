@@ -59,7 +59,8 @@ class KafkaAdmin:
     def __init__(self, config: Mapping[str, Any], timeout: float = 15.0) -> None:
         from confluent_kafka.admin import AdminClient
 
-        self._admin: Any = AdminClient({**config, "log_level": 3})
+        self._config = {**config, "log_level": 3}
+        self._admin: Any = AdminClient(self._config)
         self.timeout = timeout
 
     def partitions(self, topics: list[str]) -> list[tuple[str, int]]:
@@ -122,15 +123,32 @@ class KafkaAdmin:
         """Set the consumer group's committed offsets (the group has no members: the stream
         reads with Spark's own assignments, never by joining it). A partition the broker
         refused raises its KafkaException (the first one's: they share a cause)."""
-        from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+        from confluent_kafka import (
+            ConsumerGroupTopicPartitions,
+            KafkaError,
+            KafkaException,
+            TopicPartition,
+        )
+        from confluent_kafka.admin import AdminClient
 
         tps = [TopicPartition(t, p, o) for t, ps in offsets.items() for p, o in sorted(ps.items())]
         if not tps:
             return
-        futures = self._admin.alter_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(group, tps)], request_timeout=self.timeout
-        )
-        result = futures[group].result()
+        request = [ConsumerGroupTopicPartitions(group, tps)]
+        try:
+            result = self._admin.alter_consumer_group_offsets(
+                request, request_timeout=self.timeout
+            )[group].result()
+        except KafkaException as error:
+            if error.args[0].code() != KafkaError._TIMED_OUT:
+                raise
+            # After its group coordinator restarted, librdkafka's admin client (over SASL_SSL,
+            # seen with 2.x) times out on every such request while metadata still answers; a
+            # new client reconnects at once. Measured: each batch waited 46 s for its commit.
+            self._admin = AdminClient(self._config)
+            result = self._admin.alter_consumer_group_offsets(
+                request, request_timeout=self.timeout
+            )[group].result()
         failed = [tp.error for tp in result.topic_partitions if tp.error is not None]
         if failed:
             raise KafkaException(failed[0])

@@ -653,7 +653,17 @@ def test_a_group_the_stream_may_not_commit_to_is_named_on_degraded_while_it_runs
             reason = conditions.get("Degraded", {}).get("reason")
             return conditions if reason == "KafkaGroupAuthorizationFailed" else None
 
-        conditions = wait_for("Degraded=True KafkaGroupAuthorizationFailed", degraded, 120)
+        try:
+            conditions = wait_for("Degraded=True KafkaGroupAuthorizationFailed", degraded, 120)
+        except AssertionError as timed_out:
+            driver = stream.running(DRIVER)
+            log = stream.kube.kubectl("-n", NS, "logs", f"{NAME}-driver", check=False).stdout
+            said = [line for line in log.splitlines() if "group" in line.lower()][-20:]
+            raise AssertionError(
+                f"{timed_out}\nstatus: {stream.status().get('conditions')}\nreport: "
+                f"{driver[0]['metadata']['annotations'].get(REPORT) if driver else None}\n"
+                f"driver log on the group: {said}"
+            ) from None
         said = time.monotonic() - revoked
         message = conditions["Degraded"]["message"]
         assert conditions["Degraded"]["status"] == "True", conditions["Degraded"]
