@@ -641,6 +641,8 @@ def test_a_group_the_stream_may_not_commit_to_is_named_on_degraded_while_it_runs
     # The stream's offsets in its consumer group serve lag tools and KEDA, not the stream: with
     # its Read on the group revoked it runs on (Ready) and Degraded names the group and the
     # grant; a grant clears it within seconds, records or not (the driver retries the group).
+    # It runs after test_kafka_restart on purpose: on a restarted broker the driver's admin client
+    # timed out on every group commit until it reconnected (kafka_admin.commit_group_offsets).
     group = f"deltaflow.{NS}.{NAME}"
     wait_for("Ready=True", lambda: stream.condition("Ready").get("status") == "True", timeout=120)
     stream.kafka.revoke(KAFKA_USER, group=group)
