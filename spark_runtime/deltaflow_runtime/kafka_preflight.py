@@ -272,13 +272,14 @@ def group_commit_problem(group: str, error: BaseException) -> str | None:
     """What a group commit that failed tells the user, when the stream's principal may not use
     the group; None for anything else (a broker hiccup: the next commit tries again). The same
     refusal reads the same every time (it is compared to say it once)."""
-    first: Any = error.args[0] if error.args else None
-    if not callable(getattr(first, "name", None)) or first.name() != GROUP_AUTHORIZATION_FAILED:
+    from confluent_kafka import KafkaError
+
+    first = error.args[0] if error.args else None
+    if not isinstance(first, KafkaError) or first.name() != GROUP_AUTHORIZATION_FAILED:
         return None
-    words = first.str() if callable(getattr(first, "str", None)) else GROUP_AUTHORIZATION_FAILED
     problem = group_problem(group, GROUP_AUTHORIZATION_FAILED, None)
     assert problem is not None
-    return f"{problem.field}: {problem.message} (Kafka client: {str(words)[:300]})"
+    return f"{problem.field}: {problem.message} (Kafka client: {first.str()[:300]})"
 
 
 def check_kafka(

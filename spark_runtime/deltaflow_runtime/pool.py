@@ -253,7 +253,7 @@ class Member:
                 report["lag"] = runner.lag
             report["freshness"] = runner.freshness_report(now)
             if runner.writer is not None and runner.writer.group_commit_problem:
-                report["groupCommit"] = {"error": runner.writer.group_commit_problem[:500]}
+                report["groupCommit"] = {"error": runner.writer.group_commit_problem}
         return report
 
     def measure(self, now: float, busy_seconds: float) -> None:

@@ -294,7 +294,7 @@ def driver_report(
     if busy_cores is not None:
         report["busyCores"] = round(busy_cores, 4)
     if group_commit_problem:
-        report["groupCommit"] = {"error": group_commit_problem[:500]}
+        report["groupCommit"] = {"error": group_commit_problem}  # bounded where it is made
     return report
 
 
