@@ -1304,7 +1304,9 @@ def _pooled(check: Callable[[Mapping[str, Any]], bool]) -> Callable[[Mapping[str
 
 
 # What a pool cannot run (spec.placement: pooled is refused with these; auto keeps such a stream
-# on a driver of its own and says why: pool_refusals).
+# on a driver of its own and says why: pool_refusals). Kafka credentials, volumes, the pod's
+# placement and identity are not among them: a pool's pod carries them for members that share
+# them all (the operator's builders.pool.group_of).
 POOLED_RULES = (
     Rule(
         cel=_pooled_cel(
@@ -1322,21 +1324,6 @@ POOLED_RULES = (
             lambda v: all(pool_member_conf_key(str(k)) for k in v.get("sparkConf") or {})
         ),
         field_path=".sparkConf",
-    ),
-    Rule(
-        cel=_pooled_cel("!has(self.source.auth)"),
-        message="a pooled stream reads Kafka without credentials of its own (pools do not "
-        "carry per-stream Kafka credentials yet): remove source.auth or set placement: "
-        "dedicated",
-        check=_pooled(lambda v: not (v.get("source") or {}).get("auth")),
-        field_path=".source.auth",
-    ),
-    Rule(
-        cel=_pooled_cel("!has(self.volumes) || size(self.volumes) == 0"),
-        message="a pooled stream mounts no volumes (its pool's pod mounts none of its "
-        "members'): use an object store (spec.sink.storage) or set placement: dedicated",
-        check=_pooled(lambda v: not v.get("volumes")),
-        field_path=".volumes",
     ),
 )
 
@@ -1392,7 +1379,9 @@ class DeltaIngestionSpec(ApiModel):
             "local mode or on executor pods as spec.scaling says), pooled (a member of a "
             "shared pool driver of its namespace and object store, with the other small streams: "
             "one JVM for many; its own checkpoint, dead letters, status and metrics; "
-            "spec.scaling, spec.driver and spec.executor do not apply there) or auto (starts in "
+            "it shares a pool only with streams of the same object store, Kafka credentials, "
+            "ServiceAccount annotations, volumes, image and spec.driver.pod; spec.scaling, "
+            "spec.driver's size and spec.executor do not apply there) or auto (starts in "
             "a pool and moves by its measured task time: to a driver of its own after 2 min "
             "busier than a pool member may be, or behind its freshness target for 2 min beyond "
             "its freshness window, back after 15 min quiet; a spec a pool cannot run stays "

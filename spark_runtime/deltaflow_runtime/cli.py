@@ -254,7 +254,7 @@ def _pool_channel(
 def _pool(args: argparse.Namespace) -> int:
     """``deltaflow pool``: the members' streams in one driver until SIGTERM/SIGINT."""
     from deltaflow_runtime import session
-    from deltaflow_runtime.pool import PoolOptions, StreamPool, check_folder, wait_for_storage
+    from deltaflow_runtime.pool import PoolOptions, StreamPool, check_folder, wait_for_first_member
     from deltaflow_runtime.stream import install_stop_handlers
 
     _setup_logging()
@@ -262,11 +262,11 @@ def _pool(args: argparse.Namespace) -> int:
         check_folder(args.members)
         stop = threading.Event()
         install_stop_handlers(stop)  # before the JVM starts, as for one stream
-        found, storage = wait_for_storage(args.members, args.namespace, stop)
-        if not found:
+        shared = wait_for_first_member(args.members, args.namespace, stop)
+        if shared is None:
             return 0  # stopped before any member came
         conf = session.pool_conf(
-            args.namespace, storage, master=args.master, extra=_extra_conf(args, None)
+            args.namespace, shared.storage, master=args.master, extra=_extra_conf(args, None)
         )
         spark = _build(conf)
     except DeltaflowError as error:
@@ -281,7 +281,7 @@ def _pool(args: argparse.Namespace) -> int:
             backoff_base_seconds=args.restart_backoff_seconds,
             stop=stop,
         )
-        pool = StreamPool(spark, args.members, options, storage)
+        pool = StreamPool(spark, args.members, options, shared)
         port = _metrics_port(args)
         if port is not None:
             pool.registries.serve(port)

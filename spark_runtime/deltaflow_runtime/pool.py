@@ -36,6 +36,8 @@ from deltaflow_runtime.config import ConfigError, Pipeline, ingestion_from_text
 from deltaflow_runtime.cost import LoadMeter, install_pool_task_time, pool_busy_seconds
 from deltaflow_runtime.errors import DeltaflowError, InvalidSpecError, failure_reason
 from deltaflow_runtime.jvm import scala_context
+from deltaflow_runtime.kafka_auth import KafkaMaterial
+from deltaflow_runtime.kafka_preflight import check_kafka
 from deltaflow_runtime.metrics import RuntimeMetrics, StreamRegistries
 from deltaflow_runtime.session import DEFAULT_CONF, PINNED_CONF
 from deltaflow_runtime.sink import SCHEDULER_POOL
@@ -47,12 +49,13 @@ from deltaflow_runtime.stream import (
     start_checks,
 )
 from deltaflow_runtime.table import await_log_checkpoints
+from deltaflow_runtime.topics import check_topic_pattern
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from deltaflow_api import DeltaIngestion
-    from deltaflow_api.v1alpha1 import Storage
+    from deltaflow_api.v1alpha1 import KafkaAuth, Storage, Volume
 
 log = logging.getLogger("deltaflow.pool")
 
@@ -92,9 +95,34 @@ def member_key(ingestion: DeltaIngestion) -> str:
     return f"{ingestion.namespace}/{ingestion.name}"
 
 
-def pool_conflicts(ingestion: DeltaIngestion, namespace: str, storage: Storage | None) -> list[str]:
-    """Why ``ingestion`` cannot run in a pool of ``namespace`` whose members write with
-    ``storage`` (spec.sink.storage); empty when it can. Each names the field and the fix."""
+@dataclass(frozen=True)
+class Shared:
+    """What the pool's pod carries for every member (the operator groups members by it:
+    builders.pool.group_of): the object store's configuration and keys, the Kafka credentials'
+    Secret references (mounted at fixed paths, so a member naming other Secrets would read these)
+    and the volumes. The pool's first valid member sets it; a member that differs is refused,
+    never run with what another member holds."""
+
+    storage: Storage | None = None
+    auth: KafkaAuth | None = None
+    volumes: tuple[Volume, ...] = ()
+
+    @classmethod
+    def of(cls, ingestion: DeltaIngestion) -> Shared:
+        spec = ingestion.spec
+        return cls(spec.sink.storage, spec.source.auth, tuple(spec.volumes))
+
+
+_SHARED_FIELDS = (
+    ("storage", "spec.sink.storage", "the object-store configuration and its credentials"),
+    ("auth", "spec.source.auth", "the Kafka credentials (the Secret files its pod mounts)"),
+    ("volumes", "spec.volumes", "the volumes its pod mounts"),
+)
+
+
+def pool_conflicts(ingestion: DeltaIngestion, namespace: str, shared: Shared) -> list[str]:
+    """Why ``ingestion`` cannot run in a pool of ``namespace`` whose pod carries ``shared``;
+    empty when it can. Each names the field and the fix."""
     spec = ingestion.spec
     conflicts: list[str] = []
     if ingestion.namespace != namespace:
@@ -102,22 +130,13 @@ def pool_conflicts(ingestion: DeltaIngestion, namespace: str, storage: Storage |
             f"metadata.namespace: {ingestion.namespace!r} is not the pool's {namespace!r} (a pool "
             "holds its members' secrets and never mixes namespaces)"
         )
-    if spec.sink.storage != storage:
-        conflicts.append(
-            "spec.sink.storage: differs from the pool's members' (they share one object-store "
-            "configuration and its credentials); use the same storage or run the stream "
-            "on a driver of its own"
-        )
-    if spec.source.auth is not None:
-        conflicts.append(
-            "spec.source.auth: a pooled stream reads Kafka without credentials of its own "
-            "(not yet supported in pools); run the stream on a driver of its own"
-        )
-    if spec.volumes:
-        conflicts.append(
-            "spec.volumes: a pool's pod mounts none of its members' volumes; use an object "
-            "store or run the stream on a driver of its own"
-        )
+    own = Shared.of(ingestion)
+    for attribute, field_name, what in _SHARED_FIELDS:
+        if getattr(own, attribute) != getattr(shared, attribute):
+            conflicts.append(
+                f"{field_name}: differs from the pool's members' (they share {what}); use the "
+                "same or run the stream on a driver of its own"
+            )
     for key in sorted(spec.spark_conf):
         if not key.startswith(POOL_MEMBER_CONF_PREFIXES):
             conflicts.append(
@@ -311,6 +330,8 @@ class Member:
             session = self.session
             # The query's own thread inherits this thread's scheduler pool.
             session.sparkContext.setLocalProperty(SCHEDULER_POOL, self.key)
+            if not self._kafka_preflight():
+                return  # stopped meanwhile
             start_checks(session, self.pipeline)
             runner = StreamRunner(
                 session,
@@ -348,6 +369,16 @@ class Member:
             # The query ended by itself (in a pool only a failure ends one: raised above).
             self._failed(RuntimeError("the query ended without a stop"))
             self._wait_after_failure()
+
+    def _kafka_preflight(self) -> bool:
+        """A dedicated driver's checks before its JVM, for this member: a topicPattern no regex
+        reads, then whether it can connect, log in with its credentials and read its topic
+        (each failure names the field: its status says why in seconds, not a Java trace).
+        False when stopped meanwhile."""
+        source = self.pipeline.ingestion.spec.source
+        check_topic_pattern(None, source)
+        material = KafkaMaterial.locate(source)
+        return check_kafka(source, material, self.pipeline.identity.consumer_group, stop=self.stop)
 
     def _wait_after_failure(self) -> None:
         if self.status.phase == "NeedsAction":
@@ -416,7 +447,7 @@ Parsed = dict[tuple[str, str], "DeltaIngestion | DeltaflowError"]
 
 
 def read_members(
-    folder: Path, namespace: str, storage: Storage | None, parsed: Parsed | None = None
+    folder: Path, namespace: str, shared: Shared, parsed: Parsed | None = None
 ) -> dict[str, Manifest]:
     """The member manifests in ``folder`` (``*.yaml``, the ConfigMap's keys), by member key
     (by file name for one that cannot be read as a member, names another namespace, or names a
@@ -451,7 +482,7 @@ def read_members(
             duplicate = (FailureReason.INVALID_SPEC, f"{found[key].path.name} already runs {key}")
             found[path.name] = Manifest(path, digest, None, duplicate)
             continue
-        conflicts = pool_conflicts(ingestion, namespace, storage)
+        conflicts = pool_conflicts(ingestion, namespace, shared)
         problem = None
         if conflicts:
             problem = (FailureReason.INVALID_SPEC, "; ".join(conflicts))
@@ -469,13 +500,13 @@ class StreamPool:
         spark: SparkSession,
         folder: Path,
         options: PoolOptions,
-        storage: Storage | None = None,
+        shared: Shared | None = None,
     ) -> None:
         self.spark = spark
         self.folder = folder
         self._parsed: Parsed = {}  # the last rescan's parses (read_members)
         self.options = options
-        self.storage = storage
+        self.shared = shared or Shared()
         self.members: dict[str, Member] = {}
         self.invalid: dict[str, MemberStatus] = {}
         # Members told to stop whose thread has not ended: their key starts again only after.
@@ -533,7 +564,7 @@ class StreamPool:
         # Read before the members: a change between the two reads reports an older revision
         # than was acted on (the operator waits a round longer), never a newer one.
         revision = read_revision(self.folder)
-        wanted = read_members(self.folder, self.options.namespace, self.storage, self._parsed)
+        wanted = read_members(self.folder, self.options.namespace, self.shared, self._parsed)
         self._reap()
         invalid: dict[str, MemberStatus] = {}
         with self._lock:
@@ -717,25 +748,25 @@ def check_folder(folder: Path) -> None:
         raise InvalidSpecError(f"--members {folder}: no such folder of member manifests")
 
 
-def wait_for_storage(
+def wait_for_first_member(
     folder: Path, namespace: str, stop: threading.Event, every: float = 5.0
-) -> tuple[bool, Storage | None]:
-    """The object store the pool's session is made for: its first valid member's in the
-    namespace (the operator pools only members with the same one; another member is refused,
-    see pool_conflicts). Waits for one (a ConfigMap's keys reach a pod a while after it
-    starts); (False, None) if stopped first."""
+) -> Shared | None:
+    """What the pool's session and members are made for: its first valid member's
+    :class:`Shared` in the namespace (the operator pools only members that share it; another
+    member is refused, see pool_conflicts). Waits for one (a ConfigMap's keys reach a pod a
+    while after it starts); None if stopped first."""
     while not stop.is_set():
         manifests: list[Manifest] = []
         try:
-            manifests = list(read_members(folder, namespace, None).values())
+            manifests = list(read_members(folder, namespace, Shared()).values())
         except OSError as error:
             log.warning("reading the pool's members failed: %s", error)
         for manifest in manifests:
             if manifest.pipeline is not None:
                 ingestion = manifest.pipeline.ingestion
-                own = ingestion.spec.sink.storage
+                own = Shared.of(ingestion)
                 if not pool_conflicts(ingestion, namespace, own):  # a member it can run
-                    return True, own
+                    return own
         log.info("waiting for a member manifest in %s", folder)
         stop.wait(every)
-    return False, None
+    return None

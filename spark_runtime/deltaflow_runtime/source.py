@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 
 from deltaflow_api.v1alpha1 import KafkaSource
 from deltaflow_runtime.checkpoint import TopicOffsets
+from deltaflow_runtime.errors import InvalidSpecError
+from deltaflow_runtime.jvm import jvm
 from deltaflow_runtime.kafka_auth import KafkaMaterial, spark_source_options
 
 if TYPE_CHECKING:
@@ -41,6 +43,49 @@ def spark_kafka_options(
     # offsets of aborted records and transaction markers are gaps Spark skips.
     options.update(spark_source_options(source, material))
     return options
+
+
+# What every consumer config needs before Kafka judges one more setting beside it.
+_JUDGED_BESIDE = {
+    "bootstrap.servers": "localhost:9092",
+    "key.deserializer": "org.apache.kafka.common.serialization.ByteArrayDeserializer",
+    "value.deserializer": "org.apache.kafka.common.serialization.ByteArrayDeserializer",
+}
+
+
+def kafka_option_problems(spark: SparkSession, source: KafkaSource) -> list[str]:
+    """Each ``kafka.*`` value of source.options Kafka's own consumer config refuses (a
+    non-numeric ``kafka.fetch.max.bytes``, a size under its minimum, an unknown enum value),
+    judged one key at a time by ``org.apache.kafka.clients.consumer.ConsumerConfig`` in this
+    JVM, so each problem names its key. Spark would fail every start with a ConfigException."""
+    consumer_config = jvm(spark).org.apache.kafka.clients.consumer.ConsumerConfig
+    problems = []
+    for key, value in sorted(source.options.items()):
+        if not key.startswith("kafka."):
+            continue
+        settings = jvm(spark).java.util.HashMap()
+        for name, default in _JUDGED_BESIDE.items():
+            settings.put(name, default)
+        settings.put(key.removeprefix("kafka."), value)
+        try:
+            consumer_config(settings)
+        except Exception as error:
+            java = getattr(error, "java_exception", None)
+            words = str(java.getMessage()) if java is not None else str(error).splitlines()[0]
+            problems.append(
+                f"spec.source.options.{key}: Kafka's consumer refuses {value!r}: {words}"
+            )
+    return problems
+
+
+def check_kafka_options(spark: SparkSession, source: KafkaSource) -> None:
+    """Refuse source.options Kafka's consumer refuses (:func:`kafka_option_problems`): a fix of
+    the spec, never a restart."""
+    problems = kafka_option_problems(spark, source)
+    if problems:
+        raise InvalidSpecError(
+            "; ".join(problems) + ". Fix or remove the option in spec.source.options"
+        )
 
 
 def read_stream(spark: SparkSession, options: Mapping[str, str]) -> DataFrame:

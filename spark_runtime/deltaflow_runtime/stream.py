@@ -882,14 +882,16 @@ def recover_checkpoint(spark: SparkSession, pipeline: Pipeline) -> Recovered:
 
 
 def start_checks(spark: SparkSession, pipeline: Pipeline) -> None:
-    """What a stream's start checks before its guards: the object store answers for its
-    checkpoint and tables, and Java accepts its topic pattern (Spark would fail every start on
-    one it refuses)."""
+    """What a stream's start checks before its guards: Java accepts its topic pattern and its
+    Kafka options (Spark would fail every start on one it refuses), and the object store
+    answers for its checkpoint and tables."""
     from deltaflow_runtime.object_store import check_pipeline_access
+    from deltaflow_runtime.source import check_kafka_options
     from deltaflow_runtime.topics import check_topic_pattern
 
-    check_pipeline_access(spark, pipeline)
     check_topic_pattern(spark, pipeline.ingestion.spec.source)
+    check_kafka_options(spark, pipeline.ingestion.spec.source)
+    check_pipeline_access(spark, pipeline)
 
 
 def install_stop_handlers(stop: threading.Event) -> None:

@@ -20,6 +20,7 @@ from deltaflow_runtime.pool import (
     STABLE_RUN_SECONDS,
     Parsed,
     ReportPacer,
+    Shared,
     backoff_seconds,
     capped,
     failures_in_a_row,
@@ -61,7 +62,7 @@ CONFLICTS = [
         ["spec.sink.storage"],
     ),
     (
-        "credentials of its own for Kafka",
+        "Kafka credentials its pool does not carry",
         {
             "spec.source.auth": {
                 "securityProtocol": "SASL_SSL",
@@ -101,10 +102,57 @@ def test_which_streams_a_pool_may_run(
     edits: dict[str, Any], namespace: str, fields: list[str]
 ) -> None:
     member = _ingestion(edits, namespace)
-    conflicts = pool_conflicts(member, "data", BASE.spec.sink.storage)
+    conflicts = pool_conflicts(member, "data", Shared.of(BASE))
     assert [c.split(":")[0] for c in conflicts] == fields, conflicts
     # Each says what to do about it.
     assert all(("run the stream on a driver" in c or "never mixes" in c) for c in conflicts)
+
+
+SCRAM = {
+    "securityProtocol": "SASL_SSL",
+    "saslMechanism": "SCRAM-SHA-512",
+    "username": {"name": "orders-kafka", "key": "username"},
+    "password": {"name": "orders-kafka", "key": "password"},
+}
+LAKE = [{"name": "lake", "claimName": "lake", "mountPath": "/lake"}]
+# A pool whose pod carries SCRAM credentials and a volume: (case, the member's edits, the
+# fields its conflicts name).
+CARRIED = [
+    ("the same credentials and volume", {}, []),
+    (
+        "another Secret for its password",
+        {"spec.source.auth.password": {"name": "billing-kafka", "key": "password"}},
+        ["spec.source.auth"],
+    ),
+    ("no credentials (the pod holds some)", {"spec.source.auth": None}, ["spec.source.auth"]),
+    (
+        "another mechanism with the same Secret",
+        {"spec.source.auth.saslMechanism": "SCRAM-SHA-256"},
+        ["spec.source.auth"],
+    ),
+    ("no volume", {"spec.volumes": []}, ["spec.volumes"]),
+    (
+        "another claim at the same path",
+        {"spec.volumes": [{**LAKE[0], "claimName": "other"}]},
+        ["spec.volumes"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("edits", "fields"), [c[1:] for c in CARRIED], ids=[c[0] for c in CARRIED])
+def test_a_member_runs_only_with_the_credentials_and_volumes_its_pool_carries(
+    edits: dict[str, Any], fields: list[str]
+) -> None:
+    carried = {"spec.source.auth": SCRAM, "spec.volumes": LAKE}
+    pool = Shared.of(_ingestion(carried))
+    document = valid_manifest(namespace="data")
+    for path, value in {**carried, **edits}.items():
+        set_field(document, path, copy.deepcopy(value))
+    member = DeltaIngestion.model_validate(document)
+    conflicts = pool_conflicts(member, "data", pool)
+    assert [c.split(":")[0] for c in conflicts] == fields, conflicts
+    # A member that differs is never run with what the pod carries: it is refused, and told so.
+    assert all("run the stream on a driver of its own" in c for c in conflicts)
 
 
 BACKOFF = [  # (failures in a row, seconds until the next start)
@@ -166,7 +214,7 @@ def test_a_folder_of_manifests_is_the_pools_members(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("not a member")
     (tmp_path / "zz-again.yaml").write_text(yaml.safe_dump(good))  # the same member twice
 
-    members = read_members(tmp_path, "data", BASE.spec.sink.storage)
+    members = read_members(tmp_path, "data", Shared.of(BASE))
     # another namespace's stream is reported by its file, never as a member of this pool
     assert sorted(members) == ["broken.yaml", "data/good", "foreign.yaml", "zz-again.yaml"]
     again_problem = members["zz-again.yaml"].problem
@@ -181,12 +229,14 @@ def test_a_folder_of_manifests_is_the_pools_members(tmp_path: Path) -> None:
     assert foreign_member.problem is not None
     assert "metadata.namespace" in foreign_member.problem[1]
     # Re-reading an unchanged file gives the same digest (the pool restarts only on a change).
-    again = read_members(tmp_path, "data", BASE.spec.sink.storage)
+    again = read_members(tmp_path, "data", Shared.of(BASE))
     assert again["data/good"].digest == members["data/good"].digest
     (tmp_path / "good.yaml").write_text(
         yaml.safe_dump({**good, "spec": {**good["spec"], "trigger": {"interval": "20s"}}})
     )
-    assert read_members(tmp_path, "data", None)["data/good"].digest != members["data/good"].digest
+    assert (
+        read_members(tmp_path, "data", Shared())["data/good"].digest != members["data/good"].digest
+    )
 
 
 def test_a_rescan_parses_only_the_files_that_changed(tmp_path: Path) -> None:
@@ -195,9 +245,9 @@ def test_a_rescan_parses_only_the_files_that_changed(tmp_path: Path) -> None:
     for name in ("a", "b"):
         (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(valid_manifest(name)))
     parsed: Parsed = {}
-    first = read_members(tmp_path, "data", None, parsed)
+    first = read_members(tmp_path, "data", Shared(), parsed)
     kept = dict(parsed)
-    second = read_members(tmp_path, "data", None, parsed)
+    second = read_members(tmp_path, "data", Shared(), parsed)
     assert second == first
     assert all(parsed[k] is kept[k] for k in kept)  # the same parse, not a new one
     changed = valid_manifest("a")
@@ -205,7 +255,7 @@ def test_a_rescan_parses_only_the_files_that_changed(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text(yaml.safe_dump(changed))
     (tmp_path / "b.yaml").unlink()
     (tmp_path / "c.yaml").write_bytes(b"\xff\xfe not text")
-    third = read_members(tmp_path, "data", None, parsed)
+    third = read_members(tmp_path, "data", Shared(), parsed)
     pipeline = third["data/a"].pipeline
     assert pipeline is not None
     assert pipeline.ingestion.spec.trigger.pinned_seconds == 20

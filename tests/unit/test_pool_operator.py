@@ -12,6 +12,7 @@ from deltaflow_api import DeltaIngestion
 from deltaflow_api.channel import POOL_REPORT_ANNOTATION
 from deltaflow_api.reasons import Reason
 from deltaflow_operator.autoscaler.observe import MemberReport, PoolReport, parse_pool_report
+from deltaflow_operator.builders import driver as driver_builders
 from deltaflow_operator.builders import pool as builders
 from deltaflow_operator.decisions.pooled import member_verdict
 from deltaflow_operator.pool_keeper import (
@@ -47,6 +48,112 @@ def test_streams_share_a_pool_only_with_the_same_namespace_object_store_and_imag
     other = Settings(lease_name="deltaflow-canary")
     assert builders.group_of(ingestion("a"), other) != base
     assert builders.release_label(other) != builders.release_label(settings)
+
+
+SCRAM = {
+    "securityProtocol": "SASL_SSL",
+    "saslMechanism": "SCRAM-SHA-512",
+    "caCertificate": {"name": "kafka-ca", "key": "ca.crt"},
+    "username": {"name": "orders-kafka", "key": "username"},
+    "password": {"name": "orders-kafka", "key": "password"},
+}
+LAKE = [{"name": "lake", "claimName": "lake", "mountPath": "/lake"}]
+ROLE = {"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/orders"}
+PLACED = {
+    "nodeSelector": {"pool": "streams"},
+    "tolerations": [{"key": "streams", "operator": "Exists", "effect": "NoSchedule"}],
+    "priorityClassName": "ingestion",
+    "labels": {"team": "orders"},
+    "annotations": {"cost-center": "42"},
+}
+
+
+def _source(**auth: Any) -> dict[str, Any]:
+    return {**valid_manifest()["spec"]["source"], "auth": {**SCRAM, **auth}}
+
+
+# What a pool's pod carries for all its members: (case, spec of a and of b, whether they share)
+CARRIED = [
+    ("the same credentials", {"source": _source()}, {"source": _source()}, True),
+    ("credentials and none", {"source": _source()}, {}, False),
+    (
+        "another Secret for the password",
+        {"source": _source()},
+        {"source": _source(password={"name": "billing-kafka", "key": "password"})},
+        False,
+    ),
+    ("the same volume", {"volumes": LAKE}, {"volumes": LAKE}, True),
+    ("a volume and none", {"volumes": LAKE}, {}, False),
+    (
+        "a workload identity and none",
+        {"serviceAccount": {"annotations": ROLE}},
+        {},
+        False,
+    ),
+    (
+        "the same workload identity",
+        {"serviceAccount": {"annotations": ROLE}},
+        {"serviceAccount": {"annotations": ROLE}},
+        True,
+    ),
+    ("an image pull secret and none", {"imagePullSecrets": [{"name": "registry"}]}, {}, False),
+    ("a node selector and none", {"driver": {"pod": {"nodeSelector": {"a": "b"}}}}, {}, False),
+    ("a pod label and none", {"driver": {"pod": {"labels": {"team": "a"}}}}, {}, False),
+    # The driver's size is no pool's business: the pool is sized by the chart.
+    ("another driver size", {"driver": {"memory": "4g"}}, {}, True),
+]
+
+
+@pytest.mark.parametrize(("a", "b", "share"), [c[1:] for c in CARRIED], ids=[c[0] for c in CARRIED])
+def test_streams_share_a_pool_only_when_it_carries_the_same_for_both(
+    a: dict[str, Any], b: dict[str, Any], share: bool
+) -> None:
+    settings = Settings()
+    first, second = (
+        builders.group_of(ingestion("a", **a), settings),
+        builders.group_of(ingestion("b", **b), settings),
+    )
+    assert (first == second) is share
+
+
+def test_a_pool_pod_carries_its_members_credentials_volumes_identity_and_placement() -> None:
+    spec = {
+        "source": _source(),
+        "volumes": LAKE,
+        "serviceAccount": {"annotations": ROLE},
+        "imagePullSecrets": [{"name": "registry"}],
+        "driver": {"pod": PLACED},
+    }
+    members = (ingestion("a", **spec), ingestion("b", **spec))
+    pool = builders.Pool("data", "deltaflow-pool-1234abcd-0", members, 3)
+    settings = Settings()
+    pod = builders.pod(pool, settings, "cm-uid")
+    pod_spec = pod["spec"]
+    volumes = {v["name"]: v for v in pod_spec["volumes"]}
+    secrets = {v["secret"]["secretName"] for v in volumes.values() if "secret" in v}
+    assert secrets == {"kafka-ca", "orders-kafka"}
+    # Optional and group-readable, as a driver's: a missing Secret is named by the member.
+    assert all(v["secret"]["optional"] for v in volumes.values() if "secret" in v)
+    assert volumes["lake"]["persistentVolumeClaim"] == {"claimName": "lake"}
+    mounts = {m["mountPath"]: m for m in pod_spec["containers"][0]["volumeMounts"]}
+    assert "/lake" in mounts
+    # The driver's own mount paths: the runtime finds its files where a driver would.
+    driver = driver_builders.driver_pod(members[0], settings)
+    driver_mounts = {m["mountPath"] for m in driver["spec"]["containers"][0]["volumeMounts"]}
+    assert driver_mounts - {builders.CONFIG_MOUNT} <= set(mounts)
+    assert pod_spec["nodeSelector"] == {"pool": "streams"}
+    assert pod_spec["tolerations"][0]["key"] == "streams"
+    assert pod_spec["priorityClassName"] == "ingestion"
+    assert pod_spec["imagePullSecrets"] == [{"name": "registry"}]
+    assert pod["metadata"]["labels"]["team"] == "orders"
+    assert pod["metadata"]["labels"]["app.kubernetes.io/component"] == "pool"
+    assert pod["metadata"]["annotations"]["cost-center"] == "42"
+    _, account, _ = builders.companions(pool, settings, "cm-uid")
+    assert account["metadata"]["annotations"] == ROLE
+    # Credentials stay references: no Secret's name appears in the members' ConfigMap as more
+    # than the reference the manifest holds, and no env value holds one.
+    env = pod_spec["containers"][0]["env"]
+    assert all("secretKeyRef" in e.get("valueFrom", {}) for e in env if "AWS_" in e["name"])
 
 
 def test_a_pool_pod_runs_its_members_restricted_with_secrets_by_reference_only() -> None:

@@ -371,8 +371,12 @@ def test_a_steady_stream_writes_no_status() -> None:
         ("auto where the decision wants it", {}, ON_DRIVER, False),
         ("auto on a driver, no decision yet: its round decides first", {},
          ON_DRIVER.model_copy(update={"wanted": None}), False),
-        ("auto, a spec a pool cannot run", {"volumes": [{"name": "data", "mountPath": "/data",
-         "claimName": "data"}]}, None, False),
+        ("auto, a spec a pool cannot run", {"sparkConf": {"spark.executor.memory": "4g"}},
+         None, False),
+        # A pool's pod carries volumes and Kafka credentials for the members that share them.
+        ("auto with a volume and Kafka credentials", {"volumes": [{"name": "data",
+         "mountPath": "/data", "claimName": "data"}], "source": {**_spec().source.model_dump(
+         by_alias=True, exclude_none=True), "auth": {"securityProtocol": "SSL"}}}, None, True),
     ],
 )  # fmt: skip
 def test_which_streams_run_in_a_pool(

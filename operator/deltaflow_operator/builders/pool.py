@@ -8,9 +8,11 @@ its sync period, or at once when the pod is touched (the operator annotates it w
 revision). The ConfigMap is owned by every member, and everything else of the pool by the
 ConfigMap: deleting the last member's DeltaIngestion removes the pool.
 
-The pool holds every member's storage credentials (by ``secretKeyRef``; values never pass the
-operator): members share a pool only when they share the namespace, the object store and its
-keys, and the image (``group_of``).
+The pool's pod carries what its members run with: the object store's keys (by ``secretKeyRef``;
+values never pass the operator), the Kafka credentials' Secret files, the PersistentVolumeClaims,
+the ServiceAccount's annotations (a workload identity) and the driver pod's placement. So members
+share a pool only when they share all of it, with the namespace and the image (``group_of``): a
+member is never given a credential, identity or volume another member holds and it does not.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from deltaflow_operator.builders.common import (
     MANAGED_BY,
     Manifest,
     owner_reference,
+    pod_annotations,
+    pod_placement,
     restricted_container_security,
     restricted_pod_security,
     runtime_image,
@@ -41,6 +45,10 @@ from deltaflow_operator.builders.common import (
 )
 from deltaflow_operator.builders.driver import (
     container_resources,
+    data_volume_mounts,
+    data_volumes,
+    kafka_secret_mounts,
+    kafka_secret_volumes,
     pipeline_document,
     render_spark_defaults,
     secret_env,
@@ -78,15 +86,34 @@ class Pool:
         return f"{self.namespace}/{self.name}"
 
 
+def entitlements(ingestion: DeltaIngestion) -> dict[str, Any]:
+    """What a pool's pod carries for this member and every other one: its Kafka credentials
+    (their Secret references and mechanism), ServiceAccount annotations, volumes, image pull
+    secrets and driver pod options (placement, labels, annotations). Only those set, so that a
+    stream without any keeps the group it had before pools carried them."""
+    spec = ingestion.spec
+    carried: dict[str, Any] = {
+        "auth": None
+        if spec.source.auth is None
+        else spec.source.auth.model_dump(by_alias=True, mode="json", exclude_none=True),
+        "serviceAccount": dict(spec.service_account.annotations),
+        "volumes": [v.model_dump(by_alias=True, mode="json") for v in spec.volumes],
+        "imagePullSecrets": [s.name for s in spec.image_pull_secrets],
+        "pod": spec.driver.pod.model_dump(by_alias=True, mode="json", exclude_defaults=True),
+    }
+    return {k: v for k, v in carried.items() if v}
+
+
 def group_of(ingestion: DeltaIngestion, settings: Settings) -> str:
     """The pools a pooled stream may share, as ``<namespace>/deltaflow-pool-<hash>``: one per
-    namespace, object store (with its credentials) and image (``decisions.pools.pack`` names
-    the pools ``<group>-<n>``)."""
+    namespace, object store (with its credentials), image and :func:`entitlements`
+    (``decisions.pools.pack`` names the pools ``<group>-<n>``)."""
     storage = ingestion.spec.sink.storage
     shared = {
         "storage": None if storage is None else storage.model_dump(by_alias=True, mode="json"),
         "image": runtime_image(ingestion, settings.image),
         "release": settings.identity,  # two releases never share (or delete) a pool
+        **entitlements(ingestion),
     }
     return f"{ingestion.namespace}/deltaflow-pool-{stable_hash(shared)[:8]}"
 
@@ -172,9 +199,10 @@ def pod_spec_hash(pool: Pool, settings: Settings) -> str:
 
 
 def _pod_spec(pool: Pool, settings: Settings) -> dict[str, Any]:
-    first = pool.members[0]  # the group's image and storage keys are every member's
+    first = pool.members[0]  # the group's image, secrets, volumes and placement are every member's
     return {
         "serviceAccountName": pool.name,
+        **pod_placement(first, first.spec.driver.pod),
         # A pool that fails (its JVM gone) restarts in place, with the kubelet's backoff; each
         # member resumes from its own checkpoint.
         "restartPolicy": "Always",
@@ -215,26 +243,33 @@ def _pod_spec(pool: Pool, settings: Settings) -> dict[str, Any]:
                 "volumeMounts": [
                     {"name": "members", "mountPath": MEMBERS_MOUNT, "readOnly": True},
                     {"name": "tmp", "mountPath": "/tmp"},
+                    *kafka_secret_mounts(first),
+                    *data_volume_mounts(first),
                 ],
             }
         ],
         "volumes": [
             {"name": "members", "configMap": {"name": pool.name}},
             {"name": "tmp", "emptyDir": {}},
+            *kafka_secret_volumes(first),
+            *data_volumes(first),
         ],
     }
 
 
 def pod(pool: Pool, settings: Settings, config_map_uid: str) -> Manifest:
-    """The pool's pod, owned by its ConfigMap."""
+    """The pool's pod, owned by its ConfigMap, with its members' pod labels and annotations
+    (the group's: ``spec.driver.pod``) under Deltaflow's own."""
+    options = pool.members[0].spec.driver.pod
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
             "name": pool.name,
             "namespace": pool.namespace,
-            "labels": pool_labels(pool.name, settings),
+            "labels": {**options.labels, **pool_labels(pool.name, settings)},
             "annotations": {
+                **pod_annotations(options),
                 POOL_SPEC_HASH_ANNOTATION: pod_spec_hash(pool, settings),
                 REVISION_ANNOTATION: str(pool.revision),
             },
@@ -251,6 +286,10 @@ def _owned(pool: Pool, settings: Settings, config_map_uid: str) -> dict[str, Any
         "labels": pool_labels(pool.name, settings),
         "ownerReferences": [_config_map_owner(config_map_uid, pool.name)],
     }
+
+
+def _annotated(annotations: dict[str, str]) -> dict[str, Any]:
+    return {"annotations": dict(annotations)} if annotations else {}
 
 
 def companions(pool: Pool, settings: Settings, config_map_uid: str) -> list[Manifest]:
@@ -274,7 +313,9 @@ def companions(pool: Pool, settings: Settings, config_map_uid: str) -> list[Mani
         {
             "apiVersion": "v1",
             "kind": "ServiceAccount",
-            "metadata": _owned(pool, settings, config_map_uid),
+            # The members' workload identity (IRSA, GKE, Azure): the group shares it.
+            "metadata": _owned(pool, settings, config_map_uid)
+            | _annotated(pool.members[0].spec.service_account.annotations),
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",

@@ -3,9 +3,13 @@ values its Secrets would hold, and the files a pod would have them in."""
 
 from __future__ import annotations
 
+import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from runtime_kit import unique
 
 from deltaflow_api.driver_pod import KAFKA_SECRET_FILES
 from devstack.kafka import KafkaBroker
@@ -115,3 +119,30 @@ def secret_files(root: Path, login: Login, *, like_kubelet: bool = False) -> dic
             (folder / secret_file.file).write_text(content)
         paths[secret_file.field] = str(folder / secret_file.file)
     return paths
+
+
+def login_mtls(kafka: KafkaBroker) -> Login:
+    """The stack's client certificate (principal stream-mtls)."""
+    return mtls(kafka, kafka.pki.mtls_cert, kafka.pki.mtls_key)
+
+
+def login_scram(kafka: KafkaBroker) -> Login:
+    """A new SCRAM-SHA-512 user over TLS."""
+    user, password = unique("scram"), secrets.token_urlsafe(18)
+    kafka.add_scram_user(user, "SCRAM-SHA-512", password)
+    return scram(kafka, user, password)
+
+
+def login_oauth(kafka: KafkaBroker, token_lifetime: int | None = None) -> Login:
+    """A new OIDC client of the stack's issuer."""
+    client_id = unique("oidc")
+    return oauth(
+        kafka, client_id, kafka.issuer.register_client(client_id, token_lifetime=token_lifetime)
+    )
+
+
+LOGINS: dict[str, Callable[[KafkaBroker], Login]] = {
+    "mtls": login_mtls,
+    "scram-sha-512-over-tls": login_scram,
+    "oauthbearer": login_oauth,
+}

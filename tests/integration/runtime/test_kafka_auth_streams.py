@@ -6,17 +6,15 @@ secrets are files laid out as the kubelet mounts a Secret (``..data`` symlinks).
 
 from __future__ import annotations
 
-import secrets
 import shutil
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions
-from kafka_logins import Login, mtls, oauth, scram, secret_files
+from kafka_logins import LOGINS, Login, login_oauth, secret_files
 from runtime_kit import (
     create_topic,
     duplicates,
@@ -41,30 +39,6 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 BAD = [b"not json", b'{"id": "abc"}', b"[1]"]
-
-
-def _mtls(kafka: KafkaBroker) -> Login:
-    return mtls(kafka, kafka.pki.mtls_cert, kafka.pki.mtls_key)
-
-
-def _scram(kafka: KafkaBroker) -> Login:
-    user, password = unique("scram"), secrets.token_urlsafe(18)
-    kafka.add_scram_user(user, "SCRAM-SHA-512", password)
-    return scram(kafka, user, password)
-
-
-def _oauth(kafka: KafkaBroker, token_lifetime: int | None = None) -> Login:
-    client_id = unique("oidc")
-    return oauth(
-        kafka, client_id, kafka.issuer.register_client(client_id, token_lifetime=token_lifetime)
-    )
-
-
-LOGINS: dict[str, Callable[[KafkaBroker], Login]] = {
-    "mtls": _mtls,
-    "scram-sha-512-over-tls": _scram,
-    "oauthbearer": _oauth,
-}
 
 
 def mount_like_kubelet(root: Path, login: Login, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -146,7 +120,7 @@ def test_oauthbearer_tokens_are_refreshed_before_they_expire(
 ) -> None:
     # The broker ends a session when its token expires (or at the listener's 60 s reauth): a
     # client that did not refresh its token could not fetch or commit after the first expiry.
-    login = _oauth(kafka, token_lifetime=TOKEN_SECONDS)
+    login = login_oauth(kafka, token_lifetime=TOKEN_SECONDS)
     topic = unique("auth-refresh")
     create_topic(kafka.bootstrap_servers, topic, partitions=1)
     document = manifest(unique("refresh"), topic, login.bootstrap, tmp_path)

@@ -5,30 +5,16 @@ metrics), stopped by SIGTERM as Kubernetes stops a pod."""
 from __future__ import annotations
 
 import json
-import sys
 import time
 import urllib.request
-from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
-from crash_kit import LOCAL_MODE_DRIVER_ENV, ProcessGroup, local_spark_args
+from pool_kit import Pool, landed, start_pool
 from prometheus_client.parser import text_string_to_metric_families
-from runtime_kit import (
-    create_topic,
-    duplicates,
-    manifest,
-    order,
-    pipeline,
-    produce,
-    read_table,
-    tpos,
-    unique,
-    wait_for,
-)
+from runtime_kit import manifest, pipeline, unique, wait_for
 
 from deltaflow_runtime.cost import install_pool_task_time, pool_busy_seconds
 from devstack.kafka import KafkaBroker
@@ -36,80 +22,8 @@ from devstack.process import free_port
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from runtime_kit import Sent
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
-
-NAMESPACE = "test"  # runtime_kit.manifest's
-
-
-def _records(start: int, count: int) -> list[tuple[bytes | None, bytes | None]]:
-    """Orders, one in ten of them not JSON (a dead letter)."""
-    return [(b"%d" % i, b"{" if i % 10 == 3 else order(i)) for i in range(start, start + count)]
-
-
-def _landed(document: dict[str, Any]) -> set[tuple[str, int, int]]:
-    """(topic, partition, offset) of every row of the member's table and dead-letter table;
-    fails on a duplicate."""
-    ident = pipeline(document).identity
-    keys: list[tuple[str, int, int]] = []
-    for path in (ident.table_path, ident.dead_letter_table_path):
-        if any((Path(path) / "_delta_log").glob("*.json")):  # its first commit is in
-            keys += tpos(read_table(path))
-    assert not duplicates(keys), duplicates(keys)[:5]
-    return set(keys)
-
-
-@dataclass
-class Pool:
-    """The members' manifests, what was produced to each, and the pool process's log."""
-
-    bootstrap: str
-    folder: Path
-    log: Path
-    docs: dict[str, dict[str, Any]] = field(default_factory=dict)
-    sent: dict[str, list[Sent]] = field(default_factory=dict)
-
-    def key(self, name: str) -> str:
-        return f"{NAMESPACE}/{self.docs[name]['metadata']['name']}"
-
-    def add(self, name: str, root: Path) -> None:
-        topic = unique(f"pool-{name}")
-        create_topic(self.bootstrap, topic, partitions=2)
-        self.docs[name] = manifest(unique(f"pool-{name}"), topic, self.bootstrap, root)
-        self.write(name)
-        self.sent[name] = []
-
-    def write(self, name: str) -> None:
-        (self.folder / f"{name}.yaml").write_text(yaml.safe_dump(self.docs[name]))
-
-    def produce(self, names: Iterable[str], start: int, count: int) -> None:
-        for name in names:
-            topic = self.docs[name]["spec"]["source"]["topic"]
-            self.sent[name] += produce(self.bootstrap, topic, _records(start, count))
-
-    def wait_landed(self, names: Iterable[str], timeout: float) -> None:
-        for name in names:
-            try:
-                wait_for(
-                    lambda n=name: {s.tpo for s in self.sent[n]} <= _landed(self.docs[n]),
-                    timeout,
-                    f"member {name}'s records landed",
-                )
-            except AssertionError as error:
-                raise AssertionError(f"{error}; the pool said: {self.events()[-8:]}") from None
-
-    def events(self, event: str | None = None, member: str | None = None) -> list[dict[str, Any]]:
-        """The pool's member events (``member_started``, ``member_failed``, ...), in order."""
-        found = []
-        for line in self.log.read_text(errors="replace").splitlines():
-            if '{"event": "member_' in line:
-                entry = json.loads(line[line.index("{") :])
-                if (event is None or entry["event"] == event) and (
-                    member is None or entry["member"] == member
-                ):
-                    found.append(entry)
-        return found
 
 
 def _fail_and_resume(pool: Pool, name: str) -> None:
@@ -197,12 +111,8 @@ def test_pool_members_are_streams_of_their_own_through_a_failure_removal_and_cha
     (pool.folder / "x.yaml").write_text(yaml.safe_dump(stranger))
 
     port = free_port()
-    argv = [sys.executable, "-m", "deltaflow_runtime", "pool", "--members", str(pool.folder)]
-    argv += ["--namespace", NAMESPACE, "--metrics-port", str(port)]
-    argv += ["--rescan-seconds", "2", "--restart-backoff-seconds", "3"]
-    argv += ["--report-file", str(tmp_path / "report.json")]
-    process = ProcessGroup(
-        [*argv, *local_spark_args(tmp_path / "work")], pool.log, env=LOCAL_MODE_DRIVER_ENV
+    process = start_pool(
+        pool, tmp_path / "work", report=tmp_path / "report.json", metrics_port=port
     )
     try:
         pool.wait_landed(pool.docs, 180)
@@ -234,8 +144,8 @@ def test_pool_members_are_streams_of_their_own_through_a_failure_removal_and_cha
             process.kill()
     # Every record exactly once; b's last ones unread (it was removed before them).
     for name in ("a", "c"):
-        assert {s.tpo for s in pool.sent[name]} == _landed(pool.docs[name])
-    assert {s.tpo for s in pool.sent["b"][:500]} == _landed(pool.docs["b"])
+        assert {s.tpo for s in pool.sent[name]} == landed(pool.docs[name])
+    assert {s.tpo for s in pool.sent["b"][:500]} == landed(pool.docs["b"])
     assert not pool.events("member_failed", pool.key("a"))
     assert not pool.events("member_failed", pool.key("b"))
 
