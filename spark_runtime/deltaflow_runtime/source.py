@@ -54,11 +54,13 @@ _JUDGED_BESIDE = {
 
 
 def kafka_option_problems(spark: SparkSession, source: KafkaSource) -> list[str]:
-    """Each ``kafka.*`` value of source.options Kafka's own consumer config refuses (a
-    non-numeric ``kafka.fetch.max.bytes``, a size under its minimum, an unknown enum value),
-    judged one key at a time by ``org.apache.kafka.clients.consumer.ConsumerConfig`` in this
-    JVM, so each problem names its key. Spark would fail every start with a ConfigException."""
-    consumer_config = jvm(spark).org.apache.kafka.clients.consumer.ConsumerConfig
+    """Each ``kafka.*`` value of source.options Kafka's own consumer refuses (a non-numeric
+    ``kafka.fetch.max.bytes``, a size under its minimum, an unknown enum value, a class it
+    cannot load), judged one key at a time in this JVM: by
+    ``org.apache.kafka.clients.consumer.ConsumerConfig``, then by making (and closing, never
+    connecting) a ``KafkaConsumer``, which loads the classes a setting names. Each problem
+    names its key; Spark would fail every start with a ConfigException."""
+    kafka = jvm(spark).org.apache.kafka.clients.consumer
     problems = []
     for key, value in sorted(source.options.items()):
         if not key.startswith("kafka."):
@@ -68,14 +70,25 @@ def kafka_option_problems(spark: SparkSession, source: KafkaSource) -> list[str]
             settings.put(name, default)
         settings.put(key.removeprefix("kafka."), value)
         try:
-            consumer_config(settings)
+            kafka.ConsumerConfig(settings)
+            kafka.KafkaConsumer(settings).close()
         except Exception as error:
-            java = getattr(error, "java_exception", None)
-            words = str(java.getMessage()) if java is not None else str(error).splitlines()[0]
             problems.append(
-                f"spec.source.options.{key}: Kafka's consumer refuses {value!r}: {words}"
+                f"spec.source.options.{key}: Kafka's consumer refuses {value!r}: "
+                + _java_reason(error)
             )
     return problems
+
+
+def _java_reason(error: Exception) -> str:
+    """The innermost Java message of ``error`` (a KafkaConsumer wraps its cause in "Failed to
+    construct kafka consumer")."""
+    java = getattr(error, "java_exception", None)
+    if java is None:
+        return str(error).splitlines()[0][:500]
+    while java.getCause() is not None and java.getCause() != java:
+        java = java.getCause()
+    return f"{java.getMessage()}"[:500]
 
 
 def check_kafka_options(spark: SparkSession, source: KafkaSource) -> None:
