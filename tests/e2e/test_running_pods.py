@@ -155,8 +155,11 @@ class Stream:
 
     def status(self) -> dict[str, Any]:
         """The DeltaIngestion's status."""
-        obj = self.kube.kubectl_json("-n", NS, "get", "deltaingestion", self.name)
-        return dict(obj.get("status") or {})
+        return dict(self.resource().get("status") or {})
+
+    def resource(self) -> dict[str, Any]:
+        """The DeltaIngestion as stored."""
+        return dict(self.kube.kubectl_json("-n", NS, "get", "deltaingestion", self.name))
 
     def report(self) -> dict[str, Any]:
         """The running driver's last autoscaling report (its pod annotation), or {}."""
@@ -1437,21 +1440,25 @@ def _member_events(log: Path, event: str) -> list[float]:
 
 
 def _pooled_stream(stream: Stream, name: str, placement: str = "pooled") -> Stream:
-    """A second stream beside ``stream``, in the same namespace and object store, placed in a
-    pool from its start (it never has a driver of its own): spec.placement pooled, or auto
-    (a new stream starts in a pool until its load is measured)."""
+    """A second stream beside ``stream``, in the same namespace and object store, logging in
+    to Kafka as ``stream`` does (the same SCRAM user and Secret, granted its own topic and
+    group), placed in a pool from its start (it never has a driver of its own):
+    spec.placement pooled, or auto (a new stream starts in a pool until its load is
+    measured)."""
     topic = f"{name}-e2e"
     create_topic(stream.kafka, topic, PARTITIONS)
-    assert stream.kafka.pod_bootstrap_servers is not None
+    stream.kafka.grant(KAFKA_USER, topic=topic, group=f"deltaflow.{NS}.{name}")
+    source = stream.resource()["spec"]["source"]
     manifest = cluster_manifest(
         name,
-        stream.kafka.pod_bootstrap_servers,
+        source["bootstrapServers"],
         topic=topic,
         trigger="2s",
         namespace=NS,
         storage=stream.store.storage_spec(),
         lake=LAKE,
     )
+    manifest["spec"]["source"]["auth"] = source["auth"]
     manifest["spec"]["placement"] = placement
     stream.kube.kubectl("apply", "-f", "-", stdin=json.dumps(manifest))
     return Stream(
@@ -1537,19 +1544,42 @@ def _suspended_and_resumed(member: Stream, other: Stream) -> None:
     wait_for(f"{member.name} back in a pool", lambda: _in_a_pool(member), 120, 1)
 
 
-def _pool_without_credentials(stream: Stream) -> None:
-    """Pools carry no per-stream Kafka credentials yet (admission refuses source.auth in a
-    pool): the stream joins one on the pods' PLAINTEXT listener of the same broker."""
-    assert stream.kafka.pod_bootstrap_servers is not None
-    bootstrap = stream.kafka.pod_bootstrap_servers
-    stream.patch({"placement": "pooled", "source": {"auth": None, "bootstrapServers": bootstrap}})
+def _all_land(streams: tuple[Stream, ...], records: int) -> None:
+    """``records`` more to each of ``streams``, all landed."""
+    for s in streams:
+        s.produce(records)
+    for s in streams:
+        s.wait_all_landed()
+
+
+def _listed_as_pooled(stream: Stream, names: tuple[str, ...]) -> None:
+    """``kubectl get deltaingestions`` shows each of ``names`` pooled."""
+    listing = stream.kube.kubectl("-n", NS, "get", "deltaingestions").stdout.splitlines()
+    rows = [line for line in listing[1:] if line.split()[0] in names]
+    assert len(rows) == len(names), listing
+    assert all("pooled" in line for line in rows), listing
+
+
+def _pool_holds_credentials_by_reference(stream: Stream, pool: dict[str, Any]) -> None:
+    """The pool's pod mounts its members' Kafka Secret as their drivers do; the password is in
+    neither the pod nor its members' ConfigMap."""
+    mounted = {v["secret"]["secretName"] for v in pool["spec"]["volumes"] if "secret" in v}
+    assert mounted == {"kafka-creds"}, pool["spec"]["volumes"]
+    name = pool["metadata"]["name"]
+    objects = stream.kube.kubectl(
+        "-n", NS, "get", f"pod/{name}", f"configmap/{name}", "-o", "json"
+    ).stdout  # fmt: skip
+    assert stream.kafka_password
+    assert stream.kafka_password not in objects
 
 
 def test_pooled_streams_share_a_pool_pod_each_failing_alone_and_moving_back_exactly_once(
     stream: Stream, tmp_path: Path
 ) -> None:
-    """Two streams share one pool pod: ``orders`` (spec.placement pooled) after its own driver
-    stopped (after its batch), ``clicks`` (auto: a new stream starts in a pool) from its start.
+    """Two streams share one pool pod, each reading over SCRAM-SHA-512/TLS with the Secret
+    kafka-creds (the pool's pod mounts it as their drivers do): ``orders`` (spec.placement
+    pooled) after its own driver stopped (after its batch), ``clicks`` (auto: a new stream
+    starts in a pool) from its start.
     An error in one's batch puts a condition naming the pool on it within 30 s while the other
     keeps committing; it resumes by itself once the cause is gone. One suspended leaves the
     pool, the other running on; resumed, it joins again (auto remembers where it wants it).
@@ -1564,7 +1594,7 @@ def test_pooled_streams_share_a_pool_pod_each_failing_alone_and_moving_back_exac
     follow: subprocess.Popen[bytes] | None = None
     clicks = _pooled_stream(stream, "clicks", placement="auto")
     try:
-        _pool_without_credentials(stream)
+        stream.patch({"placement": "pooled"})  # its SCRAM login over TLS goes with it
         placement = wait_for("orders in a pool pod", lambda: _in_a_pool(stream), 300, 1)
         clicks_placement = wait_for("clicks in a pool pod", lambda: _in_a_pool(clicks), 120, 1)
         # One pool for the two; clicks there by auto's decision.
@@ -1576,6 +1606,7 @@ def test_pooled_streams_share_a_pool_pod_each_failing_alone_and_moving_back_exac
         ), clicks_placement  # fmt: skip
         [pool] = stream.running(POOL_PODS)
         assert pool["metadata"]["name"] == placement["pool"]
+        _pool_holds_credentials_by_reference(stream, pool)
         # Its log as it comes: the pool is deleted as soon as its last member has left it.
         pool_log = tmp_path / "pool.log"
         with pool_log.open("w") as sink:
@@ -1585,12 +1616,8 @@ def test_pooled_streams_share_a_pool_pod_each_failing_alone_and_moving_back_exac
                 stderr=subprocess.STDOUT,
                 env=stream.kube.env(),
             )
-        for s in (stream, clicks):
-            s.produce(2000)
-        for s in (stream, clicks):
-            s.wait_all_landed()
-        listing = stream.kube.kubectl("-n", NS, "get", "deltaingestions").stdout.splitlines()
-        assert all("pooled" in line for line in listing[1:] if line.split()[0] in (NAME, "clicks"))
+        _all_land((stream, clicks), 2000)
+        _listed_as_pooled(stream, (NAME, "clicks"))
 
         # One member's batch fails: it alone says so, the other commits on.
         said, failed = _one_member_fails_alone(stream, clicks, placement["pool"])
@@ -1606,10 +1633,7 @@ def test_pooled_streams_share_a_pool_pod_each_failing_alone_and_moving_back_exac
             timeout=300,
             interval=1,
         )
-        for s in (stream, clicks):
-            s.produce(1000)
-        for s in (stream, clicks):
-            s.wait_all_landed()
+        _all_land((stream, clicks), 1000)
         assert stream.running(POOL_PODS), "the pool went while clicks was still its member"
         stream.kube.kubectl("-n", NS, "delete", "deltaingestion", "clicks")
         wait_for("the empty pool gone", lambda: not stream.pods(POOL_PODS), timeout=240)
@@ -1620,6 +1644,7 @@ def test_pooled_streams_share_a_pool_pod_each_failing_alone_and_moving_back_exac
             follow.wait(10)
     stream.assert_exactly_once()
     clicks.assert_exactly_once()
+    assert stream.kafka_password not in pool_log.read_text(errors="replace")
     started = _member_events(pool_log, "member_started")
     stopped = _member_events(pool_log, "member_stopped")
     assert started, "the pool never logged orders started"
