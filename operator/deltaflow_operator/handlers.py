@@ -34,7 +34,7 @@ from deltaflow_operator.builders.common import MANAGED_BY
 from deltaflow_operator.builders.pool import POOL_COMPONENT
 from deltaflow_operator.decisions.pod import Pod
 from deltaflow_operator.drift import child_version
-from deltaflow_operator.kube import Kube
+from deltaflow_operator.kube import API_TIMEOUT, Kube
 from deltaflow_operator.pool_keeper import (
     SETTLED_SYNC_SECONDS,
     SYNC_SECONDS,
@@ -225,6 +225,12 @@ def install(stop_flag: threading.Event | None = None) -> None:
         )
         settings.posting.level = logging.WARNING  # our Events are posted explicitly, with causes
         settings.watching.server_timeout = 60
+        # kopf's own calls end too (kube.API_TIMEOUT for ours): a watch the server does not
+        # end by its timeout is dropped and made again, a connection that hangs gives up.
+        settings.watching.client_timeout = 90
+        settings.watching.connect_timeout = API_TIMEOUT[0]
+        settings.networking.connect_timeout = API_TIMEOUT[0]
+        settings.networking.request_timeout = API_TIMEOUT[1]
         for group, version, plural in (*CHILD_RESOURCES, ("", "v1", "pods")):
             settings.watching.label_selectors[group, version, plural] = ",".join(
                 f"{k}={v}" for k, v in MANAGED.items()

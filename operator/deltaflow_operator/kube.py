@@ -15,6 +15,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -32,6 +33,25 @@ from deltaflow_operator.decisions.pod import Pod
 FIELD_MANAGER = "deltaflow-operator"
 T = TypeVar("T")
 log = logging.getLogger(__name__)
+
+# Every call ends: (connect, read) seconds. A hung API server, or a network that drops packets,
+# must not hold a reconcile or the pool keeper for ever.
+API_TIMEOUT = (5.0, 30.0)
+# A Lease call that hangs gives way to the next try well within the renew deadline.
+LEASE_API_TIMEOUT = (2.0, 3.0)
+
+
+def timed(api_client: client.ApiClient, timeout: tuple[float, float]) -> client.ApiClient:
+    """``api_client`` with ``timeout`` on every request that sets none of its own (the client's
+    default is to wait for ever)."""
+    rest: Any = api_client.rest_client
+    request: Callable[..., Any] = rest.request
+
+    def with_timeout(*args: Any, _request_timeout: Any = None, **kwargs: Any) -> Any:
+        return request(*args, _request_timeout=_request_timeout or timeout, **kwargs)
+
+    rest.request = with_timeout
+    return api_client
 
 
 def _unless_missing(call: Callable[[], T]) -> T | None:
@@ -56,7 +76,7 @@ class Kube:
     """A thin, typed facade over the API calls the operator makes."""
 
     def __init__(self, api_client: client.ApiClient | None = None) -> None:
-        self.api_client = api_client or client.ApiClient()
+        self.api_client = timed(api_client or client.ApiClient(), API_TIMEOUT)
         self.core = client.CoreV1Api(self.api_client)
         self.custom = client.CustomObjectsApi(self.api_client)
         self.rbac = client.RbacAuthorizationV1Api(self.api_client)
@@ -305,7 +325,7 @@ def release_lease(namespace: str, name: str, identity: str) -> bool:
 
     Call only once this process has stopped acting. Returns whether it was released.
     """
-    api = client.CoordinationV1Api()
+    api = client.CoordinationV1Api(timed(client.ApiClient(), LEASE_API_TIMEOUT))
     lease = _unless_missing(lambda: api.read_namespaced_lease(name, namespace))
     if lease is None or lease.spec is None or lease.spec.holder_identity != identity:
         return False
@@ -330,25 +350,93 @@ def start_leader_election(
 ) -> str:
     """Campaign for the Lease ``namespace/name`` in a background thread; returns the identity.
 
-    ``on_started`` runs once this process leads; ``on_stopped`` runs if it ever loses the Lease
-    (the caller must then stop acting: another replica may already lead).
+    ``on_started`` runs once this process leads; ``on_stopped`` runs (once) if it ever loses the
+    Lease, the caller must then stop acting. That is also so when renewals stop succeeding for
+    the renew deadline, whatever the calls are doing (a watchdog, by this process's clock): a
+    standby takes the Lease only ``lease_seconds`` after it last saw it change, so the leader
+    stops at least ``lease_seconds - renew_deadline`` before another can lead.
     """
     from kubernetes.leaderelection import electionconfig, leaderelection
-    from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
     identity = f"{os.environ.get('HOSTNAME', socket.gethostname())}-{uuid.uuid4().hex[:6]}"
-    lock = LeaseLock(name, namespace, identity)
+    lock = _lease_lock(name, namespace, identity)
+    renew_deadline = max(2, lease_seconds * 2 // 3)
+    leading, stopped = threading.Event(), threading.Event()
+
+    def started() -> None:
+        leading.set()
+        on_started()
+
+    def stop_leading() -> None:
+        if not stopped.is_set():
+            stopped.set()
+            on_stopped()
+
+    def watch_renewals() -> None:
+        while not stopped.wait(0.5):
+            written = lock.written_at
+            if leading.is_set() and written is not None:
+                late = time.monotonic() - written
+                if late > renew_deadline:
+                    log.error(
+                        "the Lease was last renewed %.1f s ago (deadline %d s): stopping before "
+                        "it can pass to another replica", late, renew_deadline,
+                    )  # fmt: skip
+                    stop_leading()
+
     election = leaderelection.LeaderElection(
         electionconfig.Config(
             lock,
             lease_duration=lease_seconds,
-            renew_deadline=max(2, lease_seconds * 2 // 3),
+            renew_deadline=renew_deadline,
             retry_period=max(1, lease_seconds // 5),
-            onstarted_leading=on_started,
-            onstopped_leading=on_stopped,
+            onstarted_leading=started,
+            onstopped_leading=stop_leading,
         )
     )
-    thread = threading.Thread(target=election.run, name="leader-election", daemon=True)
-    thread.start()
+    threading.Thread(target=election.run, name="leader-election", daemon=True).start()
+    threading.Thread(target=watch_renewals, name="lease-watchdog", daemon=True).start()
     log.info("campaigning for lease %s/%s as %s", namespace, name, identity)
     return identity
+
+
+def _lease_lock(name: str, namespace: str, identity: str) -> Any:
+    """The client's Lease lock with every call timed (LEASE_API_TIMEOUT), a transport error
+    counted as a failed try (the client's lock lets one end the election thread unseen, with
+    nobody told to stop acting), and ``written_at``: when it last wrote the Lease."""
+    import urllib3
+    from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
+
+    class TimedLeaseLock(LeaseLock):
+        written_at: float | None = None
+
+        def get(self, name: str, namespace: str) -> tuple[bool, Any]:
+            try:
+                return cast(tuple[bool, Any], super().get(name, namespace))
+            except (urllib3.exceptions.HTTPError, OSError) as e:
+                log.warning("reading the Lease failed: %s", e)
+                return False, e
+
+        def create(self, name: str, namespace: str, record: Any) -> bool:
+            return self._written(
+                lambda: super(TimedLeaseLock, self).create(name, namespace, record)
+            )
+
+        def update(self, name: str, namespace: str, record: Any) -> bool:
+            return self._written(
+                lambda: super(TimedLeaseLock, self).update(name, namespace, record)
+            )
+
+        def _written(self, write: Callable[[], bool]) -> bool:
+            try:
+                ok = bool(write())
+            except (urllib3.exceptions.HTTPError, OSError) as e:
+                log.warning("writing the Lease failed: %s", e)
+                return False
+            if ok:
+                self.written_at = time.monotonic()
+            return ok
+
+    lock = TimedLeaseLock(name, namespace, identity)
+    lock.api_instance = client.CoordinationV1Api(timed(client.ApiClient(), LEASE_API_TIMEOUT))
+    return lock

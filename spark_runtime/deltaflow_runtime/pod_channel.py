@@ -14,6 +14,9 @@ from typing import Any
 
 from deltaflow_api.channel import DESIRED_ANNOTATION, POOL_REPORT_ANNOTATION, REPORT_ANNOTATION
 
+# (connect, read) seconds: a hung API server must not hold the driver's report loop for ever.
+API_TIMEOUT = (5.0, 30.0)
+
 
 class PodChannel:
     """Reads the desired executor count from, and publishes reports to, the driver's own pod."""
@@ -27,7 +30,9 @@ class PodChannel:
 
     def desired_executors(self) -> int | None:
         """The count the operator asks for, or None when it has not asked (or wrote nonsense)."""
-        pod = self._core.read_namespaced_pod(self.pod_name, self.namespace)
+        pod = self._core.read_namespaced_pod(
+            self.pod_name, self.namespace, _request_timeout=API_TIMEOUT
+        )
         annotations = (pod.metadata.annotations if pod.metadata is not None else None) or {}
         value = annotations.get(DESIRED_ANNOTATION)
         try:
@@ -46,4 +51,6 @@ class PodChannel:
 
     def _annotate(self, key: str, report: dict[str, Any]) -> None:
         body = {"metadata": {"annotations": {key: json.dumps(report, separators=(",", ":"))}}}
-        self._core.patch_namespaced_pod(self.pod_name, self.namespace, body)
+        self._core.patch_namespaced_pod(
+            self.pod_name, self.namespace, body, _request_timeout=API_TIMEOUT
+        )

@@ -11,8 +11,12 @@ import signal
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
+
+import yaml
 
 from support.operator_harness import OperatorUnderTest, Replica, load_example, wait_for
+from support.tcp_proxy import FreezableProxy
 
 NS = "ha"
 
@@ -26,6 +30,8 @@ def _leader_status(replica: Replica) -> int:
             return int(resp.status)
     except urllib.error.HTTPError as e:
         return int(e.code)
+    except urllib.error.URLError:
+        return 0  # no process answers (it has exited)
 
 
 def _leader(operator: OperatorUnderTest) -> Replica:
@@ -92,3 +98,52 @@ def test_operator_metrics(operator: OperatorUnderTest) -> None:
         text,
         re.M,
     )
+
+
+def test_a_leader_whose_api_server_stops_answering_stops_before_another_can_lead(
+    operator: OperatorUnderTest, tmp_path: Path
+) -> None:
+    """The leader's connection to the API server hangs (a proxy that stops passing bytes and
+    closes nothing): its Lease renewals time out, it stops acting within the renew deadline
+    (10 s of its 15 s Lease) and exits 1, and only after that does a standby lead."""
+    proxy = FreezableProxy(_api_address(operator.kubeconfig))
+    config = yaml.safe_load(operator.kubeconfig.read_text())
+    config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{proxy.port}"
+    through_proxy = tmp_path / "proxied.kubeconfig"
+    through_proxy.write_text(yaml.safe_dump(config))
+    try:
+        frozen = operator.start("operator-behind-proxy", env={"KUBECONFIG": str(through_proxy)})
+        # It leads once the current leader hands over (SIGTERM releases the Lease).
+        leader = _leader(operator)
+        assert leader.service.proc is not None
+        leader.service.proc.send_signal(signal.SIGTERM)
+        assert leader.service.proc.wait(timeout=30) == 0
+        operator.wait_leading(frozen, timeout=60)
+        standby = operator.start("operator-direct")
+        standby.service.wait_ready(
+            lambda: _leader_status(standby) == 503, 30, "ready on standby (/leader 503)"
+        )
+        proxy.freeze()
+        froze = time.monotonic()
+        wait_for("the cut-off leader to stop leading", lambda: _leader_status(frozen) != 200,
+                 timeout=30, interval=0.2)  # fmt: skip
+        stopped = time.monotonic() - froze
+        operator.wait_leading(standby, timeout=60)
+        led = time.monotonic() - froze
+        assert frozen.service.proc is not None
+        assert frozen.service.proc.wait(timeout=90) == 1  # it ends, and says it lost the Lease
+    finally:
+        proxy.close()
+    log = frozen.service.log_path.read_text(errors="replace")
+    assert "stopping before it can pass to another replica" in log, log[-3000:]
+    # Its last renewal was up to a retry period (3 s) before the freeze: it stops within the
+    # 10 s renew deadline of it, the standby leads only once the 15 s Lease has passed.
+    assert stopped < 12, f"the leader stopped {stopped:.1f}s after its API server hung"
+    assert led > stopped, (stopped, led)
+    assert led > 11, f"the standby led {led:.1f}s after the freeze, before the Lease could pass"
+
+
+def _api_address(kubeconfig: Path) -> tuple[str, int]:
+    server = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+    host, port = server.removeprefix("https://").rsplit(":", 1)
+    return host, int(port)
