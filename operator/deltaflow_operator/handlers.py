@@ -344,7 +344,7 @@ async def _on_pool_pod_event(
     if type == "DELETED":
         loop.pool_pod_seen(key, None)
         return
-    report = pool_report_of(body, str(namespace))
+    report = pool_report_of(body, str(namespace), time.time())
     loop.reconciler.pools.heard(key, report)
     loop.pool_pod_seen(key, pool_pod_signal(body, report))
 

@@ -152,10 +152,10 @@ def settled_after(pools: dict[str, KnownPool], reports: dict[str, PoolReport]) -
     return True
 
 
-def pool_report_of(pod: Mapping[str, Any], namespace: str) -> PoolReport | None:
-    """The report on a pool pod (None: none, or not sound)."""
+def pool_report_of(pod: Mapping[str, Any], namespace: str, now: float) -> PoolReport | None:
+    """The report on a pool pod (None: none, or not sound), read at the operator's ``now``."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    return parse_pool_report(annotations.get(POOL_REPORT_ANNOTATION), namespace)
+    return parse_pool_report(annotations.get(POOL_REPORT_ANNOTATION), namespace, now=now)
 
 
 def pool_pod_signal(pod: Mapping[str, Any], report: PoolReport | None) -> str:
@@ -423,7 +423,7 @@ class PoolKeeper:
             meta = pod["metadata"]
             key = f"{meta['namespace']}/{meta['name']}"
             pods[key] = pod
-            report = pool_report_of(pod, meta["namespace"])
+            report = pool_report_of(pod, meta["namespace"], time.time())
             if report is not None:
                 reports[key] = report
         with self._lock:

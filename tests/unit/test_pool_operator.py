@@ -212,7 +212,9 @@ RUNNING = {"phase": "Running", "failures": 0, "lastBatch": 4, "lag": {"at": NOW,
 
 def test_a_pool_report_is_read_for_the_pools_namespace_only() -> None:
     report = parse_pool_report(
-        _report({"data/a": RUNNING, "x.yaml": {"phase": "Invalid"}, "other/b": RUNNING}), "data"
+        _report({"data/a": RUNNING, "x.yaml": {"phase": "Invalid"}, "other/b": RUNNING}),
+        "data",
+        now=NOW,
     )
     assert report is not None
     assert report.revision == 3
@@ -236,12 +238,26 @@ def test_a_pool_report_is_read_for_the_pools_namespace_only() -> None:
         _report({"data/a": {**RUNNING, "busyCores": float("nan")}}),
         _report({"data/a": {**RUNNING, "startedAt": -5}}),
         _report({f"data/m{n}": RUNNING for n in range(1001)}),
+        # Stamped beyond the clock skew the operator allows: read, it would stay "newer" than
+        # every later report and never go stale.
+        json.dumps({"at": NOW + 3600, "revision": "3", "members": {"data/a": RUNNING}}),
     ],
 )
 def test_an_unsound_pool_report_is_no_report(text: str | None) -> None:
     """An unsound member voids the whole report: the pool may still run a member it lists
     badly, so nobody is released on its word."""
-    assert parse_pool_report(text, "data") is None
+    assert parse_pool_report(text, "data", now=NOW) is None
+
+
+def test_a_pool_report_a_little_ahead_of_the_operators_clock_is_read_as_made_now() -> None:
+    ahead = parse_pool_report(_report({"data/a": RUNNING}, at=NOW + 20), "data", now=NOW)
+    assert ahead is not None
+    assert ahead.at == NOW
+    # The pool's next report (its clock 20 s ahead still) is newer than it: the view moves on.
+    keeper_now = NOW + 5
+    later = parse_pool_report(_report({"data/a": RUNNING}, at=NOW + 25), "data", now=keeper_now)
+    assert later is not None
+    assert later.at > ahead.at
 
 
 def _member(phase: str, **fields: Any) -> MemberReport:
@@ -355,7 +371,7 @@ def _pool_pod(report: dict[str, Any] | None, restarts: int = 0, **meta: Any) -> 
 
 def test_a_pool_pods_change_calls_for_a_round_only_when_its_word_changes() -> None:
     def signal_of(pod: dict[str, Any]) -> str:
-        return pool_pod_signal(pod, pool_report_of(pod, "data"))
+        return pool_pod_signal(pod, pool_report_of(pod, "data", NOW))
 
     member = {"phase": "Running", "failures": 0, "reason": None, "lastBatch": 3, "busyCores": 0.01}
     base = {"at": NOW, "revision": "7", "members": {"data/a": member}}

@@ -450,7 +450,7 @@ def _pool_report(p99s: dict[str, float | None]) -> PoolReport:
         + ", ".join(f'"{k}": {v}' for k, v in members.items())
         + "}}"
     )
-    report = parse_pool_report(text, "data")
+    report = parse_pool_report(text, "data", now=1.0)
     assert report is not None
     return report
 

@@ -296,6 +296,8 @@ def test_the_reports_carry_the_group_commit_error_from_the_driver_and_the_pool()
         text = json.dumps({**published, "groupCommit": odd})
         assert parse_report(text).group_commit_error == ""  # type: ignore[union-attr]
     member = {"phase": "Running", "failures": 0, "groupCommit": {"error": "x" * 10_000}}
-    pool = parse_pool_report(json.dumps({"at": NOW, "members": {"data/a": member}}), "data")
+    pool = parse_pool_report(
+        json.dumps({"at": NOW, "members": {"data/a": member}}), "data", now=NOW
+    )
     assert pool is not None
     assert pool.members["data/a"].group_commit_error == "x" * MAX_TEXT_CHARS

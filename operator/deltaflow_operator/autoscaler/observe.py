@@ -565,11 +565,13 @@ class PoolReport:
     members: dict[str, MemberReport]
 
 
-def parse_pool_report(text: str | None, namespace: str) -> PoolReport | None:
+def parse_pool_report(text: str | None, namespace: str, *, now: float) -> PoolReport | None:
     """A pool pod's report annotation, or None when absent or not sound (never raises). Only
     members of ``namespace`` (the pool's) are read; a member that is not sound is left out, and
     the pool is then taken to still run it (a member is released only once gone from a sound
-    report)."""
+    report). Its time is checked against the operator's clock ``now``: more than
+    CLOCK_SKEW_SECONDS ahead, it is not sound; ahead by less, it is read as made ``now`` (a report
+    stamped in the future would otherwise stay newer than every later one, and never stale)."""
     if not text:
         return None
     try:
@@ -577,6 +579,9 @@ def parse_pool_report(text: str | None, namespace: str) -> PoolReport | None:
         if not isinstance(raw, dict) or not isinstance(raw.get("members"), dict):
             return None
         at = _time(raw, "at")
+        if at > now + CLOCK_SKEW_SECONDS:
+            return None
+        at = min(at, now)
         revision_raw = raw.get("revision")
         revision = (
             int(revision_raw) if isinstance(revision_raw, str) and revision_raw.isdigit() else None
