@@ -394,7 +394,16 @@ def start_leader_election(
             onstopped_leading=stop_leading,
         )
     )
-    threading.Thread(target=election.run, name="leader-election", daemon=True).start()
+
+    def campaign() -> None:
+        try:
+            election.run()
+        except Exception:
+            log.exception("the leader election failed")
+        finally:  # whatever ended it, this process no longer leads (or never will)
+            stop_leading()
+
+    threading.Thread(target=campaign, name="leader-election", daemon=True).start()
     threading.Thread(target=watch_renewals, name="lease-watchdog", daemon=True).start()
     log.info("campaigning for lease %s/%s as %s", namespace, name, identity)
     return identity
@@ -417,15 +426,12 @@ def _lease_lock(name: str, namespace: str, identity: str) -> Any:
                 log.warning("reading the Lease failed: %s", e)
                 return False, e
 
-        def create(self, name: str, namespace: str, record: Any) -> bool:
-            return self._written(
-                lambda: super(TimedLeaseLock, self).create(name, namespace, record)
-            )
+        # The election calls these by keyword: the client's parameter names.
+        def create(self, name: str, namespace: str, election_record: Any) -> bool:
+            return self._written(lambda: LeaseLock.create(self, name, namespace, election_record))
 
-        def update(self, name: str, namespace: str, record: Any) -> bool:
-            return self._written(
-                lambda: super(TimedLeaseLock, self).update(name, namespace, record)
-            )
+        def update(self, name: str, namespace: str, updated_record: Any) -> bool:
+            return self._written(lambda: LeaseLock.update(self, name, namespace, updated_record))
 
         def _written(self, write: Callable[[], bool]) -> bool:
             try:

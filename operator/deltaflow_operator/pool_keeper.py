@@ -199,6 +199,7 @@ class PoolKeeper:
         self._loads: dict[str, float] = {}
         # Document text -> digest: a ConfigMap's members are parsed only when they changed.
         self._digests: dict[str, str] = {}
+        self._sizes: dict[tuple[str, object], int] = {}  # see _measure_sizes
         self._drift = Drift()  # pool key -> its companions changed by someone else
         # Whether the last round found nothing in motion (see settled_after).
         self.settled = False
@@ -341,8 +342,11 @@ class PoolKeeper:
             self._loads = {m: c for m, c in self._loads.items() if m in members}
             loads = dict(self._loads)
         limits = PoolLimits(self.settings.pool_members, self.settings.pool_cores * POOL_CORE_SHARE)
+        sizes = self._measure_sizes(members)
         placed = pack(
-            [Member(key, groups[key], loads.get(key)) for key in sorted(members)], current, limits
+            [Member(key, groups[key], loads.get(key), sizes[key]) for key in sorted(members)],
+            current,
+            limits,
         )
         held = False
         with self._lock:
@@ -366,6 +370,16 @@ class PoolKeeper:
             self.settled = (
                 not held and not acted and not moving and settled_after(self._pools, self._reports)
             )
+
+    def _measure_sizes(self, members: dict[str, DeltaIngestion]) -> dict[str, int]:
+        """Each member's builders.pool.member_bytes, rendered once per spec generation (kept
+        for this round's members only)."""
+        generations = {k: (k, i.metadata.get("generation")) for k, i in members.items()}
+        self._sizes = {
+            generation: self._sizes.get(generation) or builders.member_bytes(members[key])
+            for key, generation in generations.items()
+        }
+        return {key: self._sizes[generation] for key, generation in generations.items()}
 
     def _members(self, bodies: list[dict[str, Any]]) -> tuple[dict[str, DeltaIngestion], int]:
         """The streams this release serves that should run in a pool (spec.placement pooled, or

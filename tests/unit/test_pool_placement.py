@@ -14,6 +14,7 @@ from deltaflow_api import DeltaIngestion
 from deltaflow_api.cadence import window_seconds
 from deltaflow_api.v1alpha1 import DeltaIngestionSpec, DeltaIngestionStatus, PlacementStatus
 from deltaflow_operator.autoscaler.observe import PoolReport, parse_pool_report
+from deltaflow_operator.builders import pool as builders_pool
 from deltaflow_operator.decisions.placement import (
     AUTO_PLACEMENT,
     LOCAL_DRIVER_FAILED,
@@ -42,6 +43,7 @@ from deltaflow_operator.decisions.pools import (
     wants_pool,
 )
 from deltaflow_operator.reconcile import status_document
+from deltaflow_operator.settings import Settings
 from support.manifests import valid_manifest
 
 POOLED = Placement("pooled", 0.0, "a new stream starts in a pool until it is measured")
@@ -216,6 +218,44 @@ def test_packing_pooled_streams(
         assert len(inside) <= LIMITS.members
         if len(inside) > 1:  # members that stayed have the tolerance
             assert sum(m.cores or 0.02 for m in inside) <= LIMITS.cores * STAY_TOLERANCE + 1e-9
+
+
+SIZED = PoolLimits(members=20, cores=1.0, size=1000)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "current", "pools"),
+    [
+        ([300] * 6, {}, 2),  # 1,800 bytes of members: two pools, though 20 members would fit
+        ([400] * 3, {"s0": "g-0", "s1": "g-0", "s2": "g-0"}, 2),  # a pool grown past it splits
+        ([900, 200], {}, 2),  # the large one alone
+        ([1500], {}, 1),  # one larger than a pool: alone in one, the best there is
+        ([100] * 9, {}, 1),  # under the limit: one pool
+    ],
+)
+def test_a_member_list_that_would_pass_the_config_map_limit_splits_the_pool(
+    sizes: list[int], current: dict[str, str], pools: int
+) -> None:
+    members = [Member(f"s{i}", "g", 0.01, size) for i, size in enumerate(sizes)]
+    packed = pack(members, current, SIZED)
+    assert len(set(packed.values())) == pools, packed
+    for pool in set(packed.values()):
+        inside = [m for m in members if packed[m.key] == pool]
+        assert len(inside) == 1 or sum(m.size for m in inside) <= SIZED.size, (pool, inside)
+    assert pack(members, packed, SIZED) == packed  # and it stays so
+
+
+def test_a_members_size_in_its_pool_is_what_its_config_map_entry_takes() -> None:
+    """The measure pack holds pools to is the ConfigMap's: the member's key and document, and
+    its owner reference in the ConfigMap's metadata."""
+    manifest = valid_manifest()
+    manifest["metadata"]["uid"] = "6f1c3c9e-0000-4000-8000-000000000001"
+    small = DeltaIngestion.model_validate(manifest)
+    pool = builders_pool.Pool("data", "p-0", (small,), 1)
+    entry = builders_pool.config_map(pool, Settings())["data"][builders_pool.member_file(small)]
+    assert len(entry) < builders_pool.member_bytes(small) < len(entry) + 400
+    owners = builders_pool.config_map(pool, Settings())["metadata"]["ownerReferences"]
+    assert builders_pool.member_bytes(small) >= len(entry) + len(json.dumps(owners[0]))
 
 
 # --- spec.placement auto through status.placement (the reconcile's and the keeper's view) ---

@@ -17,6 +17,7 @@ member is never given a credential, identity or volume another member holds and 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,6 +122,14 @@ def group_of(ingestion: DeltaIngestion, settings: Settings) -> str:
 def member_file(ingestion: DeltaIngestion) -> str:
     """The member's key in its pool's ConfigMap (a file in the pool's members folder)."""
     return f"{ingestion.name}.yaml"
+
+
+def member_bytes(ingestion: DeltaIngestion) -> int:
+    """What the member takes of its pool's ConfigMap: its key, its document and its owner
+    reference (``decisions.pools.pack`` keeps a pool's members under the object size limit)."""
+    document = yaml.safe_dump(pipeline_document(ingestion), sort_keys=False)
+    owner = json.dumps(_member_owner(ingestion))
+    return len(member_file(ingestion)) + len(document.encode()) + len(owner)
 
 
 def pool_resources(settings: Settings) -> Resources:

@@ -229,12 +229,19 @@ def _after(
 
 @dataclass(frozen=True)
 class Member:
-    """A pooled stream to place: its group (namespace and object store) and measured CPU."""
+    """A pooled stream to place: its group (namespace and object store), measured CPU and the
+    bytes it takes in its pool's ConfigMap (its document, key and owner reference)."""
 
     key: str  # namespace/name
     group: str
     cores: float | None
+    size: int = 0
 
+
+# What a pool's members may take of its ConfigMap: the API server refuses an object over 1 MiB
+# (etcd's request limit), and the ConfigMap also holds the revision, the pool's Spark settings
+# and its metadata. A member list that would pass it splits the pool instead.
+MAX_MEMBERS_BYTES = 900 * 1024
 
 # A member already in a pool stays while the pool's members use up to this much more than its
 # cores: a reading that wobbles near the limit does not move anybody.
@@ -256,10 +263,12 @@ _EPSILON = 1e-9
 
 @dataclass(frozen=True)
 class PoolLimits:
-    """A pool's size (chart values): members at most, and the cores its members may use."""
+    """A pool's size (chart values): members at most, the cores its members may use, and the
+    bytes its members may take in its ConfigMap (an object the API server holds to 1 MiB)."""
 
     members: int
     cores: float
+    size: int = MAX_MEMBERS_BYTES
 
 
 def pool_group(pool: str) -> str:
@@ -317,7 +326,7 @@ def pack(
             pool = current.get(member.key)
             if pool is None or pool_group(pool) != group:
                 waiting.append(member)
-            elif _fits(_used(pools[pool]), _cores(member), limits, tolerance=STAY_TOLERANCE):
+            elif _fits(pools[pool], member, limits, tolerance=STAY_TOLERANCE):
                 pools[pool].append(member)
             else:
                 waiting.append(member)
@@ -336,7 +345,8 @@ def pack(
 def _pools_needed(members: Sequence[Member], limits: PoolLimits) -> int:
     total = sum(_cores(m) for m in members)
     by_cores = math.ceil(total / limits.cores - _EPSILON) if limits.cores > 0 else 1
-    return max(1, math.ceil(len(members) / limits.members), by_cores)
+    by_size = math.ceil(_size(members) / limits.size) if limits.size > 0 else 1
+    return max(1, math.ceil(len(members) / limits.members), by_cores, by_size)
 
 
 def _least_busy_with_room(
@@ -354,7 +364,7 @@ def _least_busy_with_room(
             candidates.append(f"{group}-{index}")
             spare -= 1
         index += 1
-    fitting = [p for p in candidates if _fits(_used(pools.get(p, [])), _cores(member), limits)]
+    fitting = [p for p in candidates if _fits(pools.get(p, []), member, limits)]
     if fitting:
         return min(fitting, key=lambda p: (_used(pools.get(p, []))[1], len(pools.get(p, []))))
     index = 0
@@ -395,7 +405,13 @@ def _balance(pools: dict[str, list[Member]], limits: PoolLimits) -> bool:
         partners += [m for m in pools[low] if m.cores is not None and m.cores <= mover.cores / 2]
         for partner in partners:
             shift = mover.cores - (0.0 if partner is None else _cores(partner))
-            if 0 < shift <= gap / 2 + _EPSILON and busy[low] + shift <= limits.cores + _EPSILON:
+            bytes_moved = mover.size - (0 if partner is None else partner.size)
+            if (
+                0 < shift <= gap / 2 + _EPSILON
+                and busy[low] + shift <= limits.cores + _EPSILON
+                and _size(pools[low]) + bytes_moved <= limits.size
+                and _size(pools[high]) - bytes_moved <= limits.size
+            ):
                 key = "" if partner is None else partner.key
                 closeness = round(gap / 2 - shift, 4)
                 options.append((closeness, partner is not None, mover.key, key, mover, partner))
@@ -419,10 +435,16 @@ def _cores(member: Member) -> float:
 
 
 def _fits(
-    used: tuple[int, float], cores: float, limits: PoolLimits, tolerance: float = 1.0
+    inside: Sequence[Member], member: Member, limits: PoolLimits, tolerance: float = 1.0
 ) -> bool:
-    count, total = used
+    count, total = _used(inside)
     # An empty pool takes any member (one larger than a pool's cores is choose's to move out).
     return count == 0 or (
-        count < limits.members and total + cores <= limits.cores * tolerance + _EPSILON
+        count < limits.members
+        and total + _cores(member) <= limits.cores * tolerance + _EPSILON
+        and _size(inside) + member.size <= limits.size
     )
+
+
+def _size(inside: Sequence[Member]) -> int:
+    return sum(m.size for m in inside)
