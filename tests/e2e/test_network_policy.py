@@ -419,21 +419,33 @@ def test_the_drivers_identity_may_create_and_change_only_its_own_executors(
     assert "hostNetwork" in answer.stderr, answer.stderr
     # The policy holds drivers only: the namespace's admin creates what the namespace allows.
     assert create(variant(_other_secret_volume)).returncode == 0
-    # Changes: labels and annotations of its own pods, never their spec; deletes: executors only.
+    # Changes: annotations of its own pods, its executors' labels but Deltaflow's, never a spec;
+    # deletes: executors only.
     driver_pod = f"{NAME}-driver"
     image_patch = json.dumps({"spec": {"containers": [{"name": "driver", "image": "x:1"}]}})
+    executor_pod = executor["metadata"]["name"]
     denied = [
         ("patch", "pod", driver_pod, "-p", image_patch),
         ("delete", "pod", driver_pod),
+        # Relabelled as another stream's driver, it would pass that stream's NetworkPolicies.
+        ("label", "pod", driver_pod, "app.kubernetes.io/instance=other", "--overwrite"),
+        ("label", "pod", driver_pod, "checked=yes"),
+        ("label", "pod", executor_pod, "app.kubernetes.io/part-of=other", "--overwrite"),
+        ("label", "pod", executor_pod, "app.kubernetes.io/name-"),
+        ("label", "pod", executor_pod, "deltaflow.io/role=driver"),
     ]
     for request in denied:
         answer = kube.kubectl("-n", NS, *request, "--dry-run=server", as_driver, check=False)
         assert answer.returncode != 0, request
         assert "ValidatingAdmissionPolicy" in answer.stderr, (request, answer.stderr)
+    assert "may not change its own pod's labels" in kube.kubectl(
+        "-n", NS, "label", "pod", driver_pod, "app.kubernetes.io/instance=other", "--overwrite",
+        "--dry-run=server", as_driver, check=False,
+    ).stderr  # fmt: skip
     allowed = [
         ("annotate", "pod", driver_pod, "deltaflow.io/checked=yes"),
-        ("label", "pod", executor["metadata"]["name"], "checked=yes"),
-        ("delete", "pod", executor["metadata"]["name"]),
+        ("label", "pod", executor_pod, "checked=yes"),  # Spark labels its executors
+        ("delete", "pod", executor_pod),
     ]
     for request in allowed:
         answer = kube.kubectl("-n", NS, *request, "--dry-run=server", as_driver, check=False)
