@@ -38,6 +38,7 @@ from deltaflow_operator.kube import API_TIMEOUT, Kube
 from deltaflow_operator.pool_keeper import (
     SETTLED_SYNC_SECONDS,
     SYNC_SECONDS,
+    is_pool_pod,
     pool_pod_signal,
     pool_report_of,
 )
@@ -344,6 +345,8 @@ async def _on_pool_pod_event(
     if type == "DELETED":
         loop.pool_pod_seen(key, None)
         return
+    if not is_pool_pod(body):
+        return  # a pool's labels on a pod no pool's ConfigMap controls: not ours
     report = pool_report_of(body, str(namespace), time.time())
     loop.reconciler.pools.heard(key, report)
     loop.pool_pod_seen(key, pool_pod_signal(body, report))

@@ -112,6 +112,18 @@ def _ever_ran(pod: dict[str, Any]) -> bool:
     return False
 
 
+def is_pool_pod(pod: Mapping[str, Any]) -> bool:
+    """Whether a pod carrying a pool's labels is a pool's: controlled by the ConfigMap of its
+    own name, as the keeper makes each (labels prove nothing: whoever may create a pod in the
+    namespace can set them, and such a pod would hold every move there as "shutting down").
+    A pool pod whose ConfigMap has gone still is one until garbage collection removes it."""
+    meta = pod.get("metadata") or {}
+    return any(
+        o.get("kind") == "ConfigMap" and o.get("name") == meta.get("name") and o.get("controller")
+        for o in meta.get("ownerReferences") or []
+    )
+
+
 def _owner_uid(pod: dict[str, Any]) -> str | None:
     """The uid of the ConfigMap that owns a pool's pod."""
     owners = pod["metadata"].get("ownerReferences") or []
@@ -436,6 +448,8 @@ class PoolKeeper:
         for pod in self.kube.list_pods(namespaces, pool_selector(self.settings)):
             meta = pod["metadata"]
             key = f"{meta['namespace']}/{meta['name']}"
+            if not is_pool_pod(pod):
+                continue  # not one of ours, whatever its labels say
             pods[key] = pod
             report = pool_report_of(pod, meta["namespace"], time.time())
             if report is not None:

@@ -17,6 +17,7 @@ from deltaflow_operator.builders import pool as builders
 from deltaflow_operator.decisions.pooled import member_verdict
 from deltaflow_operator.pool_keeper import (
     KnownPool,
+    is_pool_pod,
     pool_pod_signal,
     pool_report_of,
     settled_after,
@@ -258,6 +259,27 @@ def test_a_pool_report_a_little_ahead_of_the_operators_clock_is_read_as_made_now
     later = parse_pool_report(_report({"data/a": RUNNING}, at=NOW + 25), "data", now=keeper_now)
     assert later is not None
     assert later.at > ahead.at
+
+
+def _owned(name: str, *owners: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"name": name, "ownerReferences": list(owners)}}
+
+
+@pytest.mark.parametrize(
+    ("pod", "ours"),
+    [
+        (_owned("p-0", {"kind": "ConfigMap", "name": "p-0", "uid": "u", "controller": True}), True),
+        (_owned("p-0"), False),  # the labels alone: anyone may set them
+        (_owned("p-0", {"kind": "ConfigMap", "name": "other", "uid": "u", "controller": True}),
+         False),
+        # Not its controller:
+        (_owned("p-0", {"kind": "ConfigMap", "name": "p-0", "uid": "u"}), False),
+        (_owned("p-0", {"kind": "Deployment", "name": "p-0", "uid": "u", "controller": True}),
+         False),
+    ],
+)  # fmt: skip
+def test_a_pod_is_a_pools_only_through_its_config_map(pod: dict[str, Any], ours: bool) -> None:
+    assert is_pool_pod(pod) is ours
 
 
 def _member(phase: str, **fields: Any) -> MemberReport:
