@@ -455,6 +455,7 @@ def _checks_before_the_jvm(pipeline: Pipeline, stop: threading.Event) -> int | N
     """Before the JVM: a topicPattern no regex reads (a spec mistake), then the Kafka preflight
     (a stream that cannot log in or read its topic says why in a second). None to go on, else
     the exit code (0: stopped meanwhile)."""
+    from deltaflow_runtime.config import check_paths_outlive_the_pod
     from deltaflow_runtime.kafka_auth import KafkaMaterial
     from deltaflow_runtime.kafka_preflight import check_kafka
     from deltaflow_runtime.topics import check_topic_pattern
@@ -463,6 +464,7 @@ def _checks_before_the_jvm(pipeline: Pipeline, stop: threading.Event) -> int | N
     try:
         # The spec's own mistakes first: they need a fix, not a restart (Java's judgement of
         # the pattern follows once the JVM runs).
+        check_paths_outlive_the_pod(pipeline.ingestion)
         check_topic_pattern(None, source)
         material = KafkaMaterial.locate(source)
         if not check_kafka(source, material, pipeline.identity.consumer_group, stop=stop):

@@ -6,6 +6,7 @@ The runtime judges a manifest with the same pydantic models as the operator and 
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from pydantic import ValidationError
 
 from deltaflow_api import DeltaIngestion
 from deltaflow_api.errors import describe
-from deltaflow_api.identity import StreamIdentity, identity
+from deltaflow_api.identity import StreamIdentity, identity, paths_off_volumes
 from deltaflow_runtime.errors import InvalidSpecError
 
 # The key of the operator's ConfigMap that holds the whole DeltaIngestion as YAML.
@@ -134,3 +135,16 @@ class Pipeline:
     def of(cls, ingestion: DeltaIngestion) -> Pipeline:
         """Bundle an ingestion with its identity."""
         return cls(ingestion, identity(ingestion))
+
+
+def check_paths_outlive_the_pod(ingestion: DeltaIngestion) -> None:
+    """In a pod (the operator's driver and pool pods name theirs in DELTAFLOW_POD_NAME), refuse
+    a table, dead-letter table or checkpoint on its own disk: admission cannot tell a pod's run
+    from ``deltaflow run -f`` on a laptop, where a local folder is the point."""
+    from deltaflow_api.driver_pod import ENV_POD_NAME
+
+    if not os.environ.get(ENV_POD_NAME, "").strip():
+        return
+    problems = paths_off_volumes(ingestion)
+    if problems:
+        raise InvalidSpecError("; ".join(problems))

@@ -32,7 +32,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from deltaflow_api.failures import FailureReason, restart_helps
 from deltaflow_api.v1alpha1 import POOL_MEMBER_CONF_PREFIXES, pool_member_conf_key
-from deltaflow_runtime.config import ConfigError, Pipeline, ingestion_from_text
+from deltaflow_runtime.config import (
+    ConfigError,
+    Pipeline,
+    check_paths_outlive_the_pod,
+    ingestion_from_text,
+)
 from deltaflow_runtime.cost import LoadMeter, install_pool_task_time, pool_busy_seconds
 from deltaflow_runtime.errors import DeltaflowError, InvalidSpecError, failure_reason
 from deltaflow_runtime.jvm import scala_context
@@ -371,11 +376,12 @@ class Member:
             self._wait_after_failure()
 
     def _kafka_preflight(self) -> bool:
-        """A dedicated driver's checks before its JVM, for this member: a topicPattern no regex
-        reads, then whether it can connect, log in with its credentials and read its topic
-        (each failure names the field: its status says why in seconds, not a Java trace).
-        False when stopped meanwhile."""
+        """A dedicated driver's checks before its JVM, for this member: its paths on volumes
+        (in a pod), a topicPattern no regex reads, then whether it can connect, log in with its
+        credentials and read its topic (each failure names the field: its status says why in
+        seconds, not a Java trace). False when stopped meanwhile."""
         source = self.pipeline.ingestion.spec.source
+        check_paths_outlive_the_pod(self.pipeline.ingestion)
         check_topic_pattern(None, source)
         material = KafkaMaterial.locate(source)
         return check_kafka(source, material, self.pipeline.identity.consumer_group, stop=self.stop)

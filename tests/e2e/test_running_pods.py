@@ -968,8 +968,15 @@ def test_a_driver_that_cannot_be_placed_or_pulled_is_degraded_with_the_reason(
         "bucketless", str(stream.kafka.pod_bootstrap_servers), topic=TOPIC, trigger="2s",
         namespace=NS, storage=stream.store.storage_spec(), lake="s3a://no-such-bucket-e2e/x",
     )  # fmt: skip
+    # Tables on the pod's own disk (file:// on no volume): they would go with the pod, and a
+    # replaced driver would start again from startingOffsets. Refused at start, naming them.
+    diskless = cluster_manifest(
+        "diskless", str(stream.kafka.pod_bootstrap_servers), topic=TOPIC, trigger="2s",
+        namespace=NS,
+    )  # fmt: skip
+    del diskless["spec"]["volumes"]
     applied = time.monotonic()
-    for m in (nowhere, unpullable, keyless, bucketless):
+    for m in (nowhere, unpullable, keyless, bucketless, diskless):
         stream.kube.kubectl("apply", "-f", "-", stdin=json.dumps(m))
 
     def degraded(name: str) -> dict[str, Any] | None:
@@ -1017,7 +1024,12 @@ def test_a_driver_that_cannot_be_placed_or_pulled_is_degraded_with_the_reason(
         ("Progressing", "NeedsAction"),
         ("Ready", "BucketNotFound"),
     }
-    for name in ("nowhere", "unpullable", "keyless", "bucketless"):
+    scratch = wait_for("Degraded InvalidSpec", lambda: degraded("diskless"), timeout=120)
+    assert scratch["reason"] == "InvalidSpec", scratch
+    assert (
+        "spec.sink.tablePath: file:///lake/diskless is on no mounted volume" in (scratch["message"])
+    ), scratch["message"]
+    for name in ("nowhere", "unpullable", "keyless", "bucketless", "diskless"):
         stream.kube.kubectl("-n", NS, "delete", "deltaingestion", name, "--timeout=60s")
 
 

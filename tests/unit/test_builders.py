@@ -400,7 +400,7 @@ def test_driver_pod_in_a_pod_resolves_master_and_host_without_dns(tmp_path: Path
 
     ing = ingestion()
     container = b.driver_pod(ing, SETTINGS)["spec"]["containers"][0]
-    field_values = {"status.podIP": "10.88.0.17"}
+    field_values = {"status.podIP": "10.88.0.17", "metadata.name": "orders-driver"}
     env = {
         e["name"]: e["value"]
         if "value" in e

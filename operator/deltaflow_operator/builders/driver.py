@@ -25,6 +25,7 @@ from deltaflow_api.driver_pod import (
     DRIVER_PORT,
     ENV_METRICS_PORT,
     ENV_POD_IP,
+    ENV_POD_NAME,
     ENV_SPARK_DEFAULTS,
     ENV_SPARK_MASTER,
     IN_CLUSTER_MASTER,
@@ -444,6 +445,11 @@ def driver_pod(ingestion: DeltaIngestion, settings: Settings) -> Manifest:
                             "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
                         },
                         {"name": ENV_SPARK_MASTER, "value": master},
+                        # In a pod: its tables and checkpoint must be on a volume.
+                        {
+                            "name": ENV_POD_NAME,
+                            "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+                        },
                         *secret_env(ingestion),
                     ],
                     "ports": [
