@@ -31,7 +31,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import yaml
@@ -44,7 +44,7 @@ from deltaflow_operator.builders import pool as builders
 from deltaflow_operator.builders.common import MANAGED_BY
 from deltaflow_operator.builders.driver import pipeline_document
 from deltaflow_operator.decisions.ownership import read_claim
-from deltaflow_operator.decisions.pooled import pool_behind
+from deltaflow_operator.decisions.pooled import BatchSighting, pool_behind
 from deltaflow_operator.decisions.pools import (
     Member,
     PoolLimits,
@@ -100,6 +100,7 @@ class MemberView:
     report: MemberReport | None  # None: the pool has not reported it (yet)
     reported_at: float | None  # when the pool made the report read
     pool_behind: bool = False  # most of its pool's other members miss their targets too
+    sighting: BatchSighting | None = None  # its last batch, as first seen
 
 
 def _ever_ran(pod: dict[str, Any]) -> bool:
@@ -211,6 +212,7 @@ class PoolKeeper:
         self._loads: dict[str, float] = {}
         # Document text -> digest: a ConfigMap's members are parsed only when they changed.
         self._digests: dict[str, str] = {}
+        self._sightings: dict[str, BatchSighting] = {}  # member key -> see _sight
         self._sizes: dict[tuple[str, object], int] = {}  # see _measure_sizes
         self._drift = Drift()  # pool key -> its companions changed by someone else
         # Whether the last round found nothing in motion (see settled_after).
@@ -243,6 +245,7 @@ class PoolKeeper:
             held = self._reports.get(key)
             if key in self._pods and (held is None or _newer(report, held)):
                 self._reports[key] = report
+                self._sight(report)
 
     # --- the reconciles' questions (no API request) -----------------------------------------
     def view(self, namespace: str, name: str) -> MemberView:
@@ -255,7 +258,11 @@ class PoolKeeper:
             if report is None:
                 return MemberView(pool.name, None, None)
             return MemberView(
-                pool.name, report.members.get(key), report.at, pool_behind(report, key)
+                pool.name,
+                report.members.get(key),
+                report.at,
+                pool_behind(report, key),
+                self._sightings.get(key),
             )
 
     def released(self, namespace: str, name: str) -> str | None:
@@ -462,6 +469,23 @@ class PoolKeeper:
             self._pools, self._pods, self._reports = pools, pods, reports
             self._digests = digests
             self._loaded = True
+            listed = {m for report in reports.values() for m in report.members}
+            self._sightings = {k: v for k, v in self._sightings.items() if k in listed}
+            for report in reports.values():
+                self._sight(report)
+
+    def _sight(self, report: PoolReport) -> None:
+        """Note when each member's batch id was first seen, and when Kafka last held nothing
+        for it (the stall verdict's clocks, decisions.pooled.member_verdict). Call with
+        ``_lock`` held."""
+        now = time.time()
+        for key, said in report.members.items():
+            held = self._sightings.get(key)
+            caught_up = now if said.lag_records == 0 else (held.caught_up_at if held else None)
+            if held is None or held.batch != said.last_batch:
+                self._sightings[key] = BatchSighting(said.last_batch, now, caught_up)
+            elif caught_up != held.caught_up_at:
+                self._sightings[key] = replace(held, caught_up_at=caught_up)
 
     def _sync_pool(self, pool_key: str, members: list[DeltaIngestion]) -> bool:
         """Write what the pool's objects lack; whether anything was written."""

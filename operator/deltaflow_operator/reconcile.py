@@ -387,6 +387,10 @@ class Reconciler:
                 verdict = member_verdict(
                     view.pool, report, reported_at, time.time(),
                     self.settings.degraded_after_failures,
+                    trigger_seconds=trigger_seconds(
+                        ingestion.spec, None if report is None else report.freshness
+                    ),
+                    sighting=view.sighting,
                 )  # fmt: skip
                 # Waiting for a step to happen: soon. Running or failed: the keeper wakes it when
                 # its phase changes.

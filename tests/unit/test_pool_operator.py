@@ -14,7 +14,7 @@ from deltaflow_api.reasons import Reason
 from deltaflow_operator.autoscaler.observe import MemberReport, PoolReport, parse_pool_report
 from deltaflow_operator.builders import driver as driver_builders
 from deltaflow_operator.builders import pool as builders
-from deltaflow_operator.decisions.pooled import member_verdict
+from deltaflow_operator.decisions.pooled import BatchSighting, member_verdict
 from deltaflow_operator.pool_keeper import (
     KnownPool,
     is_pool_pod,
@@ -340,10 +340,54 @@ def test_what_a_pools_word_means_for_its_member(
     case: tuple[str | None, MemberReport | None, float | None, bool, bool, Reason],
 ) -> None:
     pool, report, ago, ready, degraded, reason = case
-    verdict = member_verdict(pool, report, None if ago is None else NOW - ago, NOW, 3)
+    reported_at = None if ago is None else NOW - ago
+    verdict = member_verdict(pool, report, reported_at, NOW, 3, trigger_seconds=10.0)
     assert (verdict.ready, verdict.degraded, verdict.reason) == (ready, degraded, reason)
     if pool is not None:
         assert pool in verdict.message  # says which pool, to look at its pod
+
+
+TRIGGER = 10.0  # a stall: 120 s plus two intervals, 140 s
+# (case, the member's lag and last batch, its batch as first seen (seconds ago, or None: not
+# seen), caught up (seconds ago), its query's start (seconds ago) -> the reason)
+STALLS = [
+    ("commits, records waiting", 500, 7, (30.0, 7), None, 900.0, Reason.STREAMING),
+    ("no commit for 150 s, records waiting", 500, 7, (150.0, 7), None, 900.0,
+     Reason.STREAM_STALLED),
+    ("never committed, started 150 s ago, records waiting", 500, None, (600.0, None), None,
+     150.0, Reason.STREAM_STALLED),
+    ("never committed, started just now", 500, None, (600.0, None), None, 30.0,
+     Reason.STREAMING),
+    ("caught up until a moment ago: its first batch is to come", 500, 7, (3600.0, 7), 20.0,
+     3600.0, Reason.STREAMING),
+    ("nothing waits (idle)", 0, 7, (3600.0, 7), 3600.0, 3600.0, Reason.STREAMING),
+    ("lag not known", None, 7, (3600.0, 7), None, 3600.0, Reason.STREAMING),
+    ("no sighting yet (a new leader)", 500, 7, None, None, 3600.0, Reason.STREAMING),
+]  # fmt: skip
+
+
+Stall = tuple[int | None, int | None, tuple[float, int | None] | None, float | None, float, Reason]
+
+
+@pytest.mark.parametrize("case", [c[1:] for c in STALLS], ids=[c[0] for c in STALLS])
+def test_a_pooled_member_that_commits_nothing_while_records_wait_is_stalled(case: Stall) -> None:
+    """As a dedicated driver's stream is (decisions.progress): a member that gets none of the
+    pool's task threads reads Ready=False StreamStalled, never Ready with no recent records."""
+    lag, batch, seen, caught_up, started, reason = case
+    report = _member("Running", last_batch=batch, lag_records=lag, started_at=NOW - started)
+    sighting = None
+    if seen is not None:
+        sighting = BatchSighting(
+            seen[1], NOW - seen[0], None if caught_up is None else NOW - caught_up
+        )
+    verdict = member_verdict(
+        "p", report, NOW - 5, NOW, 3, trigger_seconds=TRIGGER, sighting=sighting
+    )
+    assert verdict.reason == reason, verdict
+    assert verdict.ready is (reason == Reason.STREAMING)
+    if reason == Reason.STREAM_STALLED:
+        assert f"{lag} records wait in Kafka" in verdict.message
+        assert "a stall is 140s" in verdict.message
 
 
 def _pool_said(revision: int | None, **phases: str) -> PoolReport:

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from deltaflow_api.failures import FailureReason
 from deltaflow_api.reasons import Reason
 from deltaflow_operator.autoscaler.observe import MemberReport, PoolReport
+from deltaflow_operator.decisions.progress import stall_after_seconds, waiting_since
 
 # A pool publishes its report at least every 30 s (its heartbeat, at once on a change of
 # word): a report this old says the pool stopped reporting.
@@ -35,14 +36,29 @@ def _known_reason(text: str) -> Reason:
     return Reason(text) if text in known else Reason.MEMBER_FAILED
 
 
+@dataclass(frozen=True)
+class BatchSighting:
+    """When the operator first saw the member's last batch id in its pool's reports, and when
+    a report last said Kafka held nothing for it (the operator's clock)."""
+
+    batch: int | None
+    seen_at: float
+    caught_up_at: float | None = None
+
+
 def member_verdict(
     pool: str | None,
     report: MemberReport | None,
     reported_at: float | None,
     now: float,
     degraded_after_failures: int,
+    *,
+    trigger_seconds: float,
+    sighting: BatchSighting | None = None,
 ) -> MemberVerdict:
-    """What the pool's last word on the member means for its conditions."""
+    """What the pool's last word on the member means for its conditions. A member that runs
+    but commits no batch while records wait is stalled as a driver of its own would be (a
+    member the pool's task threads do not reach reads so, not "no recent records")."""
     if pool is None:
         return MemberVerdict(
             False, False, Reason.WAITING_FOR_POOL,
@@ -65,6 +81,9 @@ def member_verdict(
             False, False, Reason.STREAM_STARTING, f"starting in pool {pool} (pod {pool})"
         )
     if report.phase == "Running":
+        stalled = _stalled(pool, report, sighting, now, trigger_seconds)
+        if stalled is not None:
+            return stalled
         return MemberVerdict(True, False, Reason.STREAMING, f"running in pool {pool} (pod {pool})")
     failure = report.message or report.reason or "no reason given"
     if report.phase == "BackingOff":
@@ -90,6 +109,30 @@ def member_verdict(
             "when its spec changes.",
         )
     return MemberVerdict(False, False, Reason.LEAVING_POOL, f"stopping in pool {pool}")
+
+
+def _stalled(
+    pool: str,
+    report: MemberReport,
+    sighting: BatchSighting | None,
+    now: float,
+    trigger_seconds: float,
+) -> MemberVerdict | None:
+    if sighting is None or not report.lag_records or sighting.batch != report.last_batch:
+        return None  # nothing waits, or not known since when
+    waiting_from = waiting_since(sighting.seen_at, sighting.caught_up_at, report.started_at)
+    stall_after = stall_after_seconds(trigger_seconds)
+    if now - waiting_from <= stall_after:
+        return None
+    since = datetime.fromtimestamp(waiting_from, UTC).isoformat(timespec="seconds")
+    return MemberVerdict(
+        False,
+        False,
+        Reason.STREAM_STALLED,
+        f"no batch committed in pool {pool} since {since} while {report.lag_records} records "
+        f"wait in Kafka (a stall is {stall_after:.0f}s): its batches get none of the pool's "
+        f"task threads, or hang (see the pod {pool}: its log)",
+    )
 
 
 def pool_behind(report: PoolReport | None, member: str) -> bool:

@@ -31,6 +31,14 @@ def stall_after_seconds(trigger_seconds: float) -> float:
     return STALL_SECONDS + 2 * trigger_seconds
 
 
+def waiting_since(
+    last_batch_at: float, caught_up_at: float | None, started_at: float | None = None
+) -> float:
+    """Since when records have waited without a commit: the last batch, or later when Kafka
+    last held nothing for the stream or its query last started (its first batch is to come)."""
+    return max(t for t in (last_batch_at, caught_up_at, started_at) if t is not None)
+
+
 @dataclass(frozen=True)
 class Progress:
     """The verdict: Ready's status (None: Unknown), reason and message."""
@@ -88,7 +96,7 @@ def stream_progress(
     assert report is not None
     stall_after = stall_after_seconds(trigger_seconds)
     last = report.last_batch_at if report.last_batch_at is not None else now - running_for
-    waiting_from = last if caught_up_at is None else max(last, caught_up_at)
+    waiting_from = waiting_since(last, caught_up_at)
     quiet = now - waiting_from
     since = _at(last)
     if lag_records == 0 or quiet <= stall_after:
