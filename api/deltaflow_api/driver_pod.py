@@ -105,6 +105,14 @@ BLOCK_MANAGER_PORT = 7079
 # bits), the key derivation Spark's docs recommend (engine 2), no fallback to SASL DIGEST-MD5
 # (only old external shuffle services need it, and none is used). The UI goes: Spark's
 # authentication does not cover it, and nothing here reads it.
+# That secret is the stream's own Secret (<name>-spark-auth, made by the operator, which never
+# reads it), mounted as a file in the driver and its executors: Spark then puts no
+# _SPARK_AUTH_SECRET value in the executor pods, which every driver of the namespace may read
+# (Spark's own role lists pods namespace-wide).
+SPARK_AUTH_VOLUME = "spark-auth"
+SPARK_AUTH_KEY = "secret"
+SPARK_AUTH_DIRECTORY = f"{CONFIG_MOUNT}/{SPARK_AUTH_VOLUME}"
+SPARK_AUTH_FILE = f"{SPARK_AUTH_DIRECTORY}/{SPARK_AUTH_KEY}"
 NETWORK_CONF = {
     "spark.authenticate": "true",
     "spark.network.crypto.enabled": "true",

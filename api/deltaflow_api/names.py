@@ -41,6 +41,7 @@ DRIVER_IDENTITY = ChildName(
 # old identity keeps no rights (the ServiceAccount itself goes with the DeltaIngestion).
 LEGACY_DRIVER_IDENTITY_SUFFIX = "-spark"
 CONFIG_MAP = ChildName("pipeline ConfigMap", "-config", DNS_SUBDOMAIN)
+SPARK_AUTH_SECRET = ChildName("Spark authentication Secret", "-spark-auth", DNS_SUBDOMAIN)
 OPTIMIZE_CRONJOB = ChildName("OPTIMIZE CronJob", "-optimize", CRONJOB)
 VACUUM_CRONJOB = ChildName("VACUUM CronJob", "-vacuum", CRONJOB)
 EXECUTOR_PREFIX = ChildName("executor pod name prefix", "", SPARK_EXECUTOR_PREFIX)
@@ -50,6 +51,7 @@ CHILD_NAMES = (
     DRIVER_SERVICE,
     DRIVER_IDENTITY,
     CONFIG_MAP,
+    SPARK_AUTH_SECRET,
     OPTIMIZE_CRONJOB,
     VACUUM_CRONJOB,
     EXECUTOR_PREFIX,

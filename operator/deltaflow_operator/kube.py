@@ -228,6 +228,19 @@ class Kube:
             raise
         return True
 
+    def create_secret(self, manifest: dict[str, Any]) -> bool:
+        """Create the Secret; False if one of its name exists (it is then left as it is: the
+        operator may create Secrets, never read or change one)."""
+        try:
+            self.core.create_namespaced_secret(
+                manifest["metadata"]["namespace"], cast(Any, manifest)
+            )
+        except ApiException as e:
+            if e.status == 409:
+                return False
+            raise
+        return True
+
     def delete_pod(self, namespace: str, name: str, uid: str | None = None) -> None:
         """Delete the pod (only that incarnation when ``uid`` is given); a missing pod is fine."""
         preconditions = client.V1Preconditions(uid=uid) if uid else None

@@ -824,6 +824,8 @@ class Reconciler:
             metrics.DRIVER_ACTIONS.labels("delete", str(plan.delete_reason)).inc()
             after = self.kube.get_pod(ns, pod_name)  # gone at once, or terminating
         elif plan.action == "create":
+            # Its Spark secret first (made once; one there already is kept as it is).
+            self.kube.create_secret(driver_builders.spark_auth_secret(ingestion))
             if not self.kube.create_pod(driver_builders.driver_pod(ingestion, self.settings)):
                 # It exists: the pod watch had not delivered it yet. Nothing was started.
                 return self.kube.get_pod(ns, pod_name)

@@ -22,6 +22,7 @@ the stream.
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import subprocess
@@ -60,7 +61,7 @@ DRIVER = f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=driver"
 EXECUTORS = f"spark-role=executor,app.kubernetes.io/instance={NAME}"
 METRICS_PORT = 8090  # the operator's default runtime metrics port (Settings.runtime_metrics_port)
 ENFORCER = "kube-network-policies"
-SECRET_ENV = "_SPARK_AUTH_SECRET"  # where Spark hands executors the application's secret
+SECRET_ENV = "_SPARK_AUTH_SECRET"  # where Spark would hand executors the secret, without a file
 CHART = REPO_ROOT / "charts" / "deltaflow"
 # One JSON line per "host:port": "connected", or the error (TimeoutError: a dropped SYN).
 TCP_PROBE = """
@@ -201,11 +202,18 @@ def test_the_stream_lands_records_through_its_own_executors_with_its_policies_in
     guarded.wait_landed()
     record(f"stream behind NetworkPolicies: 2000 records landed {time.monotonic() - started:.0f}s")
 
-    # Spark made the application's secret and gave it to its executor in the pod's environment
-    # (Spark's trust boundary: whoever may get pods in the namespace); it is nowhere else.
+    # The application's secret is the stream's own Secret, a file in its driver and executors:
+    # never a value in the executor pod, which every driver of the namespace may read.
     env = {e["name"]: e for e in executors[0]["spec"]["containers"][0].get("env", [])}
-    secret = env[SECRET_ENV]["value"]
-    assert len(secret) >= 32, "no authentication secret on the executor"
+    assert SECRET_ENV not in env, env[SECRET_ENV]
+    secret = _spark_secret(kube)
+    assert len(secret) >= 32, "no authentication secret"
+    assert secret not in json.dumps(executors[0]) + json.dumps(guarded.running(DRIVER))
+    # Another stream's driver may list pods (Spark's role), never read a Secret.
+    other_driver = f"--as=system:serviceaccount:{NS}:{service_account_name('another')}"
+    can = kube.kubectl("-n", NS, "auth", "can-i", "get", f"secret/{NAME}-spark-auth",
+                       other_driver, check=False)  # fmt: skip
+    assert can.stdout.strip() == "no", can.stdout
     defaults = kube.kubectl_json("-n", NS, "get", "configmap", f"{NAME}-config")["data"]
     assert "spark.authenticate true\n" in defaults["spark-defaults.conf"]
     assert "spark.network.crypto.enabled true\n" in defaults["spark-defaults.conf"]
@@ -248,8 +256,7 @@ def test_a_process_without_the_streams_secret_cannot_register_as_its_executor(
     kube = guarded.kube
     driver = guarded.ip(DRIVER)
     executors = guarded.running(EXECUTORS)
-    env = {e["name"]: e for e in executors[0]["spec"]["containers"][0].get("env", [])}
-    secret = env[SECRET_ENV]["value"]
+    secret = _spark_secret(kube)  # read as the namespace's admin: the control below
     registered = len(executors)
     # In the stream's namespace with the executor labels, the network lets a pod through ...
     as_executor = labels(guarded.ingestion, "executor")
@@ -277,6 +284,12 @@ def test_a_process_without_the_streams_secret_cannot_register_as_its_executor(
     guarded.wait_landed()
     status = kube.kubectl_json("-n", NS, "get", "deltaingestion", NAME)["status"]
     assert status["executors"].get("current") == registered, status["executors"]
+
+
+def _spark_secret(kube: KubeControlPlane) -> str:
+    """The stream's Spark authentication secret, as its Secret holds it."""
+    data = kube.kubectl_json("-n", NS, "get", "secret", f"{NAME}-spark-auth")["data"]
+    return base64.b64decode(data["secret"]).decode()
 
 
 def _as_new_pod(pod: dict[str, Any], name: str) -> dict[str, Any]:

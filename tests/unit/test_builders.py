@@ -497,7 +497,8 @@ def test_pod_placement_reaches_each_roles_pods_and_deltaflows_labels_win() -> No
     annotations = account["metadata"]["annotations"]
     assert annotations["eks.amazonaws.com/role-arn"] == "arn:aws:iam::1:role/x"
     # Its executors may pull with the stream's pull secret (the admission policy reads this).
-    assert annotations[b.EXECUTOR_SECRETS_ANNOTATION].split() == ["registry"]
+    # The pull secret, and the stream's own Spark authentication secret.
+    assert annotations[b.EXECUTOR_SECRETS_ANNOTATION].split() == ["orders-spark-auth", "registry"]
     # A placement change gives a new driver (pods cannot be moved).
     assert b.driver_spec_hash(custom, SETTINGS) != b.driver_spec_hash(ingestion(), SETTINGS)
 

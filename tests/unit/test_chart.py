@@ -197,9 +197,9 @@ def test_the_operator_binds_the_driver_and_pool_roles_and_creates_no_roles() -> 
     assert bind["resourceNames"] == ["deltaflow-operator-driver", "deltaflow-operator-pool"]
     assert (rbac, "rolebindings", "create") in granted
     assert not {g for g in granted if "*" in g}
-    # No secrets rule at all (README: the operator reads no Secret; the kubelet and Spark
-    # resolve them by reference).
-    assert not {g for g in granted if g[1] == "secrets"}
+    # Secrets: create only, its streams' Spark authentication secrets (README: the operator
+    # reads no Secret; the kubelet and Spark resolve them by reference).
+    assert {g for g in granted if g[1] == "secrets"} == {("", "secrets", "create")}
 
 
 def test_two_replicas_get_a_disruption_budget_and_spread() -> None:

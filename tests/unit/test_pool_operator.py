@@ -10,6 +10,7 @@ import pytest
 
 from deltaflow_api import DeltaIngestion
 from deltaflow_api.channel import POOL_REPORT_ANNOTATION
+from deltaflow_api.driver_pod import SPARK_AUTH_DIRECTORY
 from deltaflow_api.reasons import Reason
 from deltaflow_operator.autoscaler.observe import MemberReport, PoolReport, parse_pool_report
 from deltaflow_operator.builders import driver as driver_builders
@@ -141,7 +142,8 @@ def test_a_pool_pod_carries_its_members_credentials_volumes_identity_and_placeme
     # The driver's own mount paths: the runtime finds its files where a driver would.
     driver = driver_builders.driver_pod(members[0], settings)
     driver_mounts = {m["mountPath"] for m in driver["spec"]["containers"][0]["volumeMounts"]}
-    assert driver_mounts - {builders.CONFIG_MOUNT} <= set(mounts)
+    # (Not Spark's secret: a pool runs in local mode, with no executors to authenticate.)
+    assert driver_mounts - {builders.CONFIG_MOUNT, SPARK_AUTH_DIRECTORY} <= set(mounts)
     assert pod_spec["nodeSelector"] == {"pool": "streams"}
     assert pod_spec["tolerations"][0]["key"] == "streams"
     assert pod_spec["priorityClassName"] == "ingestion"

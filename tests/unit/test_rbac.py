@@ -44,6 +44,7 @@ Need = tuple[str, str, str, str | None]
 KINDS = {
     "pod": ("", "pods"),
     "config_map": ("", "configmaps"),
+    "secret": ("", "secrets"),
     "event": ("", "events"),
     "lease": ("coordination.k8s.io", "leases"),
     "role_binding": (RBAC, "rolebindings"),

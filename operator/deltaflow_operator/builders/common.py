@@ -36,6 +36,11 @@ def config_map_name(name: str) -> str:
     return names.CONFIG_MAP.of(name)
 
 
+def spark_auth_secret_name(name: str) -> str:
+    """The Secret holding the stream's Spark authentication secret."""
+    return names.SPARK_AUTH_SECRET.of(name)
+
+
 def cronjob_name(name: str, job: str) -> str:
     """The CronJob running one maintenance job (``optimize`` or ``vacuum``)."""
     return {"optimize": names.OPTIMIZE_CRONJOB, "vacuum": names.VACUUM_CRONJOB}[job].of(name)

@@ -14,6 +14,7 @@ and the marker ``DELTAFLOW_SPARK_MASTER=k8s://in-cluster``; at start the runtime
 
 from __future__ import annotations
 
+from secrets import token_urlsafe
 from typing import Any
 
 import yaml
@@ -30,6 +31,10 @@ from deltaflow_api.driver_pod import (
     ENV_SPARK_MASTER,
     IN_CLUSTER_MASTER,
     NETWORK_CONF,
+    SPARK_AUTH_DIRECTORY,
+    SPARK_AUTH_FILE,
+    SPARK_AUTH_KEY,
+    SPARK_AUTH_VOLUME,
     SPARK_DEFAULTS_FILE,
     SPARK_MODE_ANNOTATION,
     kafka_secret_refs,
@@ -52,6 +57,7 @@ from deltaflow_operator.builders.common import (
     restricted_pod_security,
     runtime_image,
     service_account_name,
+    spark_auth_secret_name,
     stable_hash,
 )
 from deltaflow_operator.decisions.placement import driver_mode
@@ -225,7 +231,37 @@ def spark_conf(ingestion: DeltaIngestion, settings: Settings) -> dict[str, str]:
     conf.update(spec.spark_conf)  # validated: users cannot override the keys above that matter
     # Last: a resource stored before admission refused these keys must not turn them off.
     conf.update(NETWORK_CONF)
+    conf["spark.authenticate.secret.driver.file"] = SPARK_AUTH_FILE
+    conf["spark.authenticate.secret.executor.file"] = SPARK_AUTH_FILE
     return conf
+
+
+def spark_auth_secret(ingestion: DeltaIngestion) -> Manifest:
+    """The stream's Spark authentication secret: 32 random bytes, made once (the operator
+    creates it and never reads or changes it; it goes with the DeltaIngestion). Only its own
+    driver and executors mount it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": metadata(ingestion, spark_auth_secret_name(ingestion.name), "driver"),
+        "type": "Opaque",
+        "stringData": {SPARK_AUTH_KEY: token_urlsafe(32)},
+    }
+
+
+def _spark_auth_volume(ingestion: DeltaIngestion) -> dict[str, Any]:
+    # Not optional: a driver without it would make a secret of its own its executors lack.
+    return {
+        "name": SPARK_AUTH_VOLUME,
+        "secret": {
+            "secretName": spark_auth_secret_name(ingestion.name),
+            "items": [{"key": SPARK_AUTH_KEY, "path": SPARK_AUTH_KEY}],
+            "defaultMode": KAFKA_SECRET_FILE_MODE,
+        },
+    }
+
+
+_SPARK_AUTH_MOUNT = {"name": SPARK_AUTH_VOLUME, "mountPath": SPARK_AUTH_DIRECTORY, "readOnly": True}
 
 
 def _starting_executors(scaling: Scaling) -> int:
@@ -337,6 +373,7 @@ def executor_pod_template(ingestion: DeltaIngestion) -> Manifest:
                     "securityContext": restricted_container_security(),
                     "volumeMounts": [
                         {"name": "tmp", "mountPath": "/tmp"},
+                        _SPARK_AUTH_MOUNT,
                         *kafka_secret_mounts(ingestion),
                         *data_volume_mounts(ingestion),
                     ],
@@ -344,6 +381,7 @@ def executor_pod_template(ingestion: DeltaIngestion) -> Manifest:
             ],
             "volumes": [
                 {"name": "tmp", "emptyDir": {}},
+                _spark_auth_volume(ingestion),
                 *kafka_secret_volumes(ingestion),
                 *data_volumes(ingestion),
             ],
@@ -412,6 +450,7 @@ def driver_pod(ingestion: DeltaIngestion, settings: Settings) -> Manifest:
     mounts = [
         {"name": "config", "mountPath": CONFIG_MOUNT, "readOnly": True},
         {"name": "tmp", "mountPath": "/tmp"},
+        _SPARK_AUTH_MOUNT,
         *kafka_secret_mounts(ingestion),
         *data_volume_mounts(ingestion),
     ]
@@ -465,6 +504,7 @@ def driver_pod(ingestion: DeltaIngestion, settings: Settings) -> Manifest:
             "volumes": [
                 config_volume(ingestion),
                 {"name": "tmp", "emptyDir": {}},
+                _spark_auth_volume(ingestion),
                 *kafka_secret_volumes(ingestion),
                 *data_volumes(ingestion),
             ],
@@ -514,6 +554,7 @@ def executor_allowance(ingestion: DeltaIngestion, settings: Settings) -> dict[st
     object-store credentials, the Kafka CA, image pull secrets) and its spec.volumes claims."""
     secrets = {ref.name for ref in secret_refs(ingestion).values()}
     secrets |= {s.name for s in ingestion.spec.image_pull_secrets}
+    secrets.add(spark_auth_secret_name(ingestion.name))
     claims = {v.claim_name for v in ingestion.spec.volumes}
     return {
         EXECUTOR_IMAGE_ANNOTATION: runtime_image(ingestion, settings.image),
