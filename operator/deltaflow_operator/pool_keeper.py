@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 import yaml
@@ -123,6 +124,35 @@ def is_pool_pod(pod: Mapping[str, Any]) -> bool:
         o.get("kind") == "ConfigMap" and o.get("name") == meta.get("name") and o.get("controller")
         for o in meta.get("ownerReferences") or []
     )
+
+
+# A pool pod this long without a sound report (since it started) holds up only the moves of
+# streams it may run (PoolKeeper._still_running): not every move of its namespace for ever.
+SILENT_POOL_SECONDS = 300.0
+
+
+def silent_pool_holds(pool: str, last_pool: str | None, silent_for: float) -> bool:
+    """Whether a pool pod that has said nothing sound for ``silent_for`` seconds since it
+    started holds up a stream whose status last named ``last_pool`` (and which the pool's
+    ConfigMap does not list): while it may still be starting, every stream (a new leader does
+    not know which it was given); after SILENT_POOL_SECONDS, only the one last there."""
+    return silent_for < SILENT_POOL_SECONDS or pool == last_pool
+
+
+def silent_for(pod: Mapping[str, Any], now: float) -> float:
+    """Seconds since the pod started (0 when not known: it holds moves up as a new one would)."""
+    started = (pod.get("status") or {}).get("startTime")
+    if not started:
+        return 0.0
+    try:
+        return now - datetime.fromisoformat(str(started).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def _last_pool(ingestion: DeltaIngestion) -> str | None:
+    placement = ingestion.status.placement if ingestion.status else None
+    return None if placement is None else placement.pool
 
 
 def _owner_uid(pod: dict[str, Any]) -> str | None:
@@ -265,12 +295,13 @@ class PoolKeeper:
                 self._sightings.get(key),
             )
 
-    def released(self, namespace: str, name: str) -> str | None:
-        """None once no pool can be running the stream; else why it may still be."""
+    def released(self, namespace: str, name: str, last_pool: str | None = None) -> str | None:
+        """None once no pool can be running the stream; else why it may still be.
+        ``last_pool``: the pool its status last named (status.placement.pool)."""
         with self._round, self._lock:
             if not self._loaded:
                 return "the operator has not read its pools yet"
-            return self._still_running(f"{namespace}/{name}")
+            return self._still_running(f"{namespace}/{name}", last_pool)
 
     def listed(self, namespace: str, name: str) -> str | None:
         """Why a pool may run the stream, from what the pools list (their ConfigMaps and
@@ -289,14 +320,18 @@ class PoolKeeper:
                     return f"pool {pool_key.split('/', 1)[1]} still runs it"
         return None
 
-    def _still_running(self, key: str) -> str | None:
+    def _still_running(self, key: str, last_pool: str | None) -> str | None:
         """Why a pool may still run the member ``key`` (None: none can). Every pool of its
         namespace is asked, not only the one it was last given to: a new leader does not know
-        which pool that was. Call with ``_lock`` held."""
+        which pool that was. A pool pod that has run SILENT_POOL_SECONDS without a sound report
+        (a wrong image, a pod that cannot reach the API) holds only the streams it may run: a
+        pool reads only the ConfigMap of its own name, so those that ConfigMap lists (asked
+        first) and the one whose status says it was last there (``last_pool``). Call with
+        ``_lock`` held."""
         for pool in self._pools.values():
             if key in pool.members:
                 return f"pool {pool.name} still has it as a member"
-        namespace = key.split("/", 1)[0]
+        namespace, now = key.split("/", 1)[0], time.time()
         for pool_key, pod in self._pods.items():
             if not pool_key.startswith(f"{namespace}/") or not _ever_ran(pod):
                 continue  # a pod whose container never started runs nothing
@@ -304,6 +339,8 @@ class PoolKeeper:
             report = self._reports.get(pool_key)
             known = self._pools.get(pool_key)
             if report is None:
+                if not silent_pool_holds(pool_name, last_pool, silent_for(pod, now)):
+                    continue  # it never had this stream: it cannot be running it
                 return f"pool {pool_name} has not reported on its members yet"
             if key in report.members:
                 return f"pool {pool_name} is stopping it ({report.members[key].phase})"
@@ -372,7 +409,7 @@ class PoolKeeper:
             for key in [k for k, pool in placed.items() if current.get(k) != pool]:
                 # Joining, or moving to another pool (its old one outgrown): it leaves the old
                 # pool this round and joins the new one only once no pool can be running it.
-                if self._still_running(key) is not None:
+                if self._still_running(key, _last_pool(members[key])) is not None:
                     del placed[key]
                     held = True
         by_pool: dict[str, list[DeltaIngestion]] = {}

@@ -380,7 +380,9 @@ class Reconciler:
                             body, "Normal", EventReason.MOVED_TO_POOL, placement.message or ""
                         )
                     self._member_pools[key] = view.pool
-                if placement.pool != view.pool:
+                # The last pool stays named while it has none (leaving one for another): a pool
+                # that stops reporting holds up the moves of the streams last there only.
+                if view.pool is not None and placement.pool != view.pool:
                     placement = placement.model_copy(update={"pool": view.pool})
                 report, reported_at = view.report, view.reported_at
                 crowded = view.pool_behind
@@ -397,7 +399,7 @@ class Reconciler:
                 waiting = verdict.reason in (Reason.WAITING_FOR_POOL, Reason.STREAM_STARTING)
                 requeue = POOL_WAIT_SECONDS if waiting else self.settings.reconcile_interval_seconds
         else:
-            why = self.pools.released(ns, name)
+            why = self.pools.released(ns, name, None if placement is None else placement.pool)
             if why is None:
                 said = _left_pool(ingestion, placement)
                 self.kube.post_event(body, "Normal", EventReason.MOVED_TO_DRIVER, said)

@@ -4,6 +4,7 @@ share one, how a pool's report is read, and what it means for a member's conditi
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -17,11 +18,14 @@ from deltaflow_operator.builders import driver as driver_builders
 from deltaflow_operator.builders import pool as builders
 from deltaflow_operator.decisions.pooled import BatchSighting, member_verdict
 from deltaflow_operator.pool_keeper import (
+    SILENT_POOL_SECONDS,
     KnownPool,
     is_pool_pod,
     pool_pod_signal,
     pool_report_of,
     settled_after,
+    silent_for,
+    silent_pool_holds,
 )
 from deltaflow_operator.settings import Settings
 from support.manifests import valid_manifest
@@ -282,6 +286,30 @@ def _owned(name: str, *owners: dict[str, Any]) -> dict[str, Any]:
 )  # fmt: skip
 def test_a_pod_is_a_pools_only_through_its_config_map(pod: dict[str, Any], ours: bool) -> None:
     assert is_pool_pod(pod) is ours
+
+
+@pytest.mark.parametrize(
+    ("pool", "last_pool", "silent", "holds"),
+    [
+        ("p-0", None, 60.0, True),  # may still be starting: it holds every stream's move
+        ("p-0", "p-1", SILENT_POOL_SECONDS - 1, True),
+        ("p-0", None, SILENT_POOL_SECONDS, False),  # five minutes silent: not a stranger's
+        ("p-0", "p-1", 3600.0, False),
+        ("p-0", "p-0", 3600.0, True),  # the stream was last there: it may still run it
+    ],
+)
+def test_a_silent_pool_holds_up_only_the_moves_of_streams_it_may_run(
+    pool: str, last_pool: str | None, silent: float, holds: bool
+) -> None:
+    assert silent_pool_holds(pool, last_pool, silent) is holds
+
+
+def test_a_pool_pod_is_silent_since_it_started() -> None:
+    pod = {"status": {"startTime": "2027-01-15T08:00:00Z"}}
+    start = datetime(2027, 1, 15, 8, 0, tzinfo=UTC).timestamp()
+    assert silent_for(pod, start + 90) == 90
+    assert silent_for({"status": {}}, start) == 0  # not started: as new
+    assert silent_for({"status": {"startTime": "soon"}}, start) == 0
 
 
 def _member(phase: str, **fields: Any) -> MemberReport:
