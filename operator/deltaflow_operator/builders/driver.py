@@ -231,8 +231,9 @@ def spark_conf(ingestion: DeltaIngestion, settings: Settings) -> dict[str, str]:
     conf.update(spec.spark_conf)  # validated: users cannot override the keys above that matter
     # Last: a resource stored before admission refused these keys must not turn them off.
     conf.update(NETWORK_CONF)
-    conf["spark.authenticate.secret.driver.file"] = SPARK_AUTH_FILE
-    conf["spark.authenticate.secret.executor.file"] = SPARK_AUTH_FILE
+    # The generic key, not .driver.file and .executor.file: an executor's first call (fetching
+    # the driver's properties) authenticates with a SecurityManager that reads this one only.
+    conf["spark.authenticate.secret.file"] = SPARK_AUTH_FILE
     return conf
 
 
