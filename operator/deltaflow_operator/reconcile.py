@@ -32,7 +32,6 @@ from deltaflow_api.reasons import ConditionType, EventReason, Reason
 from deltaflow_api.v1alpha1 import (
     AutoscalerStatus,
     Condition,
-    CostStatus,
     DeltaIngestionStatus,
     DriverStatus,
     ExecutorStatus,
@@ -49,7 +48,7 @@ from deltaflow_operator.builders.maintenance import JOBS, maintenance_cronjob
 from deltaflow_operator.builders.network_policy import network_policies
 from deltaflow_operator.decisions.changes import changed_fields, needs_driver_replacement
 from deltaflow_operator.decisions.conditions import condition, set_condition, settled_transitions
-from deltaflow_operator.decisions.cost import cost_status
+from deltaflow_operator.decisions.cost import cost_status, member_cost_status
 from deltaflow_operator.decisions.driver import (
     DeleteReason,
     DriverPlan,
@@ -498,7 +497,7 @@ class Reconciler:
                 "executors": ExecutorStatus(),
                 "lag": lag,
                 "freshness": fresh.status,
-                "cost": CostStatus(),
+                "cost": member_cost_status(report, reported_at, time.time()),
                 "autoscaler": AutoscalerStatus(),
                 "checkpoint_path": ids.checkpoint_path,
                 "dead_letter_table_path": ids.dead_letter_table_path,

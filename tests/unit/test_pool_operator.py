@@ -16,6 +16,7 @@ from deltaflow_api.reasons import Reason
 from deltaflow_operator.autoscaler.observe import MemberReport, PoolReport, parse_pool_report
 from deltaflow_operator.builders import driver as driver_builders
 from deltaflow_operator.builders import pool as builders
+from deltaflow_operator.decisions.cost import member_cost_status
 from deltaflow_operator.decisions.pooled import BatchSighting, member_verdict
 from deltaflow_operator.pool_keeper import (
     SILENT_POOL_SECONDS,
@@ -487,3 +488,14 @@ def test_a_pool_pods_change_calls_for_a_round_only_when_its_word_changes() -> No
         {**_pool_pod(None), "metadata": {"annotations": {POOL_REPORT_ANNOTATION: "{not json"}}},
     ):
         assert signal_of(changed) != signal
+
+
+def test_a_pooled_streams_cost_is_its_task_time_of_the_pool_for_chargeback() -> None:
+    said = _member("Running", busy_cores=0.015)
+    cost = member_cost_status(said, NOW - 5, NOW)
+    assert cost.cpu_seconds_per_hour == 54.0  # 0.015 cores for an hour
+    assert cost.executor_seconds_per_hour == 0.0  # no executor pod of its own
+    # Unknown, never 0, without a fresh reading.
+    assert member_cost_status(_member("Running"), NOW - 5, NOW).cpu_seconds_per_hour is None
+    assert member_cost_status(said, NOW - 600, NOW).cpu_seconds_per_hour is None
+    assert member_cost_status(None, NOW - 5, NOW).cpu_seconds_per_hour is None

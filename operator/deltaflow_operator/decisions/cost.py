@@ -6,7 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from deltaflow_api.v1alpha1 import CostStatus
-from deltaflow_operator.autoscaler.observe import CostReport
+from deltaflow_operator.autoscaler.observe import CostReport, MemberReport
+from deltaflow_operator.decisions.pooled import POOL_REPORT_STALE_SECONDS
 
 
 def cost_status(report: CostReport | None, *, reporting: bool, now: float) -> CostStatus:
@@ -23,4 +24,24 @@ def cost_status(report: CostReport | None, *, reporting: bool, now: float) -> Co
         driver_memory_bytes=report.driver_memory_bytes,
         executor_memory_bytes=report.executor_memory_bytes,
         measured_at=datetime.fromtimestamp(now, UTC),
+    )
+
+
+def member_cost_status(
+    report: MemberReport | None, reported_at: float | None, now: float
+) -> CostStatus:
+    """A pooled stream's part, for chargeback: the CPU its batches' tasks took of its pool's
+    threads (busyCores, over five minutes) per hour, and no executor pod. The pool's own JVM
+    and idle threads are the pool's, not shared out; unknown (not 0) without a fresh reading."""
+    if (
+        report is None
+        or report.busy_cores is None
+        or reported_at is None
+        or now - reported_at > POOL_REPORT_STALE_SECONDS
+    ):
+        return CostStatus()
+    return CostStatus(
+        cpu_seconds_per_hour=round(report.busy_cores * 3600, 1),
+        executor_seconds_per_hour=0.0,
+        measured_at=datetime.fromtimestamp(min(reported_at, now), UTC),
     )
