@@ -287,9 +287,12 @@ def test_a_process_without_the_streams_secret_cannot_register_as_its_executor(
 
 
 def _spark_secret(kube: KubeControlPlane) -> str:
-    """The stream's Spark authentication secret, as its Secret holds it."""
+    """The stream's Spark authentication secret as Spark uses it: the file's bytes in base64
+    (SecurityManager.secretKeyFromFile), which is how the Secret's data holds them."""
     data = kube.kubectl_json("-n", NS, "get", "secret", f"{NAME}-spark-auth")["data"]
-    return base64.b64decode(data["secret"]).decode()
+    secret = str(data["secret"])
+    assert base64.b64decode(secret)  # not empty
+    return secret
 
 
 def _as_new_pod(pod: dict[str, Any], name: str) -> dict[str, Any]:
@@ -376,7 +379,8 @@ def test_the_drivers_identity_may_create_and_change_only_its_own_executors(
         "annotations"
     ]
     assert allowance[EXECUTOR_IMAGE_ANNOTATION] == kube.image
-    assert allowance[EXECUTOR_SECRETS_ANNOTATION] == "lake-creds"  # lake_credentials
+    # lake_credentials, and the stream's own Spark authentication secret.
+    assert allowance[EXECUTOR_SECRETS_ANNOTATION] == f"lake-creds {NAME}-spark-auth"
     executor = guarded.running(EXECUTORS)[0]
     # The pod Spark made is what the driver may make (the control; the stream runs on it).
     assert executor["spec"]["serviceAccountName"] == account
