@@ -179,6 +179,13 @@ def runtime_conf(
     )
 
 
+# The stream's Spark secret as files (builders.driver.spark_conf): for executors on Kubernetes.
+AUTH_SECRET_FILE_KEYS = (
+    "spark.authenticate.secret.file",
+    "spark.authenticate.secret.driver.file",
+    "spark.authenticate.secret.executor.file",
+)
+
 # A stream pool's driver runs for months with many queries: the UI and its retained history
 # (every SQL execution of every member's batches) would fill its heap.
 POOL_CONF = {
@@ -234,6 +241,11 @@ def _process_conf(
     }
     if master is not None:
         conf["spark.master"] = master
+    if not conf.get("spark.master", "").startswith("k8s://"):
+        # Spark refuses a secret file outside Kubernetes mode ("only allowed in Kubernetes
+        # mode"), and a driver in local mode has no executors to share a secret with.
+        for key in AUTH_SECRET_FILE_KEYS:
+            conf.pop(key, None)
     if local_mode_pod(e) and conf.get("spark.master", "").startswith("local"):
         options = conf.get(DRIVER_JAVA_OPTIONS, "")
         conf[DRIVER_JAVA_OPTIONS] = f"{LOCAL_MODE_JAVA_OPTIONS} {options}".strip()

@@ -507,3 +507,24 @@ def test_no_placement_adds_no_empty_fields() -> None:
     spec = b.driver_pod(ingestion(), SETTINGS)["spec"]
     for key in ("nodeSelector", "tolerations", "affinity", "priorityClassName", "imagePullSecrets"):
         assert key not in spec
+
+
+def test_the_spark_secret_file_reaches_a_driver_on_executors_only(tmp_path: Path) -> None:
+    """Spark refuses a secret file outside Kubernetes mode: a local-mode driver (no executors
+    to share it with) starts without it, one on executor pods with it."""
+    from deltaflow_runtime import session
+
+    ing = ingestion()
+    defaults = tmp_path / "spark-defaults.conf"
+    defaults.write_text(b.config_map(ing, SETTINGS)["data"]["spark-defaults.conf"])
+    pod = {"DELTAFLOW_SPARK_DEFAULTS": str(defaults), "KUBERNETES_SERVICE_HOST": "10.96.0.1",
+           "KUBERNETES_SERVICE_PORT": "443", "DELTAFLOW_POD_IP": "10.88.0.17"}  # fmt: skip
+    on_executors = session.runtime_conf(
+        ing, env={**pod, "DELTAFLOW_SPARK_MASTER": b.spark_master(ing)}
+    )
+    assert on_executors["spark.master"].startswith("k8s://")
+    assert on_executors["spark.authenticate.secret.file"] == "/etc/deltaflow/spark-auth/secret"
+    local = session.runtime_conf(ing, env={**pod, "DELTAFLOW_SPARK_MASTER": "local[1]"})
+    assert local["spark.master"] == "local[1]"
+    assert not [k for k in local if k.startswith("spark.authenticate.secret")]
+    assert local["spark.authenticate"] == "true"  # still authenticated, with its own secret
