@@ -335,7 +335,7 @@ class Member:
             session = self.session
             # The query's own thread inherits this thread's scheduler pool.
             session.sparkContext.setLocalProperty(SCHEDULER_POOL, self.key)
-            if not self._kafka_preflight():
+            if not self._checks_before_start():
                 return  # stopped meanwhile
             start_checks(session, self.pipeline)
             runner = StreamRunner(
@@ -375,7 +375,7 @@ class Member:
             self._failed(RuntimeError("the query ended without a stop"))
             self._wait_after_failure()
 
-    def _kafka_preflight(self) -> bool:
+    def _checks_before_start(self) -> bool:
         """A dedicated driver's checks before its JVM, for this member: its paths on volumes
         (in a pod), a topicPattern no regex reads, then whether it can connect, log in with its
         credentials and read its topic (each failure names the field: its status says why in
